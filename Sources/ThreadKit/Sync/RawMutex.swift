@@ -1,0 +1,122 @@
+// RawMutex: the futex mutex state machine under TKLock, TKRecursiveLock, TKCondition and
+// TKConditionLock. It knows nothing of names or recursion; the public types add those and turn
+// the results into misuse messages. The word is touched by any thread; the owner field inside it
+// changes only by the owning thread's unlock or by an acquiring CAS.
+import Synchronization
+
+/// A mutex whose futex word records the owner:
+///
+/// | word                 | meaning                                               |
+/// |----------------------|-------------------------------------------------------|
+/// | 0                    | unlocked                                              |
+/// | tid                  | held by kernel thread `tid`, nobody parked            |
+/// | tid \| parkedBit     | held by `tid`; one or more threads may be parked      |
+///
+/// Thread ids fit in 22 bits, so the top bit is free. Keeping the owner in the word makes the
+/// ownership check of `unlock` free (it is the CAS itself) and lets a thread that locks twice be
+/// told so instead of sleeping forever. Unlocking stores 0 and, if the parked bit was set, wakes one
+/// thread; a thread that parked acquires with the parked bit set again, since others may still
+/// sleep (Drepper, "Futexes Are Tricky", mutex 3).
+@usableFromInline
+struct RawMutex: @unchecked Sendable {
+    static let parkedBit: UInt32 = 0x8000_0000
+    static let ownerMask: UInt32 = 0x7FFF_FFFF
+
+    enum SlowResult { case acquired, timedOut, heldByCaller }
+
+    let word = FutexWord(0)
+
+    func deallocate() { word.deallocate() }
+
+    /// Acquire ordering pairs with the release of the previous owner's unlock.
+    @inline(__always)
+    func tryLockFast(_ tid: UInt32) -> Bool {
+        word.pointer.pointee.compareExchange(expected: 0, desired: tid, successOrdering: .acquiring,
+                                             failureOrdering: .relaxed).exchanged
+    }
+
+    /// The owner's thread id, 0 when unlocked. Relaxed: only compared against the caller's own id,
+    /// which no other thread can store.
+    @inline(__always)
+    func owner() -> UInt32 { word.pointer.pointee.load(ordering: .relaxed) & RawMutex.ownerMask }
+
+    /// Spins briefly, then parks until the mutex is acquired or the deadline passes.
+    func lockSlow(_ tid: UInt32, deadline: ContinuousClock.Instant?) -> SlowResult {
+        let atomic = word.pointer
+        var spin = SpinWait()
+        // Phase 1: poll without announcing ourselves, while nobody is parked.
+        while true {
+            let state = atomic.pointee.load(ordering: .relaxed)
+            if state == 0 {
+                if tryLockFast(tid) { return .acquired }
+                continue
+            }
+            if state & RawMutex.ownerMask == tid { return .heldByCaller }
+            if state & RawMutex.parkedBit != 0 || !spin.spin() { break }
+        }
+        // Phase 2: set the parked bit and sleep until the word changes.
+        while true {
+            let state = atomic.pointee.load(ordering: .relaxed)
+            if state == 0 {
+                if atomic.pointee.compareExchange(expected: 0, desired: tid | RawMutex.parkedBit,
+                                                  successOrdering: .acquiring, failureOrdering: .relaxed).exchanged {
+                    return .acquired
+                }
+                continue
+            }
+            if state & RawMutex.ownerMask == tid { return .heldByCaller }
+            let parked = state | RawMutex.parkedBit
+            if state != parked {
+                guard atomic.pointee.compareExchange(expected: state, desired: parked,
+                                                     ordering: .relaxed).exchanged else { continue }
+            }
+            if !Parking.park(word, expected: parked, deadline: deadline) { return .timedOut }
+        }
+    }
+
+    /// Releases the mutex if the caller holds it; false (and no change) otherwise.
+    /// Release ordering publishes the critical section to the next acquirer.
+    @inline(__always)
+    func unlock(_ tid: UInt32) -> Bool {
+        if word.pointer.pointee.compareExchange(expected: tid, desired: 0, successOrdering: .releasing,
+                                                failureOrdering: .relaxed).exchanged {
+            return true
+        }
+        return unlockSlow(tid)
+    }
+
+    private func unlockSlow(_ tid: UInt32) -> Bool {
+        let state = word.pointer.pointee.load(ordering: .relaxed)
+        guard state & RawMutex.ownerMask == tid else { return false }
+        // Only the owner changes the word while it is held (others only add the parked bit, which
+        // is already set), so a plain store suffices.
+        word.pointer.pointee.store(0, ordering: .releasing)
+        Parking.unparkOne(word)
+        return true
+    }
+
+    /// Locks for ThreadKit's internal use (table and bookkeeping locks, which are leaves: nothing
+    /// locks them twice). Returns the caller's thread id for the matching `unlockInternal`.
+    @discardableResult
+    func lockInternal() -> UInt32 {
+        let tid = SystemCall.currentThreadID
+        if !tryLockFast(tid) { _ = lockSlow(tid, deadline: nil) }
+        return tid
+    }
+
+    func unlockInternal(_ tid: UInt32) {
+        _ = unlock(tid)
+    }
+
+    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        let tid = lockInternal()
+        defer { unlockInternal(tid) }
+        return try body()
+    }
+
+    /// Describes the holder for misuse messages.
+    func ownerDescription() -> String {
+        let owner = owner()
+        return owner == 0 ? "nobody holds it" : "it is held by thread \(owner)"
+    }
+}

@@ -1,0 +1,62 @@
+// TKCondition: NSCondition, a lock and a condition variable in one object. Thread-safe; `wait`
+// must be called by the thread holding the lock.
+
+/// A condition variable with its own lock (NSCondition). Lock it, test your predicate, and `wait`
+/// in a loop until the predicate holds: like POSIX condition variables, `wait` may return
+/// spuriously. `signal` wakes one waiter, `broadcast` all; both may be called with or without
+/// the lock held.
+public final class TKCondition: TKLocking, @unchecked Sendable {
+    private let raw = RawMutex()
+    private let condition = RawCondition()
+    private let label = LockName()
+
+    public init() {}
+    deinit {
+        raw.deallocate()
+        condition.deallocate()
+    }
+
+    public var name: String? {
+        get { label.name }
+        set { label.name = newValue }
+    }
+
+    public func lock() {
+        let tid = SystemCall.currentThreadID
+        if raw.tryLockFast(tid) { return }
+        if raw.lockSlow(tid, deadline: nil) == .heldByCaller {
+            misuse("\(label.describe("TKCondition", self)).lock() called again on thread \(tid), which already holds it: "
+                   + "this would deadlock. Fix: unlock before locking again.")
+        }
+    }
+
+    public func unlock() {
+        let tid = SystemCall.currentThreadID
+        if raw.unlock(tid) { return }
+        misuse("\(label.describe("TKCondition", self)).unlock() called on thread \(tid), but \(raw.ownerDescription()). "
+               + "Fix: unlock on the thread that locked it, once per lock().")
+    }
+
+    /// Releases the lock, waits for a signal, and takes the lock again before returning.
+    public func wait() {
+        _ = condition.wait(raw, checkHeld("wait()"), deadline: nil)
+    }
+
+    /// As `wait()`, giving up at `deadline`: returns false when it timed out (never before the
+    /// deadline). The lock is held again on return either way.
+    public func wait(until deadline: ContinuousClock.Instant) -> Bool {
+        condition.wait(raw, checkHeld("wait(until:)"), deadline: deadline)
+    }
+
+    public func signal() { condition.signal() }
+    public func broadcast() { condition.broadcast() }
+
+    private func checkHeld(_ call: String) -> UInt32 {
+        let tid = SystemCall.currentThreadID
+        guard raw.owner() == tid else {
+            misuse("\(label.describe("TKCondition", self)).\(call) called on thread \(tid) without holding its lock "
+                   + "(\(raw.ownerDescription())). Fix: lock() first, wait in a loop on your predicate, then unlock().")
+        }
+        return tid
+    }
+}

@@ -1,0 +1,114 @@
+// TKConditionLock: NSConditionLock, a lock that carries an integer condition. Thread-safe.
+// The lock *is* `raw`: holding the condition lock means holding that mutex. `value` is guarded
+// by it; threads waiting for a particular value sleep on `changed`, which is broadcast whenever
+// an unlock changes the value.
+
+/// A lock associated with an integer condition (NSConditionLock). `lock(whenCondition:)` waits
+/// until the lock is free *and* its condition equals the one asked for; `unlock(withCondition:)`
+/// sets the condition as it releases the lock, waking the threads waiting for that value.
+public final class TKConditionLock: TKLocking, @unchecked Sendable {
+    private let raw = RawMutex()
+    private let changed = RawCondition()
+    private let label = LockName()
+    /// The current condition. Guarded by `raw`.
+    private var value: Int
+
+    public init(condition: Int = 0) {
+        value = condition
+    }
+    deinit {
+        raw.deallocate()
+        changed.deallocate()
+    }
+
+    public var name: String? {
+        get { label.name }
+        set { label.name = newValue }
+    }
+
+    /// The condition as last set. Taking the lock to read it keeps the read ordered with writers.
+    public var condition: Int {
+        let tid = SystemCall.currentThreadID
+        if raw.owner() == tid { return value }
+        acquire(tid, deadline: nil)
+        defer { _ = raw.unlock(tid) }
+        return value
+    }
+
+    public func lock() {
+        acquire(SystemCall.currentThreadID, deadline: nil)
+    }
+
+    public func lock(before deadline: ContinuousClock.Instant) -> Bool {
+        acquire(SystemCall.currentThreadID, deadline: deadline)
+    }
+
+    public func lock(whenCondition condition: Int) {
+        _ = lock(whenCondition: condition, deadline: nil)
+    }
+
+    public func lock(whenCondition condition: Int, before deadline: ContinuousClock.Instant) -> Bool {
+        lock(whenCondition: condition, deadline: deadline)
+    }
+
+    public func tryLock() -> Bool {
+        raw.tryLockFast(SystemCall.currentThreadID)
+    }
+
+    public func tryLock(whenCondition condition: Int) -> Bool {
+        let tid = SystemCall.currentThreadID
+        guard raw.tryLockFast(tid) else { return false }
+        if value == condition { return true }
+        _ = raw.unlock(tid)
+        return false
+    }
+
+    public func unlock() {
+        release(newValue: nil, call: "unlock()")
+    }
+
+    /// Sets the condition and releases the lock, waking threads waiting for the new value.
+    public func unlock(withCondition condition: Int) {
+        release(newValue: condition, call: "unlock(withCondition: \(condition))")
+    }
+
+    private func lock(whenCondition wanted: Int, deadline: ContinuousClock.Instant?) -> Bool {
+        let tid = SystemCall.currentThreadID
+        guard acquire(tid, deadline: deadline) else { return false }
+        while value != wanted {
+            if !changed.wait(raw, tid, deadline: deadline) {
+                // Timed out, and the mutex is held again: one last look, then give it back.
+                if value == wanted { return true }
+                _ = raw.unlock(tid)
+                return false
+            }
+        }
+        return true
+    }
+
+    @discardableResult
+    private func acquire(_ tid: UInt32, deadline: ContinuousClock.Instant?) -> Bool {
+        if raw.tryLockFast(tid) { return true }
+        switch raw.lockSlow(tid, deadline: deadline) {
+        case .acquired: return true
+        case .timedOut: return false
+        case .heldByCaller:
+            misuse("\(label.describe("TKConditionLock", self)) locked again on thread \(tid), which already holds it: "
+                   + "this would deadlock. Fix: unlock (or unlock(withCondition:)) before locking again.")
+        }
+    }
+
+    private func release(newValue: Int?, call: String) {
+        let tid = SystemCall.currentThreadID
+        guard raw.owner() == tid else {
+            misuse("\(label.describe("TKConditionLock", self)).\(call) called on thread \(tid), but \(raw.ownerDescription()). "
+                   + "Fix: unlock on the thread that locked it, once per lock.")
+        }
+        let wake = newValue.map { $0 != value } ?? false
+        if let newValue { value = newValue }
+        // Broadcast before releasing: waiters re-check `value` under the mutex, so waking them
+        // first lets them spin for the mutex rather than park again.
+        if wake { changed.broadcast() }
+        _ = raw.unlock(tid)
+    }
+}

@@ -1,0 +1,234 @@
+// TKReadWriteLock: many readers or one writer, phase-fair so neither side starves.
+// Thread-safe. Uncontended read and write locking are one CAS on `state`; everything that has to
+// wait goes through the slow path under `queue`, a RawMutex that guards the waiter bookkeeping.
+//
+// Fairness, as SPEC §8 asks: a waiting writer blocks new readers (they queue behind it), and when
+// a writer unlocks, every reader waiting at that moment is admitted before the next writer. So
+// readers and writers alternate in phases under contention.
+//
+// Lock order: `queue` is a leaf; nothing is locked while holding it, and threads are woken only
+// after it is released.
+import Synchronization
+
+/// A reader-writer lock (pthread_rwlock with fairness). `unlock()` releases whichever side the
+/// caller holds.
+public final class TKReadWriteLock: @unchecked Sendable {
+    /// The state word, changed by CAS/fetch-ops from any thread:
+    ///
+    /// | bits   | name            | meaning                                                   |
+    /// |--------|-----------------|-----------------------------------------------------------|
+    /// | 0...27 | readers         | read holders, including readers admitted by a hand-off     |
+    /// | 28     | writer          | held for writing                                          |
+    /// | 29     | writersWaiting  | a writer waits: new readers must queue (set under `queue`) |
+    /// | 30     | readersWaiting  | readers wait: the writer's unlock must admit them          |
+    ///
+    /// The two waiting bits are set and cleared only with `queue` held; the reader count and the
+    /// writer bit also change on the lock-free fast paths.
+    private static let readerMask: UInt32 = 0x0FFF_FFFF
+    private static let writer: UInt32 = 1 << 28
+    private static let writersWaiting: UInt32 = 1 << 29
+    private static let readersWaiting: UInt32 = 1 << 30
+
+    private let state = Atomic<UInt32>(0)
+    /// The thread id of the write holder, 0 when none. Written by the writer after acquiring and
+    /// before releasing; compared against the caller's own id in `unlock`, so relaxed suffices.
+    private let writerThread = Atomic<UInt32>(0)
+
+    private let queue = RawMutex()
+    /// Bumped (under `queue`) each time the waiting readers are admitted; readers park on it.
+    private let readerGeneration = FutexWord(0)
+    /// Bumped (under `queue`) each time a writer is handed the lock; writers park on it.
+    private let writerGeneration = FutexWord(0)
+    private var waitingReaders = 0   // guarded by `queue`
+    private var waitingWriters = 0   // guarded by `queue`
+    private var writerGrants = 0     // guarded by `queue`: hand-offs not yet claimed by a writer
+
+    public init() {}
+    deinit {
+        queue.deallocate()
+        readerGeneration.deallocate()
+        writerGeneration.deallocate()
+    }
+
+    // MARK: Readers
+
+    public func readLock() {
+        if tryReadLock() { return }
+        readLockSlow()
+    }
+
+    /// Acquiring on success pairs with the releasing unlock of the previous writer.
+    public func tryReadLock() -> Bool {
+        var s = state.load(ordering: .relaxed)
+        while s & (Self.writer | Self.writersWaiting) == 0 {
+            let (exchanged, now) = state.compareExchange(expected: s, desired: s + 1,
+                                                         successOrdering: .acquiring, failureOrdering: .relaxed)
+            if exchanged { return true }
+            s = now
+        }
+        return false
+    }
+
+    private func readLockSlow() {
+        let tid = lockQueue()
+        while true {
+            if tryReadLock() { return unlockQueue(tid) }
+            // Announce ourselves; the fetch-or is ordered with the writer's unlock on the same word,
+            // so either the writer sees readersWaiting or we see it gone.
+            waitingReaders += 1
+            let s = state.bitwiseOr(Self.readersWaiting, ordering: .relaxed).newValue
+            if s & (Self.writer | Self.writersWaiting) == 0 {
+                waitingReaders -= 1
+                if waitingReaders == 0 { state.bitwiseAnd(~Self.readersWaiting, ordering: .relaxed) }
+                continue
+            }
+            let generation = readerGeneration.pointer.pointee.load(ordering: .relaxed)
+            unlockQueue(tid)
+            // Admitted when the generation moves: the admitting writer has already counted us.
+            waitForChange(readerGeneration, from: generation)
+            return
+        }
+    }
+
+    // MARK: Writers
+
+    public func writeLock() {
+        if tryWriteLock() { return }
+        writeLockSlow()
+    }
+
+    public func tryWriteLock() -> Bool {
+        var s = state.load(ordering: .relaxed)
+        while s & (Self.readerMask | Self.writer) == 0 {
+            let (exchanged, now) = state.compareExchange(expected: s, desired: s | Self.writer,
+                                                         successOrdering: .acquiring, failureOrdering: .relaxed)
+            if exchanged {
+                writerThread.store(SystemCall.currentThreadID, ordering: .relaxed)
+                return true
+            }
+            s = now
+        }
+        return false
+    }
+
+    private func writeLockSlow() {
+        let tid = lockQueue()
+        while true {
+            if tryWriteLock() { return unlockQueue(tid) }
+            waitingWriters += 1
+            let s = state.bitwiseOr(Self.writersWaiting, ordering: .relaxed).newValue
+            if s & (Self.readerMask | Self.writer) == 0 {
+                // Freed between our try and the announcement: undo it and try again.
+                waitingWriters -= 1
+                if waitingWriters == 0 { state.bitwiseAnd(~Self.writersWaiting, ordering: .relaxed) }
+                continue
+            }
+            break
+        }
+        // Wait for a hand-off; another waiting writer may claim one first, so count them.
+        while true {
+            let generation = writerGeneration.pointer.pointee.load(ordering: .relaxed)
+            unlockQueue(tid)
+            waitForChange(writerGeneration, from: generation)
+            _ = lockQueue()
+            if writerGrants > 0 {
+                writerGrants -= 1
+                writerThread.store(tid, ordering: .relaxed)
+                return unlockQueue(tid)
+            }
+        }
+    }
+
+    // MARK: Unlock
+
+    public func unlock() {
+        let tid = SystemCall.currentThreadID
+        let s = state.load(ordering: .relaxed)
+        if s & Self.writer != 0 {
+            guard writerThread.load(ordering: .relaxed) == tid else {
+                misuse("TKReadWriteLock \(ObjectIdentifier(self)).unlock() called on thread \(tid), but it is held for "
+                       + "writing by thread \(writerThread.load(ordering: .relaxed)). Fix: unlock on the thread that locked it.")
+            }
+            writeUnlock(tid)
+        } else if s & Self.readerMask != 0 {
+            readUnlock()
+        } else {
+            misuse("TKReadWriteLock \(ObjectIdentifier(self)).unlock() called on thread \(tid), but nobody holds it. "
+                   + "Fix: balance every readLock()/writeLock() with one unlock().")
+        }
+    }
+
+    private func readUnlock() {
+        // Releasing: publishes this reader's critical section to the writer that follows.
+        let s = state.wrappingSubtract(1, ordering: .releasing).newValue
+        guard s & Self.readerMask == 0, s & Self.writersWaiting != 0 else { return }
+        // Last reader out with a writer waiting: hand it the lock.
+        let tid = lockQueue()
+        let current = state.load(ordering: .relaxed)
+        let wake = current & (Self.readerMask | Self.writer) == 0 && waitingWriters > 0 && grantWriter()
+        unlockQueue(tid)
+        if wake { Parking.unparkOne(writerGeneration) }
+    }
+
+    private func writeUnlock(_ tid: UInt32) {
+        writerThread.store(0, ordering: .relaxed)
+        if state.compareExchange(expected: Self.writer, desired: 0, ordering: .releasing).exchanged { return }
+        let queueTid = lockQueue()
+        var wakeReaders = false, wakeWriter = false
+        if waitingReaders > 0 {
+            // Phase change: every reader waiting now goes before the next writer.
+            let admitted = UInt32(waitingReaders)
+            waitingReaders = 0
+            update { ($0 & ~(Self.writer | Self.readersWaiting)) + admitted }
+            readerGeneration.pointer.pointee.wrappingAdd(1, ordering: .releasing)
+            wakeReaders = true
+        } else if waitingWriters > 0 {
+            wakeWriter = grantWriter()
+        } else {
+            update { $0 & ~Self.writer }
+        }
+        unlockQueue(queueTid)
+        if wakeReaders { Parking.unparkAll(readerGeneration) }
+        if wakeWriter { Parking.unparkOne(writerGeneration) }
+    }
+
+    /// Hands the lock to one waiting writer (with `queue` held, the lock free of readers). The
+    /// writer bit is set on its behalf; the woken writer claims the grant. Returns true: wake one.
+    private func grantWriter() -> Bool {
+        waitingWriters -= 1
+        writerGrants += 1
+        let stillWaiting = waitingWriters > 0
+        update { s in
+            var next = (s | Self.writer)
+            if !stillWaiting { next &= ~Self.writersWaiting }
+            return next
+        }
+        writerGeneration.pointer.pointee.wrappingAdd(1, ordering: .releasing)
+        return true
+    }
+
+    /// Applies `transform` to the state word atomically. Releasing: the hand-off it performs
+    /// publishes the previous holder's writes to the threads it admits, which acquire via the
+    /// generation word they wait on.
+    private func update(_ transform: (UInt32) -> UInt32) {
+        var s = state.load(ordering: .relaxed)
+        while true {
+            let (exchanged, now) = state.compareExchange(expected: s, desired: transform(s), ordering: .acquiringAndReleasing)
+            if exchanged { return }
+            s = now
+        }
+    }
+
+    // MARK: Waiting
+
+    private func waitForChange(_ word: FutexWord, from value: UInt32) {
+        var spin = SpinWait(limit: SpinWait.conditionLimit)
+        // Acquiring: pairs with the releasing bump by the thread that admitted us.
+        while word.pointer.pointee.load(ordering: .acquiring) == value {
+            if !spin.spin() { _ = Parking.park(word, expected: value) }
+        }
+    }
+
+    private func lockQueue() -> UInt32 { queue.lockInternal() }
+    private func unlockQueue(_ tid: UInt32) { queue.unlockInternal(tid) }
+}

@@ -1,0 +1,56 @@
+// TKSpinLock: OSSpinLock's role, without its flaw. Thread-safe.
+// A pure spin lock burns a core while the holder is descheduled (on our 2-core machines that is
+// half the machine) and can livelock with priorities. This one spins a bounded number of times,
+// then yields the CPU a few times, then parks on its word like a mutex.
+
+import CThreadKit
+import Glibc
+import Synchronization
+
+/// A lock for very short critical sections: waiters spin first, then yield, then sleep.
+public final class TKSpinLock: TKLocking, @unchecked Sendable {
+    /// 0: unlocked; 1: locked; 2: locked and a waiter may be parked (it must be woken).
+    private let word = FutexWord(0)
+
+    public init() {}
+    deinit { word.deallocate() }
+
+    public func tryLock() -> Bool {
+        word.pointer.pointee.compareExchange(expected: 0, desired: 1, successOrdering: .acquiring,
+                                             failureOrdering: .relaxed).exchanged
+    }
+
+    public func lock() {
+        if tryLock() { return }
+        lockSlow()
+    }
+
+    public func unlock() {
+        // Releasing: publishes the critical section to the next acquirer.
+        let previous = word.pointer.pointee.exchange(0, ordering: .releasing)
+        if previous == 2 { Parking.unparkOne(word) }
+        if previous == 0 {
+            misuse("TKSpinLock \(ObjectIdentifier(self)).unlock() called while it is not locked. "
+                   + "Fix: balance every lock() with one unlock().")
+        }
+    }
+
+    private func lockSlow() {
+        var spin = SpinWait(limit: 200)
+        var yields = 0
+        while true {
+            if word.pointer.pointee.load(ordering: .relaxed) == 0, tryLock() { return }
+            if spin.spin() { continue }
+            if yields < 4 {
+                yields += 1
+                sched_yield()
+                continue
+            }
+            break
+        }
+        // Parked acquisitions keep the "waiter" mark: others may still be asleep.
+        while word.pointer.pointee.exchange(2, ordering: .acquiring) != 0 {
+            _ = Parking.park(word, expected: 2)
+        }
+    }
+}

@@ -1,0 +1,26 @@
+// FutexWord: a 32-bit atomic at a stable heap address, usable both with Swift's Atomic (which
+// ThreadSanitizer understands) and as a futex address. Every ThreadKit blocking primitive keeps
+// its state in one or more of these. The owner object allocates it in init and frees it in deinit;
+// the word itself may be touched from any thread while the owner is alive.
+import Synchronization
+
+@usableFromInline
+struct FutexWord: @unchecked Sendable {
+    @usableFromInline let pointer: UnsafeMutablePointer<Atomic<UInt32>>
+
+    init(_ initial: UInt32 = 0) {
+        pointer = .allocate(capacity: 1)
+        pointer.initialize(to: Atomic(initial))
+    }
+
+    /// Called exactly once, from the owner's deinit, when no thread can be using the word.
+    func deallocate() {
+        pointer.deinitialize(count: 1)
+        pointer.deallocate()
+    }
+
+    /// The same four bytes as a plain pointer, for the kernel's futex calls only.
+    var address: UnsafeMutablePointer<UInt32> {
+        UnsafeMutableRawPointer(pointer).assumingMemoryBound(to: UInt32.self)
+    }
+}

@@ -1,0 +1,98 @@
+// Parking: the one way a ThreadKit thread blocks. Every wait in the library (locks, conditions,
+// condition locks, read-write locks, once, and later semaphores, groups, sync and join) spins
+// briefly with SpinWait and then parks here on a futex word. Because all blocking funnels through
+// `park`, a thread pool can install a ParkingObserver on its workers and learn, at once, when one
+// of them blocks and when it resumes.
+//
+// Threads: any thread may park or unpark. The observer pointer is per thread (C thread-local),
+// read and written only by its own thread.
+import CThreadKit
+
+/// Told by `Parking.park` when the calling thread is about to block in the kernel and when it
+/// has resumed. Installed per thread (by the dispatch pool, for its workers).
+protocol ParkingObserver: AnyObject {
+    func willPark()
+    func didUnpark()
+}
+
+enum Parking {
+    /// Installs (or with nil removes) the observer of the calling thread. The thread-local slot
+    /// holds one retain of a box around it, released when replaced or removed.
+    static func setObserverForCurrentThread(_ observer: (any ParkingObserver)?) {
+        if let old = tk_park_observer_get() {
+            Unmanaged<ObserverBox>.fromOpaque(old).release()
+        }
+        tk_park_observer_set(observer.map { Unmanaged.passRetained(ObserverBox($0)).toOpaque() })
+    }
+
+    /// Parks the calling thread while `word` holds `expected`, until another thread unparks it or
+    /// the deadline passes. Returns false only when `deadline` has passed (never early: the clock
+    /// is read again after the kernel says ETIMEDOUT). Returns true when woken, when the word no
+    /// longer held `expected`, on a signal and spuriously: callers re-check their state and call
+    /// again.
+    static func park(_ word: FutexWord, expected: UInt32, deadline: ContinuousClock.Instant? = nil) -> Bool {
+        var timeout: Duration? = nil
+        if let deadline {
+            let remaining = deadline - ContinuousClock.now
+            if remaining <= .zero { return false }
+            timeout = remaining
+        }
+        let observer = currentObserver
+        observer?.willPark()
+        defer { observer?.didUnpark() }
+        // A relative timeout on CLOCK_MONOTONIC never ends before the same length has passed on
+        // ContinuousClock (CLOCK_BOOTTIME runs at least as fast), so a deadline is never early.
+        switch SystemCall.futexWait(word.address, expected: expected, timeout: timeout) {
+        case .woken, .valueChanged, .interrupted:
+            return true
+        case .timedOut:
+            return deadline.map { ContinuousClock.now < $0 } ?? true
+        }
+    }
+
+    /// Wakes one thread parked on `word`. Call after publishing the state change that lets it go.
+    static func unparkOne(_ word: FutexWord) {
+        SystemCall.futexWake(word.address, count: 1)
+    }
+
+    /// Wakes every thread parked on `word`.
+    static func unparkAll(_ word: FutexWord) {
+        SystemCall.futexWake(word.address, count: Int32.max)
+    }
+
+    private static var currentObserver: (any ParkingObserver)? {
+        guard let raw = tk_park_observer_get() else { return nil }
+        return Unmanaged<ObserverBox>.fromOpaque(raw).takeUnretainedValue().observer
+    }
+
+    /// Boxes the existential so a single pointer can hold it.
+    private final class ObserverBox {
+        let observer: any ParkingObserver
+        init(_ observer: any ParkingObserver) { self.observer = observer }
+    }
+}
+
+/// Bounded spinning before parking. A thread woken by the kernel on one core by a thread on the
+/// other costs tens of microseconds on our machines; most lock hand-offs complete in far less, so
+/// a waiter first polls its word for a short, bounded time. The bound keeps an idle wait from
+/// burning a core: after `limit` polls the caller parks.
+struct SpinWait {
+    private var count = 0
+    private let limit: Int
+
+    /// `limit` polls of a few dozen cycles each; the defaults are tuned by the benchmarks.
+    init(limit: Int = SpinWait.lockLimit) { self.limit = limit }
+
+    /// For lock words: the holder usually releases within a short critical section.
+    static let lockLimit = 100
+    /// For condition waits: covers the signalling thread's round trip through a critical section.
+    static let conditionLimit = 2_000
+
+    /// Spins once (a CPU relax hint). Returns false when the budget is spent: time to park.
+    mutating func spin() -> Bool {
+        guard count < limit else { return false }
+        count += 1
+        tk_cpu_relax()
+        return true
+    }
+}

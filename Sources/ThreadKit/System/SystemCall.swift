@@ -1,0 +1,53 @@
+// SystemCall: the one thin layer every syscall of ThreadKit goes through (futex, clocks, and the
+// file calls of TKDistributedLock), so errno handling lives in one place and tests can see it.
+// Stateless; callable from any thread.
+import CThreadKit
+import Glibc
+
+enum SystemCall {
+    /// The result of a futex wait, each errno of FUTEX_WAIT named.
+    enum FutexWaitResult {
+        case woken          // 0: woken by FUTEX_WAKE, or spuriously: callers re-check their word
+        case valueChanged   // EAGAIN: the word did not hold the expected value
+        case timedOut       // ETIMEDOUT: the relative timeout passed
+        case interrupted    // EINTR: a signal handler ran
+    }
+
+    /// Blocks while `*word == expected`, at most `timeout` (nil: no limit).
+    static func futexWait(_ word: UnsafeMutablePointer<UInt32>, expected: UInt32, timeout: Duration?) -> FutexWaitResult {
+        let r: Int32
+        if let timeout {
+            let (seconds, attoseconds) = timeout.components
+            var ts = timespec(tv_sec: Int(max(seconds, 0)), tv_nsec: seconds < 0 ? 0 : Int(attoseconds / 1_000_000_000))
+            r = tk_futex_wait(word, expected, &ts)
+        } else {
+            r = tk_futex_wait(word, expected, nil)
+        }
+        switch r {
+        case 0: return .woken
+        case -EAGAIN: return .valueChanged
+        case -ETIMEDOUT: return .timedOut
+        case -EINTR: return .interrupted
+        default:
+            // EFAULT/EINVAL/ENOSYS mean a corrupted word address or a kernel without futex:
+            // there is no way to keep the blocking promise.
+            fatalError("ThreadKit: futex wait failed with errno \(-r) (\(errorName(-r))) on word \(word)")
+        }
+    }
+
+    /// Wakes up to `count` waiters of `word`; returns how many woke.
+    @discardableResult
+    static func futexWake(_ word: UnsafeMutablePointer<UInt32>, count: Int32) -> Int32 {
+        let r = tk_futex_wake(word, count)
+        if r < 0 { fatalError("ThreadKit: futex wake failed with errno \(-r) (\(errorName(-r))) on word \(word)") }
+        return r
+    }
+
+    static func errorName(_ code: Int32) -> String {
+        guard let s = strerror(code) else { return "errno \(code)" }
+        return String(cString: s)
+    }
+
+    /// The calling thread's kernel thread id (cached per thread; never 0).
+    @inline(__always) static var currentThreadID: UInt32 { tk_current_tid() }
+}

@@ -1,0 +1,65 @@
+// MisuseRoles: child processes that commit one misuse each and must be stopped by ThreadKit with
+// a message naming the object and the fix. Exit status 0 from one of these means the misuse went
+// unnoticed, which the tests treat as a failure.
+import ThreadKit
+
+enum MisuseRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "lock-unlock-foreign", usage: "(unlock a TKLock held by another thread)") { _ in
+            let lock = TKLock()
+            lock.name = "store"
+            lock.lock()
+            let other = SpawnedThread { lock.unlock() }
+            other.join()
+            return 0
+        },
+        ChildRole(name: "lock-unlock-unlocked", usage: "(unlock a TKLock nobody holds)") { _ in
+            let lock = TKLock()
+            lock.name = "store"
+            lock.unlock()
+            return 0
+        },
+        ChildRole(name: "lock-twice", usage: "(lock a TKLock twice on one thread)") { _ in
+            let lock = TKLock()
+            lock.name = "store"
+            lock.lock()
+            lock.lock()
+            return 0
+        },
+        ChildRole(name: "recursive-unlock-foreign", usage: "(unlock a TKRecursiveLock not held)") { _ in
+            let lock = TKRecursiveLock()
+            lock.name = "tree"
+            lock.unlock()
+            return 0
+        },
+        ChildRole(name: "condition-wait-unlocked", usage: "(wait on a TKCondition without its lock)") { _ in
+            let condition = TKCondition()
+            condition.name = "queue"
+            condition.wait()
+            return 0
+        },
+        ChildRole(name: "conditionlock-unlock-foreign", usage: "(unlock a TKConditionLock not held)") { _ in
+            let lock = TKConditionLock(condition: 0)
+            lock.name = "mailbox"
+            lock.unlock(withCondition: 1)
+            return 0
+        },
+        ChildRole(name: "rwlock-unlock-unlocked", usage: "(unlock a TKReadWriteLock nobody holds)") { _ in
+            TKReadWriteLock().unlock()
+            return 0
+        },
+        ChildRole(name: "spinlock-unlock-unlocked", usage: "(unlock a TKSpinLock nobody holds)") { _ in
+            TKSpinLock().unlock()
+            return 0
+        },
+        ChildRole(name: "once-reentrant", usage: "(run a TKOnce from inside its own body)") { _ in
+            let once = TKOnce()
+            once.run { once.run {} }
+            return 0
+        },
+        ChildRole(name: "atomic-bad-bit", usage: "(testAndSet bit 32 of a 32-bit atomic)") { _ in
+            TKAtomicInt32(0).testAndSet(bit: 32)
+            return 0
+        },
+    ]
+}

@@ -1,0 +1,26 @@
+// threadkit: the command-line face of ThreadKit.
+//   threadkit tour            narrated run of every scenario from the seed documents
+//   threadkit tour --list     the scenario names
+//   threadkit tour NAME...    run only those
+//   threadkit child ROLE ...  (internal) a child process role for tests and the tour: misuse
+//                             diagnostics that must stop a process, distributed-lock contenders
+import Glibc
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+switch arguments.first {
+case "tour":
+    exit(Tour.main(Array(arguments.dropFirst())))
+case "child":
+    exit(ChildRoles.main(Array(arguments.dropFirst())))
+case "--help", "-h", "help", nil:
+    Console.out("""
+    usage: threadkit tour [--list] [NAME...]
+      tour            run every scenario of the seed documents, narrated, each ending with its verdict
+      tour --list     list the scenarios
+      tour NAME...    run the named scenarios only
+    """)
+    exit(0)
+default:
+    Console.err("threadkit: unknown command '\(arguments[0])'. Try `threadkit --help`.")
+    exit(2)
+}
