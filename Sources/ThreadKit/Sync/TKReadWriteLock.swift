@@ -50,6 +50,20 @@ public final class TKReadWriteLock: @unchecked Sendable {
         writerGeneration.deallocate()
     }
 
+    /// Runs `body` holding the lock for reading; released however `body` exits.
+    public func withReadLock<T>(_ body: () throws -> T) rethrows -> T {
+        readLock()
+        defer { unlock() }
+        return try body()
+    }
+
+    /// Runs `body` holding the lock for writing; released however `body` exits.
+    public func withWriteLock<T>(_ body: () throws -> T) rethrows -> T {
+        writeLock()
+        defer { unlock() }
+        return try body()
+    }
+
     // MARK: Readers
 
     public func readLock() {

@@ -24,3 +24,6 @@ final class SpawnedThread {
         pthread_join(handle, nil)
     }
 }
+
+/// Gives up the CPU once (sched_yield), for polling loops in the tour.
+func yieldCPU() { sched_yield() }
