@@ -1,0 +1,188 @@
+// TKLock and TKRecursiveLock: exclusion, tryLock, deadlines, names, recursion.
+import Foundation
+import Synchronization
+import ThreadKit
+import XCTest
+
+final class LockTests: XCTestCase {
+    // MARK: TKLock
+
+    func testLockExcludesAcrossThreadCounts() {
+        for threads in [2, 4, 10] {
+            let lock = TKLock()
+            let counter = Shared(0)          // guarded by lock
+            let inside = Atomic<Int>(0)      // independent witness of overlap
+            let overlaps = JudgedCounter()
+            let perThread = Workers.stress(1_000_000) / threads
+            Workers.run(threads) { _ in
+                for _ in 0..<perThread {
+                    lock.lock()
+                    if inside.wrappingAdd(1, ordering: .relaxed).newValue != 1 { overlaps.add() }
+                    counter.value += 1
+                    inside.wrappingSubtract(1, ordering: .relaxed)
+                    lock.unlock()
+                }
+            }
+            XCTAssertEqual(counter.value, perThread * threads, "\(threads) threads lost increments")
+            XCTAssertEqual(overlaps.count, 0, "\(threads) threads overlapped inside the lock")
+        }
+    }
+
+    func testTryLockFailsWhileAnotherThreadHoldsIt() {
+        let lock = TKLock()
+        let held = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let done = Workers.start {
+            lock.lock()
+            held.signal()
+            release.wait()
+            lock.unlock()
+        }
+        held.wait()
+        XCTAssertFalse(lock.tryLock())
+        release.signal()
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+        XCTAssertTrue(lock.tryLock())
+        lock.unlock()
+    }
+
+    func testTryLockMillionTimesUncontended() {
+        let lock = TKLock()
+        var taken = 0
+        for _ in 0..<Workers.stress(1_000_000) where lock.tryLock() {
+            taken += 1
+            lock.unlock()
+        }
+        XCTAssertEqual(taken, Workers.stress(1_000_000))
+    }
+
+    func testLockBeforeDeadlineNeverReturnsEarly() {
+        let lock = TKLock()
+        let held = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let done = Workers.start { lock.lock(); held.signal(); release.wait(); lock.unlock() }
+        held.wait()
+        for ms in [1, 20, 100] {
+            let deadline = ContinuousClock.now + .milliseconds(ms)
+            XCTAssertFalse(lock.lock(before: deadline))
+            XCTAssertGreaterThanOrEqual(ContinuousClock.now, deadline, "lock(before:) returned before its deadline")
+        }
+        XCTAssertFalse(lock.lock(before: .now - .seconds(1)), "a past deadline on a held lock must fail at once")
+        release.signal()
+        XCTAssertTrue(lock.lock(before: .now + .seconds(30)), "the lock was released but lock(before:) failed")
+        lock.unlock()
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+    }
+
+    func testLockBeforeSucceedsWhenReleasedInTime() {
+        let lock = TKLock()
+        lock.lock()
+        let got = Atomic<Bool>(false)
+        let waiter = Workers.start {
+            got.store(lock.lock(before: .now + .seconds(30)), ordering: .relaxed)
+            lock.unlock()
+        }
+        lock.unlock()
+        XCTAssertEqual(waiter.wait(timeout: .now() + 30), .success)
+        XCTAssertTrue(got.load(ordering: .relaxed))
+    }
+
+    func testNameIsKept() {
+        let lock = TKLock()
+        XCTAssertNil(lock.name)
+        lock.name = "store"
+        XCTAssertEqual(lock.name, "store")
+    }
+
+    func testWithLockReleasesWhenTheBodyThrows() {
+        struct Boom: Error {}
+        let lock = TKLock()
+        XCTAssertThrowsError(try lock.withLock { throw Boom() })
+        XCTAssertTrue(lock.tryLock(), "withLock left the lock held after a throw")
+        lock.unlock()
+        XCTAssertEqual(lock.withLock { 42 }, 42)
+    }
+
+    func testManyWaitersAllGetTheLock() {
+        // Every waiter parks (the holder keeps the lock until all have started waiting) and each
+        // must be woken exactly when its turn comes: no lost wakeups.
+        let lock = TKLock()
+        let acquired = JudgedCounter()
+        let started = JudgedCounter()
+        lock.lock()
+        let waiters = (0..<8).map { _ in
+            Workers.start {
+                started.add()
+                lock.lock()
+                acquired.add()
+                lock.unlock()
+            }
+        }
+        Workers.waitUntil("all 8 waiters have started") { started.count == 8 }
+        XCTAssertEqual(acquired.count, 0)
+        lock.unlock()
+        for w in waiters { XCTAssertEqual(w.wait(timeout: .now() + 30), .success) }
+        XCTAssertEqual(acquired.count, 8)
+    }
+
+    // MARK: TKRecursiveLock
+
+    func testRecursiveLockNestsOnOneThread() {
+        let lock = TKRecursiveLock()
+        func recurse(_ n: Int) -> Int {
+            lock.lock()
+            defer { lock.unlock() }
+            return n == 0 ? 0 : 1 + recurse(n - 1)
+        }
+        XCTAssertEqual(recurse(100), 100)
+        XCTAssertTrue(lock.tryLock() && lock.tryLock() && lock.lock(before: .now))
+        lock.unlock(); lock.unlock(); lock.unlock()
+        let freed = Atomic<Bool>(false)
+        XCTAssertEqual(Workers.start {
+            let got = lock.tryLock()
+            if got { lock.unlock() }
+            freed.store(got, ordering: .relaxed)
+        }.wait(timeout: .now() + 30), .success)
+        XCTAssertTrue(freed.load(ordering: .relaxed), "balanced unlocks did not release the lock")
+    }
+
+    func testRecursiveLockExcludesOtherThreadsUntilFullyReleased() {
+        let lock = TKRecursiveLock()
+        lock.lock(); lock.lock()
+        let otherGot = Atomic<Bool>(false)
+        let probe = { () -> Bool in
+            let got = Atomic<Bool>(false)
+            _ = Workers.start {
+                let ok = lock.tryLock()
+                if ok { lock.unlock() }
+                got.store(ok, ordering: .relaxed)
+            }.wait(timeout: .now() + 30)
+            return got.load(ordering: .relaxed)
+        }
+        XCTAssertFalse(probe())
+        lock.unlock()
+        XCTAssertFalse(probe(), "released after one of two unlocks")
+        let deadline = ContinuousClock.now + .milliseconds(30)
+        let timedOut = Atomic<Bool>(false)
+        _ = Workers.start {
+            timedOut.store(!lock.lock(before: deadline), ordering: .relaxed)
+            XCTAssertGreaterThanOrEqual(ContinuousClock.now, deadline)
+        }.wait(timeout: .now() + 30)
+        XCTAssertTrue(timedOut.load(ordering: .relaxed))
+        lock.unlock()
+        otherGot.store(probe(), ordering: .relaxed)
+        XCTAssertTrue(otherGot.load(ordering: .relaxed))
+    }
+
+    func testRecursiveLockExcludesUnderContention() {
+        let lock = TKRecursiveLock()
+        let counter = Shared(0)   // guarded by lock
+        let perThread = Workers.stress(100_000) / 4
+        Workers.run(4) { _ in
+            for _ in 0..<perThread {
+                lock.lock(); lock.lock()
+                counter.value += 1
+                lock.unlock(); lock.unlock()
+            }
+        }
+        XCTAssertEqual(counter.value, perThread * 4)
+    }
+}
