@@ -13,7 +13,7 @@ final class ConditionLockTests: XCTestCase {
         let condLock = TKConditionLock(condition: NO_DATA)
         let queue = Shared<[Int]>([])      // guarded by condLock
         let received = Shared<[Int]>([])   // consumer-owned until joined
-        let count = Workers.stress(100_000)
+        let count = stress(100_000)
         let (noData, hasData) = (NO_DATA, HAS_DATA)
         let consumer = Workers.start {
             var got: [Int] = []

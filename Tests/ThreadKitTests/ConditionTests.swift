@@ -9,7 +9,7 @@ final class ConditionTests: XCTestCase {
         let condition = TKCondition()
         let queue = Shared<[Int]>([])   // guarded by condition
         let received = Shared<[Int]>([]) // consumer-owned until joined
-        let count = Workers.stress(200_000)
+        let count = stress(200_000)
         let consumer = Workers.start {
             var got: [Int] = []
             got.reserveCapacity(count)
@@ -37,7 +37,7 @@ final class ConditionTests: XCTestCase {
         // 2×10^5 hand-offs where each side waits for its turn: every signal must be seen.
         let condition = TKCondition()
         let turn = Shared(0)   // guarded by condition: whose turn, 0 or 1
-        let rounds = Workers.stress(100_000)
+        let rounds = stress(100_000)
         Workers.run(2) { me in
             for _ in 0..<rounds {
                 condition.lock()
@@ -64,7 +64,7 @@ final class ConditionTests: XCTestCase {
                 released.add()
             }
         }
-        Workers.waitUntil("10 threads wait") { condition.withLock { waiting.value == 10 } }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { condition.withLock { waiting.value == 10 } }, "timed out waiting until 10 threads wait")
         condition.lock()
         go.value = true
         condition.broadcast()

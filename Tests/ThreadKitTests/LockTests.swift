@@ -13,7 +13,7 @@ final class LockTests: XCTestCase {
             let counter = Shared(0)          // guarded by lock
             let inside = Atomic<Int>(0)      // independent witness of overlap
             let overlaps = JudgedCounter()
-            let perThread = Workers.stress(1_000_000) / threads
+            let perThread = stress(1_000_000) / threads
             Workers.run(threads) { _ in
                 for _ in 0..<perThread {
                     lock.lock()
@@ -48,11 +48,11 @@ final class LockTests: XCTestCase {
     func testTryLockMillionTimesUncontended() {
         let lock = TKLock()
         var taken = 0
-        for _ in 0..<Workers.stress(1_000_000) where lock.tryLock() {
+        for _ in 0..<stress(1_000_000) where lock.tryLock() {
             taken += 1
             lock.unlock()
         }
-        XCTAssertEqual(taken, Workers.stress(1_000_000))
+        XCTAssertEqual(taken, stress(1_000_000))
     }
 
     func testLockBeforeDeadlineNeverReturnsEarly() {
@@ -116,7 +116,7 @@ final class LockTests: XCTestCase {
                 lock.unlock()
             }
         }
-        Workers.waitUntil("all 8 waiters have started") { started.count == 8 }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { started.count == 8 }, "timed out waiting until all 8 waiters have started")
         XCTAssertEqual(acquired.count, 0)
         lock.unlock()
         for w in waiters { XCTAssertEqual(w.wait(timeout: .now() + 30), .success) }
@@ -175,7 +175,7 @@ final class LockTests: XCTestCase {
     func testRecursiveLockExcludesUnderContention() {
         let lock = TKRecursiveLock()
         let counter = Shared(0)   // guarded by lock
-        let perThread = Workers.stress(100_000) / 4
+        let perThread = stress(100_000) / 4
         Workers.run(4) { _ in
             for _ in 0..<perThread {
                 lock.lock(); lock.lock()

@@ -52,7 +52,7 @@ final class ParkingTests: XCTestCase {
             lock.unlock()
             Parking.setObserverForCurrentThread(nil)
         }
-        Workers.waitUntil("the waiter parks") { observer.parks.load(ordering: .relaxed) >= 1 }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { observer.parks.load(ordering: .relaxed) >= 1 }, "timed out waiting until the waiter parks")
         lock.unlock()
         XCTAssertEqual(blocked.wait(timeout: .now() + 30), .success)
         XCTAssertEqual(observer.parks.load(ordering: .relaxed), observer.unparks.load(ordering: .relaxed))

@@ -178,8 +178,7 @@ public final class TKReadWriteLock: @unchecked Sendable {
         guard s & Self.readerMask == 0, s & Self.writersWaiting != 0 else { return }
         // Last reader out with a writer waiting: hand it the lock.
         let tid = lockQueue()
-        let current = state.load(ordering: .relaxed)
-        let wake = current & (Self.readerMask | Self.writer) == 0 && waitingWriters > 0 && grantWriter()
+        let wake = waitingWriters > 0 && grantWriter(handoff: false)
         unlockQueue(tid)
         if wake { Parking.unparkOne(writerGeneration) }
     }
@@ -197,7 +196,7 @@ public final class TKReadWriteLock: @unchecked Sendable {
             readerGeneration.pointer.pointee.wrappingAdd(1, ordering: .releasing)
             wakeReaders = true
         } else if waitingWriters > 0 {
-            wakeWriter = grantWriter()
+            wakeWriter = grantWriter(handoff: true)
         } else {
             update { $0 & ~Self.writer }
         }
@@ -206,17 +205,24 @@ public final class TKReadWriteLock: @unchecked Sendable {
         if wakeWriter { Parking.unparkOne(writerGeneration) }
     }
 
-    /// Hands the lock to one waiting writer (with `queue` held, the lock free of readers). The
-    /// writer bit is set on its behalf; the woken writer claims the grant. Returns true: wake one.
-    private func grantWriter() -> Bool {
+    /// Hands the lock to one waiting writer, with `queue` held; the woken writer claims the grant.
+    /// With `handoff` the caller is the writer releasing the lock, and its writer bit passes on as
+    /// it is. Otherwise (the last reader left) the bit is claimed only while the lock is still free:
+    /// a `tryWriteLock` may have barged in meanwhile, and then that writer's unlock, which finds
+    /// writersWaiting set, hands the lock on instead. Returns whether a writer must be woken.
+    private func grantWriter(handoff: Bool) -> Bool {
+        let stillWaiting = waitingWriters > 1
+        var s = state.load(ordering: .relaxed)
+        while true {
+            if !handoff && s & (Self.readerMask | Self.writer) != 0 { return false }
+            var next = s | Self.writer
+            if !stillWaiting { next &= ~Self.writersWaiting }
+            let (exchanged, now) = state.compareExchange(expected: s, desired: next, ordering: .acquiringAndReleasing)
+            if exchanged { break }
+            s = now
+        }
         waitingWriters -= 1
         writerGrants += 1
-        let stillWaiting = waitingWriters > 0
-        update { s in
-            var next = (s | Self.writer)
-            if !stillWaiting { next &= ~Self.writersWaiting }
-            return next
-        }
         writerGeneration.pointer.pointee.wrappingAdd(1, ordering: .releasing)
         return true
     }

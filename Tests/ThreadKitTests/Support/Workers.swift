@@ -1,6 +1,7 @@
-// Workers: the thread helpers of the lock tests. Threads are Foundation Threads (the judge is
-// independent of ThreadKit); completion is judged with Foundation's DispatchGroup, and every
-// wait has a generous deadline so a hang fails the test instead of stalling the run.
+// Workers: DispatchGroup-based thread helpers (beside TestSupport's spin-barrier TestThread).
+// Threads are Foundation Threads (the judge is independent of ThreadKit); completion is judged with
+// Foundation's DispatchGroup, and every wait has a generous deadline so a hang fails the test
+// instead of stalling the run.
 import Foundation
 import XCTest
 
@@ -34,22 +35,6 @@ enum Workers {
             group.leave()
         }.start()
         return group
-    }
-
-    /// Waits until `condition` holds, polling, at most `timeout`; fails the test otherwise.
-    static func waitUntil(timeout: TimeInterval = 30, file: StaticString = #filePath, line: UInt = #line,
-                          _ what: String, _ condition: () -> Bool) {
-        let deadline = Date() + timeout
-        while !condition() {
-            if Date() > deadline { XCTFail("timed out waiting until \(what)", file: file, line: line); return }
-            sched_yield()
-        }
-    }
-
-    /// `n` scaled by the TK_STRESS environment variable (default 1).
-    static func stress(_ n: Int) -> Int {
-        let factor = ProcessInfo.processInfo.environment["TK_STRESS"].flatMap(Double.init) ?? 1
-        return max(1, Int(Double(n) * factor))
     }
 }
 

@@ -1,0 +1,101 @@
+// synchronized(token): one recursive lock per token identity. Same token excludes, different
+// tokens do not block each other, nesting, errors release and propagate, return values, and the
+// token table shrinks back to empty.
+@testable import ThreadKit
+import Foundation
+import Synchronization
+import XCTest
+
+final class SynchronizedTests: XCTestCase {
+    private final class Token: @unchecked Sendable {}
+    private struct Boom: Error, Equatable { let code: Int }
+
+    func testSameTokenExcludes() {
+        let token = Token()
+        let counter = Shared(0)            // guarded by synchronized(token)
+        let inside = Atomic<Int>(0), overlaps = Atomic<Int>(0)
+        let perThread = stress(100_000)
+        let workers = TestThread.spawn(2, "sync") { _ in
+            for _ in 0..<perThread {
+                synchronized(token) {
+                    if inside.wrappingAdd(1, ordering: .relaxed).newValue != 1 { overlaps.wrappingAdd(1, ordering: .relaxed) }
+                    counter.value += 1
+                    inside.wrappingSubtract(1, ordering: .relaxed)
+                }
+            }
+        }
+        XCTAssertTrue(joinAll(workers, until: .now + .seconds(120)))
+        XCTAssertEqual(counter.value, 2 * perThread, "increments were lost")
+        XCTAssertEqual(overlaps.load(ordering: .relaxed), 0, "two threads were inside synchronized(token) at once")
+    }
+
+    func testDifferentTokensDoNotBlockEachOther() {
+        let held = Token()
+        // More tokens than the table has stripes, so some share a stripe with `held`.
+        let others = (0..<200).map { _ in Token() }
+        let aInside = Flag(), bDone = Flag()
+        let bodyCompleted = Atomic<Bool>(false)
+        let a = TestThread("A") {
+            synchronized(held) {
+                aInside.set()
+                // Only B can set this, and B sets it from inside synchronized(other tokens).
+                bodyCompleted.store(bDone.wait(until: .now + .seconds(30)), ordering: .relaxed)
+            }
+        }
+        let b = TestThread("B") {
+            guard aInside.wait() else { return }
+            for token in others { synchronized(token) {} }
+            synchronized(others[0]) { bDone.set() }
+        }
+        XCTAssertTrue(joinAll([a, b], until: .now + .seconds(60)))
+        XCTAssertTrue(bodyCompleted.load(ordering: .relaxed), "synchronized on other tokens blocked behind a held token")
+    }
+
+    func testNestingOnTheSameTokenOnOneThread() {
+        let token = Token()
+        let depth = Atomic<Int>(0)
+        // On a thread of its own, so a deadlock fails the test instead of hanging it.
+        let nester = TestThread("nester") {
+            synchronized(token) {
+                synchronized(token) {
+                    synchronized(token) { depth.store(3, ordering: .relaxed) }
+                }
+            }
+        }
+        XCTAssertTrue(nester.join(), "nested synchronized on the same token deadlocked")
+        XCTAssertEqual(depth.load(ordering: .relaxed), 3)
+        let other = TestThread("other") { synchronized(token) {} }
+        XCTAssertTrue(other.join(), "the token stayed locked after the nested bodies returned")
+    }
+
+    func testThrowingBodyReleasesTheLockAndPropagatesTheError() {
+        let token = Token()
+        XCTAssertThrowsError(try synchronized(token) { () throws -> Int in throw Boom(code: 42) }) { error in
+            XCTAssertEqual(error as? Boom, Boom(code: 42))
+        }
+        let other = TestThread("other") { synchronized(token) {} }
+        XCTAssertTrue(other.join(), "another thread could not take the token after the body threw")
+        XCTAssertEqual(SyncTable.shared.count, 0, "the thrown-out entry stayed in the table")
+    }
+
+    func testReturnsTheBodyValue() {
+        let token = Token()
+        XCTAssertEqual(synchronized(token) { 42 }, 42)
+        XCTAssertEqual(synchronized(token) { "value" }, "value")
+        let pair = synchronized(token) { (1, [2, 3]) }
+        XCTAssertEqual(pair.0, 1)
+        XCTAssertEqual(pair.1, [2, 3])
+        XCTAssertEqual(synchronized(token) { synchronized(token) { 7 } + 1 }, 8)
+    }
+
+    func testTableDoesNotGrowWithShortLivedTokens() {
+        // Batches of live tokens, so identities are distinct and not only one reused address.
+        for _ in 0..<max(1, stress(100_000) / 1_000) {
+            let tokens = (0..<1_000).map { _ in Token() }
+            for token in tokens { synchronized(token) {} }
+        }
+        let insideCount = synchronized(Token()) { SyncTable.shared.count }
+        XCTAssertEqual(insideCount, 1, "a held token must have exactly one entry")
+        XCTAssertEqual(SyncTable.shared.count, 0, "the table kept entries for tokens nobody uses")
+    }
+}
