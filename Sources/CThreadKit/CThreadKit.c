@@ -2,6 +2,10 @@
 #define _GNU_SOURCE
 #include "CThreadKit.h"
 #include <errno.h>
+#include <execinfo.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -29,4 +33,48 @@ uint32_t tk_tid_slow(void) {
     pthread_once(&tk_atfork_once, tk_install_atfork);
     tk_tid_cache = (uint32_t)syscall(SYS_gettid);
     return tk_tid_cache;
+}
+
+int tk_thread_set_name(pthread_t thread, const char *name) {
+    return pthread_setname_np(thread, name);
+}
+
+int tk_backtrace(void **buffer, int size) { return backtrace(buffer, size); }
+
+char **tk_backtrace_symbols(void *const *buffer, int size) { return backtrace_symbols(buffer, size); }
+
+size_t tk_current_stack_size(void) {
+    pthread_attr_t attr;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0) return 0;
+    pthread_attr_getstacksize(&attr, &size);
+    pthread_attr_destroy(&attr);
+    return size;
+}
+
+int tk_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+
+int tk_epoll_ctl(int epfd, int op, int fd, uint32_t events, uint64_t token) {
+    struct epoll_event ev = { .events = events, .data.u64 = token };
+    return epoll_ctl(epfd, op, fd, &ev);
+}
+
+int tk_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int timeout_ms) {
+    struct epoll_event ready[64];
+    if (max > 64) max = 64;
+    int n = epoll_wait(epfd, ready, max, timeout_ms);
+    for (int i = 0; i < n; i++) {
+        tokens[i] = ready[i].data.u64;
+        events[i] = ready[i].events;
+    }
+    return n;
+}
+
+int tk_eventfd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+
+int tk_timerfd(void) { return timerfd_create(CLOCK_BOOTTIME, TFD_NONBLOCK | TFD_CLOEXEC); }
+
+int tk_timerfd_arm(int fd, int64_t seconds, int64_t nanoseconds) {
+    struct itimerspec spec = { .it_interval = {0, 0}, .it_value = { (time_t)seconds, (long)nanoseconds } };
+    return timerfd_settime(fd, 0, &spec, NULL);
 }

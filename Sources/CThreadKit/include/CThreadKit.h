@@ -4,6 +4,8 @@
 #ifndef CTHREADKIT_H
 #define CTHREADKIT_H
 
+#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -27,6 +29,38 @@ static inline uint32_t tk_current_tid(void) {
     uint32_t tid = tk_tid_cache;
     return tid != 0 ? tid : tk_tid_slow();
 }
+
+/// epoll, eventfd and timerfd, wrapped so Swift never touches the packed `struct epoll_event`.
+/// Each returns what the underlying call returns (-1 with errno set on failure).
+int tk_epoll_create(void);
+/// Registers (op 1 = add, 2 = delete, 3 = modify) `fd` for `events` (EPOLLIN = 1, EPOLLOUT = 4)
+/// with `token` as its user data.
+int tk_epoll_ctl(int epfd, int op, int fd, uint32_t events, uint64_t token);
+/// Waits up to `timeout_ms` (-1: forever, 0: poll) and stores each ready fd's token and events.
+int tk_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int timeout_ms);
+/// A non-blocking, close-on-exec eventfd counter.
+int tk_eventfd(void);
+/// A non-blocking, close-on-exec timerfd on CLOCK_BOOTTIME (the clock behind ContinuousClock).
+int tk_timerfd(void);
+/// Arms `fd` to expire once after `seconds` + `nanoseconds` (relative); both 0 disarms it.
+int tk_timerfd_arm(int fd, int64_t seconds, int64_t nanoseconds);
+
+/// Linux scheduling policies that Swift's Glibc module hides (GNU extensions); values from
+/// <linux/sched.h>.
+#define TK_SCHED_BATCH 3
+#define TK_SCHED_IDLE 5
+
+/// pthread_setname_np (a GNU extension Swift's Glibc module may hide). `name` is at most 15
+/// bytes plus NUL. Returns 0 or an errno value.
+int tk_thread_set_name(pthread_t thread, const char *name);
+
+/// The calling thread's stack size in bytes, from pthread_getattr_np; 0 if unknown.
+size_t tk_current_stack_size(void);
+
+/// backtrace(3) and backtrace_symbols(3) from <execinfo.h>. The symbols array is one malloc
+/// block the caller frees.
+int tk_backtrace(void **buffer, int size);
+char **tk_backtrace_symbols(void *const *buffer, int size);
 
 /// The per-thread parking observer (an opaque, unretained pointer set by the thread pool for its
 /// workers; NULL elsewhere). Read and written only by its own thread.

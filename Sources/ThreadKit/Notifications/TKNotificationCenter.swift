@@ -1,0 +1,102 @@
+// TKNotificationCenter: NSNotificationCenter's block-based observers. Thread-safe.
+// `registry` (the observers by name, in registration order) is guarded by its Protected lock,
+// which is never held while an observer's block runs: `post` snapshots the matching observers
+// under the lock and calls them after releasing it. Each observation carries an atomic `active`
+// flag that removeObserver clears, so once removeObserver has returned no call of that block
+// starts (a call already running on another thread may finish).
+import Synchronization
+
+/// Delivers notifications to the observers registered for their name and/or sender.
+public final class TKNotificationCenter: @unchecked Sendable {
+    public static let `default` = TKNotificationCenter()
+
+    private struct Registry {
+        /// Observers of one name, and observers of every name (name nil), each in registration order.
+        var byName: [TKNotification.Name: [TKObservationToken]] = [:]
+        var anyName: [TKObservationToken] = []
+        var nextSequence: UInt64 = 0
+    }
+
+    private let registry = Protected(Registry())
+
+    public init() {}
+
+    /// Registers `block` for notifications named `name` (nil: every name) from `object` (nil: every
+    /// sender; otherwise matched by identity, and never again once that object is gone). The
+    /// observer lives until `removeObserver`. The block runs synchronously on the posting thread.
+    @discardableResult
+    public func addObserver(forName name: TKNotification.Name?, object: AnyObject?,
+                            using block: @escaping @Sendable (TKNotification) -> Void) -> TKObservationToken {
+        registry.withLock { r in
+            let token = TKObservationToken(center: self, name: name, object: object, sequence: r.nextSequence, block: block)
+            r.nextSequence += 1
+            if let name { r.byName[name, default: []].append(token) } else { r.anyName.append(token) }
+            return token
+        }
+    }
+
+    /// Unregisters the observer. After this returns its block is not started again. Removing twice,
+    /// or a token of another center, does nothing.
+    public func removeObserver(_ token: TKObservationToken) {
+        guard token.center === self, token.active.exchange(false, ordering: .acquiringAndReleasing) else { return }
+        registry.withLock { r in
+            if let name = token.name {
+                r.byName[name]?.removeAll { $0 === token }
+                if r.byName[name]?.isEmpty == true { r.byName[name] = nil }
+            } else {
+                r.anyName.removeAll { $0 === token }
+            }
+        }
+    }
+
+    /// Delivers `notification` to every matching observer, in registration order, on this thread.
+    public func post(_ notification: TKNotification) {
+        let matching = registry.withLock { r -> [TKObservationToken] in
+            let named = r.byName[notification.name] ?? []
+            if r.anyName.isEmpty { return named }
+            if named.isEmpty { return r.anyName }
+            return (named + r.anyName).sorted { $0.sequence < $1.sequence }
+        }
+        for token in matching where token.matches(notification.object) {
+            // Observers removed meanwhile (by an earlier observer of this post, or another thread)
+            // are skipped.
+            if token.active.load(ordering: .acquiring) { token.block(notification) }
+        }
+    }
+
+    public func post(name: TKNotification.Name, object: AnyObject? = nil, userInfo: [String: any Sendable]? = nil) {
+        post(TKNotification(name: name, object: object, userInfo: userInfo))
+    }
+}
+
+/// The handle of one registration; equal only to itself. Keep it to remove the observer.
+public final class TKObservationToken: Hashable, @unchecked Sendable {
+    fileprivate weak var center: TKNotificationCenter?
+    fileprivate let name: TKNotification.Name?
+    /// The sender to match, held weakly: once it is gone the observer matches nothing.
+    private weak var object: AnyObject?
+    private let matchesAnyObject: Bool
+    fileprivate let sequence: UInt64
+    fileprivate let block: @Sendable (TKNotification) -> Void
+    /// Cleared by removeObserver; checked right before each call.
+    fileprivate let active = Atomic<Bool>(true)
+
+    fileprivate init(center: TKNotificationCenter, name: TKNotification.Name?, object: AnyObject?, sequence: UInt64,
+                     block: @escaping @Sendable (TKNotification) -> Void) {
+        self.center = center
+        self.name = name
+        self.object = object
+        matchesAnyObject = object == nil
+        self.sequence = sequence
+        self.block = block
+    }
+
+    fileprivate func matches(_ sender: AnyObject?) -> Bool {
+        if matchesAnyObject { return true }
+        guard let object, let sender else { return false }
+        return object === sender
+    }
+
+    public static func == (lhs: TKObservationToken, rhs: TKObservationToken) -> Bool { lhs === rhs }
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+}

@@ -1,0 +1,413 @@
+// TKThread: NSThread on POSIX threads, with what Foundation's Thread gets wrong on Linux fixed:
+// the name set before start() is the OS thread's name before any user code runs; QoS and
+// priority really change the thread's scheduling; a bad stack size is refused with a TKError;
+// joinable threads are joined before the process exits.
+//
+// Threads: every public member is thread-safe except `threadDictionary`, which belongs to the
+// thread itself. `attributes` (name, QoS, priority, stack size, detached, lifecycle, pthread
+// handle and kernel id) is guarded by its Protected lock; `finished` is a futex word joiners park
+// on. Lifecycle: created → starting (start() called) → executing (set by the thread itself)
+// → finished (set by the thread itself after willExit was posted, or by start() when the OS
+// refused to create it).
+import CThreadKit
+import Glibc
+import Synchronization
+
+open class TKThread: @unchecked Sendable {
+    enum Lifecycle { case created, starting, executing, finished }
+
+    /// What the thread runs: the subclass's main(), a block, or a throwing block.
+    private enum Body {
+        case subclass
+        case block(@Sendable () -> Void)
+        case throwing(@Sendable () throws -> Void)
+    }
+
+    struct Attributes {
+        var lifecycle: Lifecycle
+        var name: String?
+        var stackSize = TKThread.defaultStackSize
+        var qualityOfService: TKQualityOfService = .default
+        var threadPriority = 0.5
+        /// Which of QoS and priority was set last, and so decides the OS scheduling.
+        var scheduling = SchedulingClass(.default)
+        var isDetached = true
+        /// The kernel thread id; meaningful while `lifecycle == .executing` (and kept after).
+        var tid: UInt32 = 0
+        /// Adopted: a thread ThreadKit did not create, given an object by `current`.
+        var adopted = false
+    }
+
+    static let defaultStackSize = 512 * 1024
+
+    private let body: Body
+    let attributes: Protected<Attributes>
+    /// 0 until the thread has finished, then 1; joiners park on it.
+    private let finished = FutexWord(0)
+    private let cancelled = Atomic<Bool>(false)
+
+    /// The thread's own dictionary. Owned by the thread itself: read and write it only there.
+    public var threadDictionary: [String: Any] = [:]
+
+    // MARK: Creating
+
+    /// For subclasses: override `main()`, then call `start()`.
+    public init() {
+        body = .subclass
+        attributes = Protected(Attributes(lifecycle: .created))
+    }
+
+    private init(name: String?, body: Body) {
+        self.body = body
+        attributes = Protected(Attributes(lifecycle: .created, name: name))
+    }
+
+    public convenience init(name: String? = nil, block: @escaping @Sendable () -> Void) {
+        self.init(name: name, body: .block(block))
+    }
+
+    /// A thread whose block may throw: an error escaping it goes to `uncaughtErrorHandler`.
+    public convenience init(name: String? = nil, throwing block: @escaping @Sendable () throws -> Void) {
+        self.init(name: name, body: .throwing(block))
+    }
+
+    /// The object of a thread ThreadKit did not create (see `current`).
+    private init(adoptingCurrentThread tid: UInt32) {
+        body = .subclass
+        attributes = Protected(Attributes(lifecycle: .executing, tid: tid, adopted: true))
+    }
+
+    deinit { finished.deallocate() }
+
+    /// Starts a detached thread running `block` and returns its object.
+    @discardableResult
+    public static func detachNewThread(name: String? = nil, _ block: @escaping @Sendable () -> Void) -> TKThread {
+        let thread = TKThread(name: name, block: block)
+        thread.start()
+        return thread
+    }
+
+    /// The thread's entry point: runs the block. Subclasses override it; never call it directly.
+    open func main() {
+        switch body {
+        case .subclass:
+            break
+        case .block(let block):
+            block()
+        case .throwing(let block):
+            do { try block() } catch { TKThread.reportUncaught(error, on: self) }
+        }
+    }
+
+    // MARK: Attributes
+
+    /// The thread's name, also given to the OS (its first 15 bytes: /proc/…/comm, ps, gdb) before
+    /// the thread runs any code, and again whenever it changes while the thread runs.
+    public var name: String? {
+        get { attributes.current.name }
+        set {
+            attributes.withLock { a in
+                a.name = newValue
+                if a.lifecycle == .executing { TKThread.applyOSName(newValue, to: a.tid) }
+            }
+        }
+    }
+
+    /// The stack size in bytes: 512 KiB unless set with `setStackSize` before `start()`.
+    public var stackSize: Int { attributes.current.stackSize }
+
+    /// Sets the stack size for a thread not yet started. Throws `.invalidArgument` unless `bytes` is
+    /// a multiple of 4096 and at least 16384, or when the thread has already started.
+    public func setStackSize(_ bytes: Int) throws {
+        guard bytes >= 16_384, bytes % 4096 == 0 else {
+            throw TKError(.invalidArgument, "TKThread \(describe()).setStackSize(\(bytes)): a stack size must be a multiple "
+                          + "of 4096 bytes and at least 16384. Fix: round up to a multiple of 4 KiB, e.g. \(max(16_384, (bytes + 4095) / 4096 * 4096)).")
+        }
+        try attributes.withLock { a in
+            guard a.lifecycle == .created else {
+                throw TKError(.invalidArgument, "TKThread \(describe(a)).setStackSize(\(bytes)): the thread has already started. "
+                              + "Fix: set the stack size before start().")
+            }
+            a.stackSize = bytes
+        }
+    }
+
+    /// The thread's quality of service, applied to its OS scheduling (see `SchedulingClass`).
+    public var qualityOfService: TKQualityOfService {
+        get { attributes.current.qualityOfService }
+        set { setScheduling { $0.qualityOfService = newValue; $0.scheduling = SchedulingClass(newValue) } }
+    }
+
+    /// NSThread's priority, 0.0 ... 1.0 (default 0.5), applied as a nice value (see `SchedulingClass`).
+    public var threadPriority: Double {
+        get { attributes.current.threadPriority }
+        set { setScheduling { $0.threadPriority = newValue; $0.scheduling = SchedulingClass(priority: newValue) } }
+    }
+
+    /// True (the default) for a detached thread; false makes it joinable: the process then waits for
+    /// it before exiting normally.
+    public var isDetached: Bool {
+        get { attributes.current.isDetached }
+        set { attributes.withLock { $0.isDetached = newValue } }
+    }
+
+    private func setScheduling(_ change: (inout Attributes) -> Void) {
+        attributes.withLock { a in
+            change(&a)
+            if a.lifecycle == .executing { a.scheduling.apply(to: a.tid) }
+        }
+    }
+
+    // MARK: State
+
+    public var isExecuting: Bool { attributes.current.lifecycle == .executing }
+    public var isFinished: Bool { attributes.current.lifecycle == .finished }
+    public var isCancelled: Bool { cancelled.load(ordering: .relaxed) }
+
+    /// Marks the thread cancelled. The thread's code decides what to do about it (NSThread's cancel).
+    public func cancel() { cancelled.store(true, ordering: .relaxed) }
+
+    /// Whether this is the process's initial thread.
+    public var isMainThread: Bool { self === TKThread.main }
+
+    // MARK: Starting and joining
+
+    /// Starts the thread. Calling it a second time is a misuse that stops the process.
+    public func start() {
+        let (stackSize, detached) = attributes.withLock { a -> (Int, Bool) in
+            guard a.lifecycle == .created else {
+                misuse("TKThread \(describe(a)).start() called again: a thread runs once. "
+                       + "Fix: create a new TKThread for each run.")
+            }
+            a.lifecycle = .starting
+            return (a.stackSize, a.isDetached)
+        }
+        TKThread.becomeMultiThreaded()
+        if !detached { JoinableThreads.shared.add(self) }
+        do {
+            try Self.spawn(self, stackSize: stackSize)
+        } catch {
+            markFinished()
+            TKThread.reportUncaught(error, on: self)
+        }
+    }
+
+    /// Waits until the thread has finished (returned from `main`, or called `exit()`).
+    /// Works for detached and joinable threads alike; a thread joining itself is a misuse.
+    public func join() {
+        _ = join(deadline: nil)
+    }
+
+    /// As `join()`, giving up at `deadline`: false when the thread had not finished by then.
+    public func join(until deadline: ContinuousClock.Instant) -> Bool {
+        join(deadline: deadline)
+    }
+
+    private func join(deadline: ContinuousClock.Instant?) -> Bool {
+        if finished.pointer.pointee.load(ordering: .acquiring) != 0 { return true }
+        if self === TKThread.currentIfKnown {
+            misuse("TKThread \(describe()).join() called on the thread itself: it would wait forever. "
+                   + "Fix: join a thread from another thread.")
+        }
+        // Acquiring: pairs with the releasing store in markFinished, so the thread's work is visible.
+        while finished.pointer.pointee.load(ordering: .acquiring) == 0 {
+            if !Parking.park(finished, expected: 0, deadline: deadline) { return false }
+        }
+        return true
+    }
+
+    // MARK: Running (on the new thread)
+
+    /// Runs on the new thread: publish the object, apply name and scheduling, run, finish.
+    fileprivate func run() {
+        let tid = SystemCall.currentThreadID
+        TKThread.currentSlot.value = self
+        let (name, scheduling) = attributes.withLock { a in
+            a.tid = tid
+            a.lifecycle = .executing
+            return (a.name, a.scheduling)
+        }
+        if name != nil { TKThread.applyOSName(name, to: tid) }
+        scheduling.apply(to: tid)
+        main()
+        finishCurrentThread()
+    }
+
+    /// Posts willExit on the exiting thread, then marks it finished and wakes its joiners.
+    fileprivate func finishCurrentThread() {
+        TKNotificationCenter.default.post(name: TKThread.willExitNotification, object: self)
+        markFinished()
+    }
+
+    private func markFinished() {
+        let wasFinished = attributes.withLock { a -> Bool in
+            defer { a.lifecycle = .finished }
+            return a.lifecycle == .finished
+        }
+        if wasFinished { return }
+        // Releasing: publishes everything the thread did to joiners that see 1.
+        finished.pointer.pointee.store(1, ordering: .releasing)
+        Parking.unparkAll(finished)
+        JoinableThreads.shared.remove(self)
+    }
+
+    /// Creates the OS thread (always detached at the pthread level: joining goes through the
+    /// `finished` word, so any TKThread can be joined, by any number of threads).
+    private static func spawn(_ thread: TKThread, stackSize: Int) throws {
+        var attr = pthread_attr_t()
+        pthread_attr_init(&attr)
+        defer { pthread_attr_destroy(&attr) }
+        pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
+        var r = pthread_attr_setstacksize(&attr, stackSize)
+        if r == 0 {
+            var handle = pthread_t()
+            let context = Unmanaged.passRetained(thread).toOpaque()
+            r = pthread_create(&handle, &attr, { raw in
+                Unmanaged<TKThread>.fromOpaque(raw!).takeRetainedValue().run()
+                return nil
+            }, context)
+            if r != 0 { Unmanaged<TKThread>.fromOpaque(context).release() }
+        }
+        if r != 0 {
+            throw TKError(.systemCall, "TKThread \(thread.describe()) could not be started: the OS refused to create a thread "
+                          + "with a \(stackSize)-byte stack. Fix: lower the stack size or the number of live threads.", errno: r)
+        }
+    }
+
+    // MARK: Naming for messages and the OS
+
+    func describe() -> String { attributes.withLock { describe($0) } }
+
+    private func describe(_ a: Attributes) -> String {
+        if let name = a.name { return "\"\(name)\"" }
+        return a.tid != 0 ? "(thread \(a.tid))" : "\(ObjectIdentifier(self))"
+    }
+
+    /// The OS keeps 15 bytes of a thread name; cut on a UTF-8 character boundary.
+    static func osName(_ name: String?) -> String {
+        guard let name else { return "" }
+        var bytes = 0
+        var end = name.startIndex
+        for index in name.unicodeScalars.indices {
+            let length = name.unicodeScalars[index].utf8.count
+            if bytes + length > 15 { break }
+            bytes += length
+            end = name.unicodeScalars.index(after: index)
+        }
+        return String(name.unicodeScalars[name.startIndex..<end])
+    }
+
+    /// Names kernel thread `tid` of this process. The caller holds `attributes` with the thread
+    /// executing, so the thread cannot exit (and its id be reused) meanwhile.
+    private static func applyOSName(_ name: String?, to tid: UInt32) {
+        let os = osName(name)
+        if tid == SystemCall.currentThreadID {
+            _ = tk_thread_set_name(pthread_self(), os)
+            return
+        }
+        // What pthread_setname_np does for another thread, without needing its pthread_t (which
+        // ThreadKit does not have for adopted threads or for the main thread seen from elsewhere).
+        let fd = open("/proc/self/task/\(tid)/comm", O_WRONLY)
+        guard fd >= 0 else { return }
+        _ = os.withCString { write(fd, $0, strlen($0)) }
+        close(fd)
+    }
+}
+
+// MARK: - The current thread, the main thread, multithreading
+
+extension TKThread {
+    /// The calling thread's object. For threads ThreadKit did not create, an object is made on
+    /// first use and kept for the thread's life (the same object every time).
+    public static var current: TKThread {
+        if let thread = currentSlot.value { return thread }
+        let tid = SystemCall.currentThreadID
+        let thread = tid == UInt32(getpid()) ? main : TKThread(adoptingCurrentThread: tid)
+        currentSlot.value = thread
+        return thread
+    }
+
+    /// The process's initial thread.
+    public static var main: TKThread { mainThread }
+
+    public static var isMainThread: Bool { SystemCall.currentThreadID == UInt32(getpid()) }
+
+    /// True once ThreadKit has started a secondary thread.
+    public static func isMultiThreaded() -> Bool { multiThreaded.load(ordering: .acquiring) }
+
+    public static let willBecomeMultiThreadedNotification: TKNotification.Name = "TKWillBecomeMultiThreadedNotification"
+    public static let willExitNotification: TKNotification.Name = "TKThreadWillExitNotification"
+
+    private static let mainThread = TKThread(adoptingCurrentThread: UInt32(getpid()))
+
+    /// Each thread's object. Adopted threads are marked finished when their thread exits.
+    fileprivate static let currentSlot = TKThreadLocal<TKThread> { thread in
+        if thread.attributes.current.adopted { thread.markFinished() }
+    }
+
+    /// The calling thread's object if it has one already (never creates one).
+    static var currentIfKnown: TKThread? { currentSlot.value }
+
+    private static let multiThreaded = Atomic<Bool>(false)
+    private static let multiThreadedOnce = OnceState()
+
+    /// Posts willBecomeMultiThreaded once, on the thread starting the first secondary thread,
+    /// before that thread runs. Concurrent first starts wait for the post to finish.
+    fileprivate static func becomeMultiThreaded() {
+        if multiThreaded.load(ordering: .acquiring) { return }
+        multiThreadedOnce.run {
+            TKNotificationCenter.default.post(name: willBecomeMultiThreadedNotification, object: nil)
+            multiThreaded.store(true, ordering: .releasing)
+        }
+    }
+
+    // MARK: Sleeping and exiting
+
+    /// Blocks the calling thread until `deadline`; never returns early. Goes through ThreadKit's
+    /// parking, so a pool sees the thread as blocked.
+    public static func sleep(until deadline: ContinuousClock.Instant) {
+        while Parking.park(sleepWord, expected: 0, deadline: deadline) {}
+    }
+
+    /// Blocks for `duration` (zero, negative: returns at once).
+    public static func sleep(for duration: Duration) {
+        sleep(until: ContinuousClock.now + duration)
+    }
+
+    /// Nobody ever changes or wakes this word: sleepers park on it until their deadline.
+    private static let sleepWord = FutexWord(0)
+
+    /// Ends the calling thread: posts willExit on it, marks it finished, and exits the OS thread
+    /// (pthread_exit). Called on the main thread, the process lives on until its other threads end.
+    public static func exit() -> Never {
+        let thread = current
+        thread.finishCurrentThread()
+        pthread_exit(nil)
+    }
+
+    // MARK: Uncaught errors
+
+    /// Receives errors escaping a throwing thread block, and start failures. The default writes one
+    /// line naming the thread to standard error; the process keeps running.
+    public static var uncaughtErrorHandler: @Sendable (TKThread, any Error) -> Void {
+        get { errorHandler.current }
+        set { errorHandler.current = newValue }
+    }
+
+    private static let errorHandler = Protected<@Sendable (TKThread, any Error) -> Void> { thread, error in
+        var line = "ThreadKit: uncaught error in TKThread \(thread.describe()): \(error)\n"
+        line.withUTF8 { _ = Glibc.write(2, $0.baseAddress, $0.count) }
+    }
+
+    static func reportUncaught(_ error: any Error, on thread: TKThread) {
+        uncaughtErrorHandler(thread, error)
+    }
+}
+
+extension OnceState {
+    /// TKOnce's body for statics that cannot hold a ~Copyable TKOnce.
+    func run(_ body: () -> Void) {
+        if word.pointer.pointee.load(ordering: .acquiring) == OnceState.done { return }
+        runSlow(body)
+    }
+}

@@ -1,0 +1,74 @@
+// ThreadRoles: child processes for the TKThread behaviours that only a whole process shows:
+// exit-time joining of joinable threads, the once-per-process multithreading notification, the
+// default uncaught-error report, and start() twice.
+import Glibc
+import ThreadKit
+
+enum ThreadRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "joinable-save", usage: "PATH (main returns while a joinable thread is still writing PATH)") { args in
+            let path = args[0]
+            let saver = TKThread(name: "saver") { writeSlowly(path, chunks: 20) }
+            saver.isDetached = false
+            saver.start()
+            Console.out("    (child: main returns while the joinable saver writes)")
+            return 0   // exit() runs the atexit handler, which joins the saver
+        },
+        ChildRole(name: "detached-pitfall", usage: "PATH (main returns while a detached thread is still writing PATH)") { args in
+            let path = args[0]
+            let started = TKCondition()
+            let running = SharedBox(false)   // guarded by started
+            TKThread.detachNewThread(name: "saver") {
+                started.withLock { running.value = true; started.signal() }
+                writeSlowly(path, chunks: 20)
+            }
+            started.withLock { while !running.value { started.wait() } }
+            Console.out("    (child: main returns while the detached saver writes)")
+            return 0   // the detached thread is not waited for: its file stays incomplete
+        },
+        ChildRole(name: "detached-blocked", usage: "(main returns while a detached thread blocks forever)") { _ in
+            TKThread.detachNewThread { TKThread.sleep(for: .seconds(3600)) }
+            return 0
+        },
+        ChildRole(name: "multithreaded", usage: "(prints when willBecomeMultiThreaded is posted, relative to thread starts)") { _ in
+            let log = SharedBox<[String]>([])   // guarded by lock
+            let lock = TKLock()
+            TKNotificationCenter.default.addObserver(forName: TKThread.willBecomeMultiThreadedNotification, object: nil) { _ in
+                lock.withLock { log.value.append("notification multithreaded=\(TKThread.isMultiThreaded())") }
+            }
+            lock.withLock { log.value.append("before multithreaded=\(TKThread.isMultiThreaded())") }
+            let threads = (1...3).map { n in TKThread { lock.withLock { log.value.append("thread \(n) runs") } } }
+            for t in threads { t.start() }
+            for t in threads { t.join() }
+            lock.withLock { log.value.append("after multithreaded=\(TKThread.isMultiThreaded())") }
+            for line in log.value { Console.out(line) }
+            return 0
+        },
+        ChildRole(name: "uncaught-default", usage: "(a throwing thread's error goes to the default handler)") { _ in
+            struct DiskFull: Error {}
+            let io = TKThread(name: "io", throwing: { throw DiskFull() })
+            io.start()
+            io.join()
+            Console.out("process still running after the error")
+            return 0
+        },
+        ChildRole(name: "thread-start-twice", usage: "(start() a TKThread twice: misuse)") { _ in
+            let worker = TKThread(name: "worker") {}
+            worker.start()
+            worker.start()
+            return 0
+        },
+    ]
+
+    /// Writes `chunks` lines to `path`, pausing 10 ms between them, like a slow save to disk.
+    static func writeSlowly(_ path: String, chunks: Int) {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        guard fd >= 0 else { return }
+        for i in 1...chunks {
+            var line = "chunk \(i) of \(chunks)\n"
+            line.withUTF8 { _ = write(fd, $0.baseAddress, $0.count) }
+            TKThread.sleep(for: .milliseconds(10))
+        }
+        close(fd)
+    }
+}

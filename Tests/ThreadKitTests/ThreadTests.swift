@@ -1,0 +1,353 @@
+// TKThread: the three forms, names (also as the OS sees them), scheduling, stack sizes, state,
+// current/main, notifications, sleeping, call stacks, uncaught errors, joining, exit-time joins.
+// Each point that Foundation's Thread gets wrong on Linux is tested explicitly.
+@testable import ThreadKit
+import CThreadKit
+import Foundation
+import Synchronization
+import XCTest
+
+final class ThreadTests: XCTestCase {
+    /// /proc/thread-self/comm of the calling thread: the name the OS shows.
+    static func osName() -> String {
+        ((try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "")
+            .trimmingCharacters(in: .newlines)
+    }
+
+    /// Field `index` (1-based, as in proc(5)) of /proc/self/task/TID/stat.
+    static func statField(tid: UInt32, _ index: Int) -> String? {
+        guard let stat = try? String(contentsOfFile: "/proc/self/task/\(tid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return nil }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        return index - 3 < fields.count ? String(fields[index - 3]) : nil
+    }
+
+    /// Runs `body` on a started TKThread configured by `configure`, and returns its result.
+    func onThread<T: Sendable>(_ configure: (TKThread) -> Void = { _ in },
+                               _ body: @escaping @Sendable () -> T) -> T {
+        let result = Shared<T?>(nil)   // written by the thread before it finishes; read after join
+        let thread = TKThread { result.value = body() }
+        configure(thread)
+        thread.start()
+        XCTAssertTrue(thread.join(until: .now + .seconds(30)))
+        return result.value!
+    }
+
+    // MARK: Forms
+
+    func testBlockThrowingAndSubclassFormsRun() {
+        let ran = JudgedCounter()
+        let block = TKThread { ran.add() }
+        let throwing = TKThread(name: "t", throwing: { ran.add() })
+        final class Adder: TKThread, @unchecked Sendable {
+            let a: Int, b: Int, counter: JudgedCounter
+            init(_ a: Int, _ b: Int, _ counter: JudgedCounter) { self.a = a; self.b = b; self.counter = counter; super.init() }
+            override func main() { counter.add(a + b) }
+        }
+        let subclass = Adder(2, 3, ran)
+        for t in [block, throwing, subclass] { t.start() }
+        for t in [block, throwing, subclass] { XCTAssertTrue(t.join(until: .now + .seconds(30))) }
+        let detached = TKThread.detachNewThread(name: "d") { ran.add() }
+        XCTAssertTrue(detached.join(until: .now + .seconds(30)))
+        XCTAssertEqual(ran.count, 1 + 1 + 5 + 1)
+    }
+
+    // MARK: Names
+
+    func testNameSetBeforeStartIsTheNameInsideAndForTheOS() {
+        let (inside, os) = onThread({ $0.name = "saver" }) { (TKThread.current.name, ThreadTests.osName()) }
+        XCTAssertEqual(inside, "saver")
+        XCTAssertEqual(os, "saver", "Foundation on Linux shows the process name here")
+    }
+
+    func testLongNamesAreTruncatedForTheOSOnly() {
+        let long = "com.example.network-thread"
+        let (inside, os) = onThread({ $0.name = long }) { (TKThread.current.name, ThreadTests.osName()) }
+        XCTAssertEqual(inside, long)
+        XCTAssertEqual(os, "com.example.net")
+        XCTAssertEqual(TKThread.osName("ééééééééé"), "ééééééé", "cut on a character boundary, 14 bytes")
+    }
+
+    func testRenamingARunningThreadReachesTheOS() {
+        let renamed = DispatchSemaphore(value: 0)
+        let seen = Shared("")
+        let thread = TKThread(name: "before") {
+            renamed.wait()
+            seen.value = ThreadTests.osName()
+        }
+        thread.start()
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { thread.isExecuting }, "timed out waiting until the thread runs")
+        thread.name = "after"
+        renamed.signal()
+        XCTAssertTrue(thread.join(until: .now + .seconds(30)))
+        XCTAssertEqual(seen.value, "after")
+    }
+
+    // MARK: Scheduling
+
+    func testQualityOfServiceChangesTheThreadsScheduling() {
+        let expectations: [(TKQualityOfService, Int32, Int32)] = [
+            (TKQualityOfService.utility, 0 /* SCHED_OTHER */, 5), (.background, TK_SCHED_BATCH, 10), (.default, 0, 0),
+        ]
+        for (qos, policy, nice) in expectations {
+            let (seenPolicy, seenNice) = onThread({ $0.qualityOfService = qos }) {
+                (sched_getscheduler(0), getpriority(__priority_which_t(0), 0))
+            }
+            XCTAssertEqual(seenPolicy, policy, "\(qos): Foundation stores QoS but never applies it")
+            XCTAssertEqual(seenNice, nice, "\(qos)")
+        }
+        XCTAssertEqual(TKThread().qualityOfService, .default)
+        let ordered: [TKQualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]
+        XCTAssertEqual(ordered.shuffled().sorted(), ordered)
+    }
+
+    func testChangingQualityOfServiceWhileRunningApplies() {
+        let go = DispatchSemaphore(value: 0)
+        let nice = Shared<Int32>(99)
+        let thread = TKThread {
+            go.wait()
+            nice.value = getpriority(__priority_which_t(0), 0)
+        }
+        thread.start()
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { thread.isExecuting }, "timed out waiting until the thread runs")
+        thread.qualityOfService = .utility
+        XCTAssertEqual(thread.qualityOfService, .utility)
+        go.signal()
+        XCTAssertTrue(thread.join(until: .now + .seconds(30)))
+        XCTAssertEqual(nice.value, 5)
+    }
+
+    func testThreadPriorityMapsToNiceValues() throws {
+        XCTAssertEqual(onThread({ $0.threadPriority = 0.0 }) { getpriority(__priority_which_t(0), 0) }, 10)
+        XCTAssertEqual(onThread({ $0.threadPriority = 0.25 }) { getpriority(__priority_which_t(0), 0) }, 5)
+        let t = TKThread {}
+        t.threadPriority = 0.75
+        XCTAssertEqual(t.threadPriority, 0.75, "reads back what was set")
+        guard geteuid() == 0 else { throw XCTSkip("raising priority needs privilege; lowering was checked") }
+        XCTAssertEqual(onThread({ $0.threadPriority = 1.0 }) { getpriority(__priority_which_t(0), 0) }, -10)
+        XCTAssertEqual(onThread({ $0.qualityOfService = .userInteractive }) { getpriority(__priority_which_t(0), 0) }, -10)
+    }
+
+    // MARK: Stack size
+
+    func testInvalidStackSizesAreRefused() {
+        let thread = TKThread {}
+        for bad in [-1, 0, 1000, 4096, 12_288, 20_000] {
+            XCTAssertThrowsError(try thread.setStackSize(bad)) { error in
+                XCTAssertEqual((error as? TKError)?.code, .invalidArgument)
+                XCTAssertTrue((error as? TKError)?.message.contains("multiple of 4096") ?? false)
+            }
+        }
+        XCTAssertEqual(thread.stackSize, 512 * 1024, "refused sizes change nothing")
+    }
+
+    func testStackSizeIsAppliedAndLockedAtStart() throws {
+        let size = onThread({ try! $0.setStackSize(1 << 20) }) { tk_current_stack_size() }
+        XCTAssertGreaterThanOrEqual(size, 1 << 20)
+        XCTAssertGreaterThanOrEqual(onThread { tk_current_stack_size() }, 512 * 1024, "default 512 KiB")
+        let started = TKThread {}
+        started.start()
+        XCTAssertThrowsError(try started.setStackSize(1 << 20)) { XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument) }
+        started.join()
+    }
+
+    func testAThreadTheOSCannotCreateReportsATKError() {
+        let reported = Shared<(TKThread, TKError)?>(nil)
+        let previous = TKThread.uncaughtErrorHandler
+        TKThread.uncaughtErrorHandler = { thread, error in reported.value = (thread, error as! TKError) }
+        defer { TKThread.uncaughtErrorHandler = previous }
+        let ran = Atomic<Bool>(false)
+        let huge = TKThread(name: "huge") { ran.store(true, ordering: .relaxed) }
+        XCTAssertNoThrow(try huge.setStackSize(1 << 46))   // 64 TiB: valid, but no OS will map it
+        huge.start()
+        XCTAssertEqual(reported.value?.0 === huge, true)
+        XCTAssertEqual(reported.value?.1.code, .systemCall)
+        XCTAssertNotNil(reported.value?.1.errno)
+        XCTAssertTrue(reported.value?.1.message.contains("\"huge\"") ?? false)
+        XCTAssertTrue(huge.isFinished)
+        XCTAssertTrue(huge.join(until: .now))
+        XCTAssertFalse(ran.load(ordering: .relaxed))
+    }
+
+    // MARK: State
+
+    func testLifecycleFlagsAndCancel() {
+        let go = DispatchSemaphore(value: 0)
+        let sawCancel = Atomic<Bool>(false)
+        let thread = TKThread {
+            go.wait()
+            sawCancel.store(TKThread.current.isCancelled, ordering: .relaxed)
+        }
+        XCTAssertFalse(thread.isExecuting || thread.isFinished || thread.isCancelled)
+        thread.start()
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { thread.isExecuting }, "timed out waiting until executing")
+        thread.cancel()
+        go.signal()
+        XCTAssertTrue(thread.join(until: .now + .seconds(30)))
+        XCTAssertTrue(thread.isFinished && !thread.isExecuting && thread.isCancelled)
+        XCTAssertTrue(sawCancel.load(ordering: .relaxed))
+    }
+
+    func testThreadDictionaryBelongsToEachThread() {
+        TKThread.current.threadDictionary["who"] = "main"
+        let other = onThread { () -> String in
+            TKThread.current.threadDictionary["who"] = "worker"
+            return TKThread.current.threadDictionary["who"] as? String ?? "none"
+        }
+        XCTAssertEqual(other, "worker")
+        XCTAssertEqual(TKThread.current.threadDictionary["who"] as? String, "main")
+        TKThread.current.threadDictionary["who"] = nil
+    }
+
+    func testMainAndCurrent() {
+        XCTAssertTrue(Thread.isMainThread, "XCTest runs tests on the main thread")
+        XCTAssertTrue(TKThread.isMainThread)
+        XCTAssertTrue(TKThread.current === TKThread.main)
+        XCTAssertTrue(TKThread.main.isMainThread)
+        let (isMain, staticIsMain) = onThread { (TKThread.current.isMainThread, TKThread.isMainThread) }
+        XCTAssertFalse(isMain || staticIsMain)
+    }
+
+    func testCurrentForAThreadThreadKitDidNotCreateIsStableAndFinishesWithIt() {
+        let first = Shared<TKThread?>(nil), same = Shared(false)
+        let foreign = Workers.start {
+            let a = TKThread.current, b = TKThread.current
+            first.value = a
+            same.value = a === b && !a.isMainThread && a.isExecuting
+        }
+        XCTAssertEqual(foreign.wait(timeout: .now() + 30), .success)
+        XCTAssertTrue(same.value)
+        let adopted = first.value!
+        XCTAssertTrue(adopted.join(until: .now + .seconds(30)), "an adopted thread's object finishes when its thread exits")
+        XCTAssertTrue(adopted.isFinished)
+        XCTAssertTrue(TKThread.current !== adopted)
+    }
+
+    // MARK: Notifications
+
+    func testWillExitIsPostedOnTheExitingThread() {
+        let postedOn = Shared<(TKThread?, Bool)>((nil, false))   // guarded by lock
+        let lock = NSLock()
+        let thread = TKThread(name: "leaving") {}
+        let token = TKNotificationCenter.default.addObserver(forName: TKThread.willExitNotification, object: thread) { note in
+            lock.lock()
+            postedOn.value = (note.object as? TKThread, TKThread.current === (note.object as? TKThread))
+            lock.unlock()
+        }
+        defer { TKNotificationCenter.default.removeObserver(token) }
+        thread.start()
+        XCTAssertTrue(thread.join(until: .now + .seconds(30)))
+        lock.lock(); defer { lock.unlock() }
+        XCTAssertTrue(postedOn.value.0 === thread)
+        XCTAssertTrue(postedOn.value.1, "posted on the exiting thread itself")
+    }
+
+    func testExitPostsWillExitAndEndsTheThread() {
+        let after = Atomic<Bool>(false), posted = Atomic<Bool>(false)
+        let thread = TKThread {
+            TKThread.exit()
+        }
+        let token = TKNotificationCenter.default.addObserver(forName: TKThread.willExitNotification, object: thread) { _ in
+            posted.store(true, ordering: .relaxed)
+        }
+        defer { TKNotificationCenter.default.removeObserver(token) }
+        _ = after
+        thread.start()
+        XCTAssertTrue(thread.join(until: .now + .seconds(30)))
+        XCTAssertTrue(posted.load(ordering: .relaxed))
+        XCTAssertTrue(thread.isFinished)
+    }
+
+    func testWillBecomeMultiThreadedIsPostedOnceBeforeTheFirstThreadRuns() throws {
+        let result = try ChildProcess.run("multithreaded")
+        XCTAssertEqual(result.status, 0, result.standardError)
+        let lines = result.standardOutput.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines.first, "before multithreaded=false")
+        XCTAssertEqual(lines.filter { $0.hasPrefix("notification") }.count, 1, "posted exactly once: \(lines)")
+        let note = lines.firstIndex { $0.hasPrefix("notification") }!
+        let firstRun = lines.firstIndex { $0.hasSuffix("runs") }!
+        XCTAssertLessThan(note, firstRun, "posted before the first secondary thread ran: \(lines)")
+        XCTAssertEqual(lines.last, "after multithreaded=true")
+    }
+
+    // MARK: Sleeping, call stacks, errors
+
+    func testSleepNeverReturnsEarly() {
+        for ms in [1, 10, 40] {
+            let deadline = ContinuousClock.now + .milliseconds(ms)
+            TKThread.sleep(until: deadline)
+            XCTAssertGreaterThanOrEqual(ContinuousClock.now, deadline)
+            let start = ContinuousClock.now
+            TKThread.sleep(for: .milliseconds(ms))
+            XCTAssertGreaterThanOrEqual(ContinuousClock.now - start, .milliseconds(ms))
+        }
+        TKThread.sleep(for: .seconds(-5))   // returns at once rather than sleeping "forever"
+        TKThread.sleep(until: .now - .seconds(5))
+    }
+
+    func testCallStackHasAddressesAndDemangledSymbols() {
+        let addresses = TKThread.callStackReturnAddresses
+        let symbols = TKThread.callStackSymbols
+        XCTAssertGreaterThan(addresses.count, 3)
+        XCTAssertGreaterThan(symbols.count, 3)
+        XCTAssertTrue(symbols.contains { $0.contains("XCTest") && $0.contains(".") && !$0.contains("$s") },
+                      "no demangled Swift frame in:\n\(symbols.joined(separator: "\n"))")
+    }
+
+    func testAnErrorEscapingAThrowingBlockGoesToTheHandler() {
+        struct DiskFull: Error {}
+        let got = Shared<(String?, Bool)>((nil, false))   // written on the thread, read after join
+        let previous = TKThread.uncaughtErrorHandler
+        TKThread.uncaughtErrorHandler = { thread, error in got.value = (thread.name, error is DiskFull) }
+        defer { TKThread.uncaughtErrorHandler = previous }
+        let io = TKThread(name: "io", throwing: { throw DiskFull() })
+        io.start()
+        XCTAssertTrue(io.join(until: .now + .seconds(30)))
+        XCTAssertEqual(got.value.0, "io")
+        XCTAssertTrue(got.value.1)
+    }
+
+    func testTheDefaultHandlerWritesOneLineAndTheProcessKeepsRunning() throws {
+        let result = try ChildProcess.run("uncaught-default")
+        XCTAssertEqual(result.status, 0)
+        XCTAssertTrue(result.standardError.contains("uncaught error in TKThread \"io\""), result.standardError)
+        XCTAssertEqual(result.standardError.split(separator: "\n").count, 1)
+        XCTAssertTrue(result.standardOutput.contains("process still running"))
+    }
+
+    // MARK: Joining
+
+    func testJoinUntilTimesOutNeverEarlyAndManyThreadsCanJoin() {
+        let release = DispatchSemaphore(value: 0)
+        let thread = TKThread { release.wait() }
+        thread.start()
+        let deadline = ContinuousClock.now + .milliseconds(30)
+        XCTAssertFalse(thread.join(until: deadline))
+        XCTAssertGreaterThanOrEqual(ContinuousClock.now, deadline)
+        let joiners = (0..<4).map { _ in Workers.start { thread.join() } }
+        release.signal()
+        for j in joiners { XCTAssertEqual(j.wait(timeout: .now() + 30), .success) }
+        XCTAssertTrue(thread.join(until: .now))
+    }
+
+    func testJoinableThreadsAreJoinedBeforeTheProcessExits() throws {
+        let path = NSTemporaryDirectory() + "tk-joinable-\(getpid()).txt"
+        defer { unlink(path) }
+        let result = try ChildProcess.run("joinable-save", [path])
+        XCTAssertEqual(result.status, 0, result.standardError)
+        let saved = try String(contentsOfFile: path, encoding: .utf8)
+        XCTAssertTrue(saved.hasSuffix("chunk 20 of 20\n"), "the save was cut off: \(saved)")
+    }
+
+    func testDetachedThreadsAreNotWaitedFor() throws {
+        let result = try ChildProcess.run("detached-blocked", timeout: .seconds(60))
+        XCTAssertEqual(result.status, 0, "the process must exit although a detached thread still blocks")
+    }
+
+    func testStartingTwiceStopsTheProcess() throws {
+        let result = try ChildProcess.run("thread-start-twice")
+        XCTAssertTrue(result.signalled || result.status != 0)
+        XCTAssertTrue(result.standardError.contains("ThreadKit misuse: TKThread \"worker\".start() called again"),
+                      result.standardError)
+    }
+}
