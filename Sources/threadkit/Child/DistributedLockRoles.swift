@@ -1,0 +1,36 @@
+// DistributedLockRoles: child processes contending for a TKDistributedLock, for the tests and the
+// tour. Each prints what it did on standard output, one line per event.
+import Glibc
+import ThreadKit
+
+enum DistributedLockRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "dlock-hold", usage: "PATH (take the lock, print \"child PID: locked\", then hold it until killed)") { args in
+            guard let lock = try? TKDistributedLock(path: args[0]) else { return 2 }
+            while !lock.tryLock() { TKThread.sleep(for: .milliseconds(5)) }
+            Console.out("    child \(getpid()): locked")
+            while true { TKThread.sleep(for: .seconds(3600)) }
+        },
+        ChildRole(name: "dlock-loop", usage: "PATH LOG N (N times: take the lock, log enter/exit, release)") { args in
+            guard args.count == 3, let n = Int(args[2]), let lock = try? TKDistributedLock(path: args[0]) else { return 2 }
+            let log = open(args[1], O_WRONLY | O_CREAT | O_APPEND, 0o644)
+            guard log >= 0 else { return 2 }
+            defer { close(log) }
+            func append(_ line: String) {
+                var text = line + "\n"
+                text.withUTF8 { _ = write(log, $0.baseAddress, $0.count) }
+            }
+            for _ in 0..<n {
+                var backoff = 1
+                while !lock.tryLock() {
+                    TKThread.sleep(for: .microseconds(backoff * 50))
+                    backoff = min(backoff * 2, 20)
+                }
+                append("enter \(getpid())")
+                append("exit \(getpid())")
+                do { try lock.unlock() } catch { Console.err("\(error)"); return 1 }
+            }
+            return 0
+        },
+    ]
+}
