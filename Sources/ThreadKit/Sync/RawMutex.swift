@@ -20,16 +20,18 @@ import Synchronization
 @usableFromInline
 struct RawMutex: @unchecked Sendable {
     static let parkedBit: UInt32 = 0x8000_0000
-    static let ownerMask: UInt32 = 0x7FFF_FFFF
+    @usableFromInline static let ownerMask: UInt32 = 0x7FFF_FFFF
 
     enum SlowResult { case acquired, timedOut, heldByCaller }
 
-    let word = FutexWord(0)
+    @usableFromInline let word = FutexWord(0)
+
+    init() {}
 
     func deallocate() { word.deallocate() }
 
     /// Acquire ordering pairs with the release of the previous owner's unlock.
-    @inline(__always)
+    @inlinable @inline(__always)
     func tryLockFast(_ tid: UInt32) -> Bool {
         word.pointer.pointee.compareExchange(expected: 0, desired: tid, successOrdering: .acquiring,
                                              failureOrdering: .relaxed).exchanged
@@ -37,7 +39,7 @@ struct RawMutex: @unchecked Sendable {
 
     /// The owner's thread id, 0 when unlocked. Relaxed: only compared against the caller's own id,
     /// which no other thread can store.
-    @inline(__always)
+    @inlinable @inline(__always)
     func owner() -> UInt32 { word.pointer.pointee.load(ordering: .relaxed) & RawMutex.ownerMask }
 
     /// Spins briefly, then parks until the mutex is acquired or the deadline passes.
@@ -76,16 +78,21 @@ struct RawMutex: @unchecked Sendable {
 
     /// Releases the mutex if the caller holds it; false (and no change) otherwise.
     /// Release ordering publishes the critical section to the next acquirer.
-    @inline(__always)
+    @inlinable @inline(__always)
     func unlock(_ tid: UInt32) -> Bool {
-        if word.pointer.pointee.compareExchange(expected: tid, desired: 0, successOrdering: .releasing,
-                                                failureOrdering: .relaxed).exchanged {
-            return true
-        }
-        return unlockSlow(tid)
+        tryUnlockFast(tid) || unlockSlow(tid)
     }
 
-    private func unlockSlow(_ tid: UInt32) -> Bool {
+    /// The uncontended release: the word goes from `tid` straight to 0.
+    @inlinable @inline(__always)
+    func tryUnlockFast(_ tid: UInt32) -> Bool {
+        word.pointer.pointee.compareExchange(expected: tid, desired: 0, successOrdering: .releasing,
+                                             failureOrdering: .relaxed).exchanged
+    }
+
+    /// The release with the parked bit set (wake one), or by a thread that does not hold it (false).
+    @usableFromInline
+    func unlockSlow(_ tid: UInt32) -> Bool {
         let state = word.pointer.pointee.load(ordering: .relaxed)
         guard state & RawMutex.ownerMask == tid else { return false }
         // Only the owner changes the word while it is held (others only add the parked bit, which

@@ -33,9 +33,13 @@ final class SyncTable: @unchecked Sendable {
     private final class Stripe: @unchecked Sendable {
         let mutex = RawMutex()
         var entries: [ObjectIdentifier: Entry] = [:]   // guarded by `mutex`
+        /// Unlocked entries kept for reuse, so a token's first use does not allocate. At most
+        /// `spareLimit`; guarded by `mutex`.
+        var spare: [Entry] = []
     }
 
     private let stripes: [Stripe] = (0..<64).map { _ in Stripe() }
+    private static let spareLimit = 4
 
     /// How many tokens currently have an entry (for tests: the table must not grow without bound).
     var count: Int {
@@ -45,7 +49,7 @@ final class SyncTable: @unchecked Sendable {
     func acquire(_ id: ObjectIdentifier) -> Entry {
         let stripe = stripeFor(id)
         return withStripe(stripe) {
-            let entry = stripe.entries[id] ?? Entry()
+            let entry = stripe.entries[id] ?? stripe.spare.popLast() ?? Entry()
             stripe.entries[id] = entry
             entry.users += 1
             return entry
@@ -56,7 +60,10 @@ final class SyncTable: @unchecked Sendable {
         let stripe = stripeFor(id)
         withStripe(stripe) {
             entry.users -= 1
-            if entry.users == 0 { stripe.entries[id] = nil }
+            if entry.users == 0 {
+                stripe.entries[id] = nil
+                if stripe.spare.count < SyncTable.spareLimit { stripe.spare.append(entry) }
+            }
         }
     }
 

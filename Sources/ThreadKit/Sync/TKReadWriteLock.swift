@@ -67,7 +67,12 @@ public final class TKReadWriteLock: @unchecked Sendable {
     // MARK: Readers
 
     public func readLock() {
-        if tryReadLock() { return }
+        // Optimistic: one fetch-add, as pthread_rwlock does, instead of a load + CAS that fails
+        // whenever another reader moves the count. If a writer holds or waits, the increment is
+        // undone as a read unlock (which hands the lock on if it was the last) and we queue.
+        let s = state.wrappingAdd(1, ordering: .acquiring).oldValue
+        if s & (Self.writer | Self.writersWaiting) == 0 { return }
+        readUnlock()
         readLockSlow()
     }
 

@@ -1,13 +1,15 @@
 // TKRecursiveLock: NSRecursiveLock. A RawMutex plus a depth that only the holding thread touches.
+import Synchronization
 
 /// A lock the holding thread may take again; it is released when every `lock()` has been matched
 /// by an `unlock()`. Unlocking from a thread that does not hold it stops the process with a message.
 public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
-    private let raw = RawMutex()
+    @usableFromInline let raw = RawMutex()
     private let label = LockName()
     /// How many times the holder has locked. Read and written only by the thread that holds `raw`;
-    /// the mutex's acquire/release order it between successive holders.
-    private var depth = 0
+    /// the mutex's acquire/release order it between successive holders, so relaxed suffices. An
+    /// atomic rather than a plain var only to skip Swift's dynamic exclusivity checks.
+    @usableFromInline let depth = Atomic<Int>(0)
 
     public init() {}
     deinit { raw.deallocate() }
@@ -17,28 +19,56 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         set { label.name = newValue }
     }
 
+    // lock() and unlock() are inlinable: re-entry and the uncontended first lock and last unlock
+    // compile into the caller.
+
+    @inlinable
     public func lock() {
+        let tid = SystemCall.currentThreadID
+        if raw.owner() == tid {
+            depth.store(depth.load(ordering: .relaxed) + 1, ordering: .relaxed)
+        } else if raw.tryLockFast(tid) {
+            depth.store(1, ordering: .relaxed)
+        } else {
+            lockContended()
+        }
+    }
+
+    @usableFromInline
+    func lockContended() {
         _ = lock(deadline: nil)
     }
 
+    @inlinable
     public func unlock() {
         let tid = SystemCall.currentThreadID
+        let remaining = depth.load(ordering: .relaxed) - 1
+        if raw.owner() == tid && remaining > 0 {
+            depth.store(remaining, ordering: .relaxed)
+        } else {
+            unlockLast(tid)
+        }
+    }
+
+    @usableFromInline
+    func unlockLast(_ tid: UInt32) {
         guard raw.owner() == tid else {
             misuse("\(label.describe("TKRecursiveLock", self)).unlock() called on thread \(tid), but \(raw.ownerDescription()). "
                    + "Fix: balance every lock() with one unlock() on the same thread.")
         }
-        depth -= 1
-        if depth == 0 { _ = raw.unlock(tid) }
+        let remaining = depth.load(ordering: .relaxed) - 1
+        depth.store(remaining, ordering: .relaxed)
+        if remaining == 0 { _ = raw.unlock(tid) }
     }
 
     public func tryLock() -> Bool {
         let tid = SystemCall.currentThreadID
         if raw.owner() == tid {
-            depth += 1
+            depth.store(depth.load(ordering: .relaxed) + 1, ordering: .relaxed)
             return true
         }
         guard raw.tryLockFast(tid) else { return false }
-        depth = 1
+        depth.store(1, ordering: .relaxed)
         return true
     }
 
@@ -49,7 +79,7 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
     private func lock(deadline: ContinuousClock.Instant?) -> Bool {
         let tid = SystemCall.currentThreadID
         if raw.owner() == tid {
-            depth += 1
+            depth.store(depth.load(ordering: .relaxed) + 1, ordering: .relaxed)
             return true
         }
         if !raw.tryLockFast(tid) {
@@ -59,7 +89,7 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
             case .heldByCaller: preconditionFailure("owner checked above")
             }
         }
-        depth = 1
+        depth.store(1, ordering: .relaxed)
         return true
     }
 }

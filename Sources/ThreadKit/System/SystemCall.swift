@@ -4,6 +4,7 @@
 import CThreadKit
 import Glibc
 
+@usableFromInline
 enum SystemCall {
     /// The result of a futex wait, each errno of FUTEX_WAIT named.
     enum FutexWaitResult {
@@ -49,5 +50,5 @@ enum SystemCall {
     }
 
     /// The calling thread's kernel thread id (cached per thread; never 0).
-    @inline(__always) static var currentThreadID: UInt32 { tk_current_tid() }
+    @inlinable @inline(__always) static var currentThreadID: UInt32 { tk_current_tid() }
 }

@@ -31,6 +31,9 @@ open class TKThread: @unchecked Sendable {
         var threadPriority = 0.5
         /// Which of QoS and priority was set last, and so decides the OS scheduling.
         var scheduling = SchedulingClass(.default)
+        /// The class the OS thread inherits from the thread that started it (Linux copies policy
+        /// and nice at clone): when equal to `scheduling`, nothing needs applying.
+        var inherited = SchedulingClass(.default)
         var isDetached = true
         /// The kernel thread id; meaningful while `lifecycle == .executing` (and kept after).
         var tid: UInt32 = 0
@@ -42,7 +45,8 @@ open class TKThread: @unchecked Sendable {
 
     private let body: Body
     let attributes: Protected<Attributes>
-    /// 0 until the thread has finished, then 1; joiners park on it.
+    /// 0 running (or not started), 1 finished, 2 running with a joiner parked (it must be woken).
+    /// Joiners park on it.
     private let finished = FutexWord(0)
     private let cancelled = Atomic<Bool>(false)
 
@@ -174,12 +178,14 @@ open class TKThread: @unchecked Sendable {
 
     /// Starts the thread. Calling it a second time is a misuse that stops the process.
     public func start() {
+        let inherited = TKThread.current.attributes.current.scheduling
         let (stackSize, detached) = attributes.withLock { a -> (Int, Bool) in
             guard a.lifecycle == .created else {
                 misuse("TKThread \(describe(a)).start() called again: a thread runs once. "
                        + "Fix: create a new TKThread for each run.")
             }
             a.lifecycle = .starting
+            a.inherited = inherited
             return (a.stackSize, a.isDetached)
         }
         TKThread.becomeMultiThreaded()
@@ -204,16 +210,20 @@ open class TKThread: @unchecked Sendable {
     }
 
     private func join(deadline: ContinuousClock.Instant?) -> Bool {
-        if finished.pointer.pointee.load(ordering: .acquiring) != 0 { return true }
+        if finished.pointer.pointee.load(ordering: .acquiring) == 1 { return true }
         if self === TKThread.currentIfKnown {
             misuse("TKThread \(describe()).join() called on the thread itself: it would wait forever. "
                    + "Fix: join a thread from another thread.")
         }
-        // Acquiring: pairs with the releasing store in markFinished, so the thread's work is visible.
-        while finished.pointer.pointee.load(ordering: .acquiring) == 0 {
-            if !Parking.park(finished, expected: 0, deadline: deadline) { return false }
+        // Acquiring: pairs with the releasing exchange in markFinished, so the thread's work is visible.
+        while true {
+            let state = finished.pointer.pointee.load(ordering: .acquiring)
+            if state == 1 { return true }
+            if state == 0 {
+                guard finished.pointer.pointee.compareExchange(expected: 0, desired: 2, ordering: .acquiring).exchanged else { continue }
+            }
+            if !Parking.park(finished, expected: 2, deadline: deadline) { return false }
         }
-        return true
     }
 
     // MARK: Running (on the new thread)
@@ -222,13 +232,13 @@ open class TKThread: @unchecked Sendable {
     fileprivate func run() {
         let tid = SystemCall.currentThreadID
         TKThread.currentSlot.value = self
-        let (name, scheduling) = attributes.withLock { a in
+        let (name, scheduling, inherited) = attributes.withLock { a in
             a.tid = tid
             a.lifecycle = .executing
-            return (a.name, a.scheduling)
+            return (a.name, a.scheduling, a.inherited)
         }
         if name != nil { TKThread.applyOSName(name, to: tid) }
-        scheduling.apply(to: tid)
+        if scheduling != inherited { scheduling.apply(to: tid) }
         main()
         finishCurrentThread()
     }
@@ -240,15 +250,15 @@ open class TKThread: @unchecked Sendable {
     }
 
     private func markFinished() {
-        let wasFinished = attributes.withLock { a -> Bool in
+        let (wasFinished, detached) = attributes.withLock { a -> (Bool, Bool) in
             defer { a.lifecycle = .finished }
-            return a.lifecycle == .finished
+            return (a.lifecycle == .finished, a.isDetached)
         }
         if wasFinished { return }
-        // Releasing: publishes everything the thread did to joiners that see 1.
-        finished.pointer.pointee.store(1, ordering: .releasing)
-        Parking.unparkAll(finished)
-        JoinableThreads.shared.remove(self)
+        // Releasing: publishes everything the thread did to joiners that see 1. Only a parked
+        // joiner (state 2) costs a wake syscall.
+        if finished.pointer.pointee.exchange(1, ordering: .releasing) == 2 { Parking.unparkAll(finished) }
+        if !detached { JoinableThreads.shared.remove(self) }
     }
 
     /// Creates the OS thread (always detached at the pthread level: joining goes through the

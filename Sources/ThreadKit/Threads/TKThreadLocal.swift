@@ -9,7 +9,7 @@ import Glibc
 /// Deinitialising the TKThreadLocal deletes the key: values other threads still hold are then
 /// released without their destructor running (POSIX key semantics).
 public final class TKThreadLocal<Value>: @unchecked Sendable {
-    private let key: pthread_key_t
+    @usableFromInline let key: pthread_key_t
     private let destructor: (@Sendable (Value) -> Void)?
 
     public init(destructor: (@Sendable (Value) -> Void)? = nil) {
@@ -31,30 +31,25 @@ public final class TKThreadLocal<Value>: @unchecked Sendable {
     }
 
     /// This thread's value. Setting nil removes it (without running the destructor).
+    /// The getter is inlinable: a read is pthread_getspecific plus one load in the caller.
     public var value: Value? {
-        get {
+        @inlinable get {
             guard let raw = pthread_getspecific(key) else { return nil }
             return Unmanaged<Slot>.fromOpaque(raw).takeUnretainedValue().value
         }
         set {
-            if let raw = pthread_getspecific(key) {
-                let slot = Unmanaged<Slot>.fromOpaque(raw).takeUnretainedValue()
-                if let newValue {
-                    slot.value = newValue
-                    return
-                }
-                pthread_setspecific(key, nil)
-                Unmanaged<Slot>.fromOpaque(raw).release()
-                return
-            }
-            guard let newValue else { return }
-            pthread_setspecific(key, Unmanaged.passRetained(Slot(newValue, destructor)).toOpaque())
+            // A slot's value never changes (reads need no exclusivity check): a new value gets a
+            // new slot, and the old one is released without its destructor.
+            let old = pthread_getspecific(key)
+            pthread_setspecific(key, newValue.map { Unmanaged.passRetained(Slot($0, destructor)).toOpaque() })
+            if let old { Unmanaged<Slot>.fromOpaque(old).release() }
         }
     }
 
     /// A thread's value in a box the C destructor can release without knowing `Value`.
-    private final class Slot: ThreadLocalSlot {
-        var value: Value   // touched only by the thread owning the slot
+    @usableFromInline
+    final class Slot: ThreadLocalSlot {
+        @usableFromInline let value: Value
         let destructor: (@Sendable (Value) -> Void)?
         init(_ value: Value, _ destructor: (@Sendable (Value) -> Void)?) {
             self.value = value
@@ -65,6 +60,7 @@ public final class TKThreadLocal<Value>: @unchecked Sendable {
 }
 
 /// The non-generic base of every slot, so the key's C destructor can call into it.
+@usableFromInline
 class ThreadLocalSlot {
     func threadDidExit() {}
 }

@@ -1,0 +1,14 @@
+// swift-tools-version:6.0
+// ThreadKit's benchmarks: ours against the incumbents (Foundation, libdispatch, pthreads, the
+// standard library's Synchronization), in one process, interleaved. A separate package so heavy
+// dependencies never reach the library. Run: swift run -c release --package-path Benchmarks
+import PackageDescription
+
+let package = Package(
+    name: "ThreadKitBenchmarks",
+    dependencies: [.package(name: "ThreadKit", path: "..")],
+    targets: [
+        .executableTarget(name: "tkbench", dependencies: [.product(name: "ThreadKit", package: "ThreadKit")]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,28 @@
+// tkbench: ThreadKit against the incumbents. `tkbench` runs every group; `tkbench GROUP…` some;
+// `--list` names the groups; `--rounds N` sets the interleaved rounds (default 11).
+import Foundation
+
+let groups: [(String, () -> [Row])] = [
+    ("locks", LockBenchmarks.rows),
+    ("conditions", ConditionBenchmarks.rows),
+    ("atomics", AtomicBenchmarks.rows),
+    ("idle", IdleBenchmarks.rows),
+    ("threads", ThreadBenchmarks.rows),
+]
+
+var arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.contains("--list") {
+    for (name, _) in groups { print(name) }
+    exit(0)
+}
+var rounds = 11
+if let i = arguments.firstIndex(of: "--rounds"), i + 1 < arguments.count, let n = Int(arguments[i + 1]) {
+    rounds = n
+    arguments.removeSubrange(i...(i + 1))
+}
+let selected = arguments.isEmpty ? groups : groups.filter { arguments.contains($0.0) }
+let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
+    .split(separator: "\n").first { $0.hasPrefix("model name") }?.split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "?"
+print("tkbench: \(ProcessInfo.processInfo.activeProcessorCount) cores, \(cpu); \(rounds) interleaved rounds, medians\n")
+let harness = Harness(rounds: rounds)
+for (_, rows) in selected { harness.run(rows()) }
