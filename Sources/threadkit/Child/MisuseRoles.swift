@@ -63,3 +63,15 @@ enum MisuseRoles {
         },
     ]
 }
+
+enum RunLoopMisuseRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "runloop-foreign-run", usage: "(run the main thread's loop from another thread)") { _ in
+            let main = TKRunLoop.main
+            let t = TKThread { main.run(until: .now + .seconds(1)) }
+            t.start()
+            t.join()
+            return 0
+        },
+    ]
+}

@@ -1,0 +1,174 @@
+// TKRunLoop+Iteration: the run calls and the pass, phase by phase as docs/RunLoopIteration.md
+// describes them. Loop thread only (checked on entry).
+import Synchronization
+
+extension TKRunLoop {
+    // MARK: Run calls
+
+    /// Runs the default mode until `stop()` or until it has nothing left (no source, timer or port).
+    public func run() {
+        while true {
+            switch run(mode: .default, deadline: nil, returnAfterSourceHandled: false) {
+            case .finished, .stopped: return
+            case .timedOut, .handledSource: continue
+            }
+        }
+    }
+
+    /// Runs the default mode until `deadline`, `stop()`, or until it has nothing left.
+    public func run(until deadline: ContinuousClock.Instant) {
+        _ = run(mode: .default, deadline: deadline, returnAfterSourceHandled: false)
+    }
+
+    /// Runs `mode` once: returns after a source was handled, at `deadline`, or on `stop()`.
+    /// Returns false at once when the mode has nothing that could wake it.
+    @discardableResult
+    public func run(mode: Mode, before deadline: ContinuousClock.Instant) -> Bool {
+        run(mode: mode, deadline: deadline, returnAfterSourceHandled: true) != .finished
+    }
+
+    /// Runs `mode` for at most `duration` (negative counts as zero: one pass without sleeping).
+    @discardableResult
+    public func run(mode: Mode, for duration: Duration, returnAfterSourceHandled: Bool) -> RunResult {
+        run(mode: mode, deadline: .now + max(duration, .zero), returnAfterSourceHandled: returnAfterSourceHandled)
+    }
+
+    // MARK: The pass
+
+    /// One CFRunLoopRunSpecific: entry, passes until a result, exit.
+    func run(mode: Mode, deadline: ContinuousClock.Instant?, returnAfterSourceHandled: Bool) -> RunResult {
+        checkOwner("run")
+        guard mode != .common else {
+            misuse("TKRunLoop.run(mode: .common): .common is a pseudo-mode and cannot be run. Fix: run .default or a named mode.")
+        }
+        if isEmpty(mode) { return .finished }
+        pushMode(mode)
+        runDepth.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        defer {
+            runDepth.wrappingSubtract(1, ordering: .acquiringAndReleasing)
+            popMode()
+        }
+        notify(.entry, mode)
+        var result: RunResult?
+        while result == nil {
+            notify(.beforeTimers, mode)
+            notify(.beforeSources, mode)
+            runBlocks(mode)
+            let handledSource = performSources(mode)
+            if handledSource { runBlocks(mode) }
+            let timeUp = deadline.map { ContinuousClock.now >= $0 } ?? false
+            let mustPoll = handledSource || timeUp
+            if !mustPoll { notify(.beforeWaiting, mode) }
+            sleep(mode, deadline: deadline, poll: mustPoll)
+            if !mustPoll { notify(.afterWaiting, mode) }
+            fireTimers(mode)
+            runBlocks(mode)
+            result = outcome(mode, deadline: deadline, handledSource: handledSource,
+                             returnAfterSourceHandled: returnAfterSourceHandled)
+        }
+        notify(.exit, mode)
+        return result!
+    }
+
+    /// CFRunLoop's exit order: a handled source (if asked), the deadline, stop(), an empty mode.
+    private func outcome(_ mode: Mode, deadline: ContinuousClock.Instant?, handledSource: Bool,
+                         returnAfterSourceHandled: Bool) -> RunResult? {
+        if handledSource && returnAfterSourceHandled { return .handledSource }
+        if let deadline, ContinuousClock.now >= deadline { return .timedOut }
+        if stopRequested.exchange(false, ordering: .acquiringAndReleasing) { return .stopped }
+        if isEmpty(mode) { return .finished }
+        return nil
+    }
+
+    private func checkOwner(_ call: String) {
+        let tid = SystemCall.currentThreadID
+        if tid != ownerThread {
+            misuse("TKRunLoop.\(call) called on thread \(tid), but this run loop belongs to thread \(ownerThread)"
+                   + "\(ownerThread == UInt32(TKThread.main.attributes.current.tid) ? " (the main thread)" : ""). "
+                   + "Fix: run a loop only on its own thread: use TKRunLoop.current there, or perform(…) to send it work.")
+        }
+    }
+
+    /// Nothing could ever wake the loop in `mode`: no source, timer, port or pending block.
+    func isEmpty(_ mode: Mode) -> Bool {
+        lock.withLock {
+            (itemsLocked(mode)?.isEmpty ?? true) && !hasBlocksLocked(for: mode)
+        }
+    }
+
+    // MARK: Phases
+
+    /// Calls the observers of `mode` watching `activity`, in order; non-repeating ones once.
+    private func notify(_ activity: TKRunLoopActivity, _ mode: Mode) {
+        let observers = lock.withLock { itemsLocked(mode)?.observers.filter { $0.activities.contains(activity) } ?? [] }
+        for observer in observers where observer.isValid {
+            observer.handler(observer, activity)
+            if !observer.repeats { observer.invalidate() }
+        }
+    }
+
+    /// Runs the perform blocks queued for `mode`, in order of arrival.
+    private func runBlocks(_ mode: Mode) {
+        for block in takeBlocks(for: mode) { block() }
+    }
+
+    /// Performs the signalled version-0 sources of `mode` in `order`. True if any ran.
+    private func performSources(_ mode: Mode) -> Bool {
+        let sources = lock.withLock { itemsLocked(mode)?.sources.filter { $0.isSignaled } ?? [] }
+        var handled = false
+        for source in sources where source.isValid && source.consumeSignal() {
+            source.performCallback()
+            handled = true
+        }
+        return handled
+    }
+
+    /// Fires the timers of `mode` that are due, earliest first, then moves repeating ones to the
+    /// next slot of their schedule.
+    private func fireTimers(_ mode: Mode) {
+        let now = ContinuousClock.now
+        let due: [TKTimer] = lock.withLock {
+            guard let target = itemsLocked(mode) else { return [] }
+            var due: [TKTimer] = []
+            while let top = target.timerHeap.top(where: { isLive($0, in: target) }), top.deadline <= now {
+                target.timerHeap.pop()
+                if !due.contains(where: { $0 === top.timer }) { due.append(top.timer) }
+            }
+            return due
+        }
+        for timer in due where timer.isValid {
+            timer.block(timer)
+            if let loop = timer.advance(after: ContinuousClock.now) { loop.reschedule(timer) }
+        }
+    }
+
+    /// Sleeps until a wakeUp, a timer of `mode`, or the deadline (or only polls). The timerfd is
+    /// re-armed only when the wake time moves.
+    private func sleep(_ mode: Mode, deadline: ContinuousClock.Instant?, poll mustPoll: Bool) {
+        var wakeAt = deadline
+        if !mustPoll, let timerWake = timerWakeTime(mode) {
+            wakeAt = wakeAt.map { min($0, timerWake) } ?? timerWake
+        }
+        if !mustPoll && wakeAt != armedWake {
+            poll.arm(after: wakeAt.map { $0 - ContinuousClock.now })
+            armedWake = wakeAt
+        }
+        setWaiting(!mustPoll)
+        poll.wait(block: !mustPoll) { token, _ in
+            if token == EventPoll.timerToken { armedWake = nil }
+        }
+        setWaiting(false)
+        // Cleared after the eventfd was drained and before the queues are looked at again, so a
+        // post that saw the flag set is found by this pass (see wakeUp).
+        wakePending.store(false, ordering: .sequentiallyConsistent)
+    }
+
+    /// When the loop must wake for the earliest timer of `mode`: its fire date plus its tolerance,
+    /// so that timers due within that window are served by one wakeup.
+    private func timerWakeTime(_ mode: Mode) -> ContinuousClock.Instant? {
+        lock.withLock {
+            guard let target = itemsLocked(mode), let top = target.timerHeap.top(where: { isLive($0, in: target) }) else { return nil }
+            return top.deadline + top.timer.state.withLock { $0.tolerance }
+        }
+    }
+}

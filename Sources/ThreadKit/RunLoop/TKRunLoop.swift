@@ -1,0 +1,312 @@
+// TKRunLoop: one run loop per thread, CFRunLoop's semantics on epoll (docs/RunLoopIteration.md).
+//
+// Threads: `run…` only on the loop's own thread (checked: a misuse otherwise). add/remove,
+// perform, stop and wakeUp from any thread.
+// State:
+//   - `lock` guards `modes`, `commonModes`, `commonItems`, `blocks` and `currentModeStack`.
+//     Callbacks (sources, observers, timers, blocks) always run with it released.
+//   - `poll` (epoll/eventfd/timerfd) is used by the loop thread, except `wake()` (any thread).
+//   - `armedWake`, `runDepth` are loop-thread only; `stopRequested`, `wakePending`, `waiting` are
+//     atomics written from other threads.
+// Lock order: loop lock, then an item's own lock (timer state, memberships are never taken while
+// holding the loop lock except timer state). Items' membership locks are taken with no loop lock.
+import Glibc
+import Synchronization
+
+public final class TKRunLoop: @unchecked Sendable {
+    /// The kernel id of the thread that owns and runs this loop.
+    let ownerThread: UInt32
+
+    let lock = RawMutex()
+    private var modes: [Mode: ModeItems] = [:]                      // guarded by lock
+    private var commonModes: Set<Mode> = [.default]                 // guarded by lock
+    /// What was added to `.common`, so it joins modes added to the common set later.
+    private let commonItems = ModeItems()                           // guarded by lock
+    /// Pending perform blocks in order of arrival, each with the modes it may run in.
+    private var blocks: [(modes: [Mode], block: @Sendable () -> Void)] = []   // guarded by lock
+    private var currentModeStack: [Mode] = []                       // guarded by lock; written by the loop thread
+
+    let poll = EventPoll()
+    /// The deadline the timerfd is armed for (nil: disarmed). Loop thread only.
+    var armedWake: ContinuousClock.Instant?
+    /// Nesting depth of `run` calls in progress. Written by the loop thread; read by `stop()`.
+    let runDepth = Atomic<Int>(0)
+    /// Set by `stop()`, consumed by the innermost run.
+    let stopRequested = Atomic<Bool>(false)
+    /// True while a wake-up write is outstanding: coalesces many wakeUp() calls into one write.
+    /// Cleared by the loop thread after it drains the eventfd (sequentially consistent: see wakeUp).
+    let wakePending = Atomic<Bool>(false)
+    private let waiting = Atomic<Bool>(false)
+
+    init(ownerThread: UInt32) {
+        self.ownerThread = ownerThread
+    }
+
+    deinit { lock.deallocate() }
+
+    // MARK: Getting loops
+
+    /// The calling thread's loop, created on first use and released with the thread.
+    public static var current: TKRunLoop {
+        if let loop = currentSlot.value { return loop }
+        let tid = SystemCall.currentThreadID
+        let loop = tid == mainThreadID ? main : TKRunLoop(ownerThread: tid)
+        currentSlot.value = loop
+        return loop
+    }
+
+    /// The loop of the process's initial thread.
+    public static var main: TKRunLoop { mainLoop }
+
+    private static let mainThreadID = UInt32(getpid())
+    private static let mainLoop = TKRunLoop(ownerThread: mainThreadID)
+    private static let currentSlot = TKThreadLocal<TKRunLoop>()
+
+    /// The mode of the innermost run in progress, nil when the loop is not running.
+    public var currentMode: Mode? { lock.withLock { currentModeStack.last } }
+
+    /// True while the loop sleeps waiting for something to happen.
+    public var isWaiting: Bool { waiting.load(ordering: .acquiring) }
+
+    func setWaiting(_ value: Bool) { waiting.store(value, ordering: .releasing) }
+
+    // MARK: Modes
+
+    /// Adds `mode` to the common-mode set: everything added to `.common` joins it now and later.
+    public func addCommonMode(_ mode: Mode) {
+        guard mode != .common else { return }
+        var scheduled: [TKRunLoopSource] = []
+        lock.withLock {
+            guard commonModes.insert(mode).inserted else { return }
+            let target = items(mode)
+            for source in commonItems.sources where ModeItems.insertSorted(source, into: &target.sources, order: { $0.order }) {
+                scheduled.append(source)
+            }
+            for observer in commonItems.observers { _ = ModeItems.insertSorted(observer, into: &target.observers, order: { $0.order }) }
+            for port in commonItems.ports where !target.ports.contains(where: { $0 === port }) { target.ports.append(port) }
+        }
+        for source in scheduled { joined(source, mode) }
+        for timer in lock.withLock({ commonTimers }) { addTimer(timer, [mode]) }
+    }
+
+    /// Timers added to `.common` (kept so they join later common modes). Guarded by lock.
+    private var commonTimers: [TKTimer] = []
+
+    /// The modes an operation on `mode` touches: `.common` expands to the common set.
+    private func expand(_ mode: Mode) -> [Mode] {
+        mode == .common ? Array(commonModes) : [mode]
+    }
+
+    /// The items of `mode`, created on first use. Caller holds lock.
+    private func items(_ mode: Mode) -> ModeItems {
+        if let existing = modes[mode] { return existing }
+        let created = ModeItems()
+        modes[mode] = created
+        return created
+    }
+
+    /// Whether `mode` is in the common set. Caller holds lock.
+    func isCommonLocked(_ mode: Mode) -> Bool { commonModes.contains(mode) }
+
+    /// The items of `mode` if any. Caller holds lock.
+    func itemsLocked(_ mode: Mode) -> ModeItems? { modes[mode] }
+
+    // MARK: Sources
+
+    public func add(_ source: TKRunLoopSource, forMode mode: Mode) {
+        guard source.isValid else { return }
+        let added: [Mode] = lock.withLock {
+            if mode == .common { _ = ModeItems.insertSorted(source, into: &commonItems.sources, order: { $0.order }) }
+            return expand(mode).filter { ModeItems.insertSorted(source, into: &items($0).sources, order: { $0.order }) }
+        }
+        for m in added { joined(source, m) }
+        if SystemCall.currentThreadID != ownerThread { wakeUp() }
+    }
+
+    public func remove(_ source: TKRunLoopSource, forMode mode: Mode) {
+        let removed: [Mode] = lock.withLock {
+            if mode == .common { _ = ModeItems.remove(source, from: &commonItems.sources) }
+            return expand(mode).filter { ModeItems.remove(source, from: &items($0).sources) }
+        }
+        for m in removed {
+            source.memberships.withLock { $0.removeAll { $0.loop === self && $0.mode == m } }
+            source.cancelCallback?(self, m)
+        }
+    }
+
+    private func joined(_ source: TKRunLoopSource, _ mode: Mode) {
+        source.memberships.withLock { $0.append(RunLoopMembership(loop: self, mode: mode)) }
+        source.scheduleCallback?(self, mode)
+    }
+
+    /// Called by `invalidate()`: drops the source from `mode` and calls its cancel callback.
+    func detach(_ source: TKRunLoopSource, from mode: Mode) {
+        let removed = lock.withLock { () -> Bool in
+            _ = ModeItems.remove(source, from: &commonItems.sources)
+            return ModeItems.remove(source, from: &items(mode).sources)
+        }
+        if removed { source.cancelCallback?(self, mode) }
+    }
+
+    // MARK: Observers
+
+    public func add(_ observer: TKRunLoopObserver, forMode mode: Mode) {
+        guard observer.isValid else { return }
+        let added: [Mode] = lock.withLock {
+            if mode == .common { _ = ModeItems.insertSorted(observer, into: &commonItems.observers, order: { $0.order }) }
+            return expand(mode).filter { ModeItems.insertSorted(observer, into: &items($0).observers, order: { $0.order }) }
+        }
+        observer.memberships.withLock { list in
+            for m in added { list.append(RunLoopMembership(loop: self, mode: m)) }
+        }
+    }
+
+    public func remove(_ observer: TKRunLoopObserver, forMode mode: Mode) {
+        lock.withLock {
+            if mode == .common { _ = ModeItems.remove(observer, from: &commonItems.observers) }
+            for m in expand(mode) { _ = ModeItems.remove(observer, from: &items(m).observers) }
+        }
+    }
+
+    func detach(_ observer: TKRunLoopObserver, from mode: Mode) {
+        lock.withLock {
+            _ = ModeItems.remove(observer, from: &commonItems.observers)
+            _ = ModeItems.remove(observer, from: &items(mode).observers)
+        }
+    }
+
+    // MARK: Timers
+
+    /// Adds `timer` to `mode`. A timer belongs to one loop (it may be in several of its modes);
+    /// adding it to a second loop is a misuse.
+    public func add(_ timer: TKTimer, forMode mode: Mode) {
+        if mode == .common {
+            lock.withLock { if !commonTimers.contains(where: { $0 === timer }) { commonTimers.append(timer) } }
+        }
+        addTimer(timer, lock.withLock { expand(mode) })
+    }
+
+    private func addTimer(_ timer: TKTimer, _ targetModes: [Mode]) {
+        let accepted = timer.state.withLock { s -> Bool in
+            guard s.valid else { return false }
+            if let other = s.loop, other !== self {
+                misuse("TKTimer added to the run loop of thread \(ownerThread) while it is scheduled on the loop of thread "
+                       + "\(other.ownerThread): a timer belongs to one run loop. Fix: create a separate TKTimer per loop.")
+            }
+            s.loop = self
+            s.modes.formUnion(targetModes)
+            return true
+        }
+        guard accepted else { return }
+        lock.withLock {
+            let (fireDate, generation) = timer.state.withLock { ($0.fireDate, $0.generation) }
+            for m in targetModes {
+                let target = items(m)
+                if target.timers.insert(ObjectIdentifier(timer)).inserted {
+                    target.timerHeap.push(timer, deadline: fireDate, generation: generation)
+                }
+            }
+        }
+        if SystemCall.currentThreadID != ownerThread { wakeUp() }
+    }
+
+    /// Called after a timer's fire date changed: queue its new deadline in each of its modes.
+    func reschedule(_ timer: TKTimer) {
+        lock.withLock {
+            let (fireDate, generation, timerModes) = timer.state.withLock { ($0.fireDate, $0.generation, $0.modes) }
+            for m in timerModes where items(m).timers.contains(ObjectIdentifier(timer)) {
+                items(m).timerHeap.push(timer, deadline: fireDate, generation: generation)
+            }
+        }
+        if SystemCall.currentThreadID != ownerThread { wakeUp() }
+    }
+
+    func detach(_ timer: TKTimer, from mode: Mode) {
+        lock.withLock {
+            commonTimers.removeAll { $0 === timer }
+            _ = items(mode).timers.remove(ObjectIdentifier(timer))
+        }
+    }
+
+    /// The earliest fire date of the valid timers in `mode`, nil if it has none.
+    public func nextTimerFireDate(forMode mode: Mode) -> ContinuousClock.Instant? {
+        lock.withLock {
+            let m = mode == .common ? Mode.default : mode
+            guard let target = modes[m] else { return nil }
+            return target.timerHeap.top(where: { isLive($0, in: target) })?.deadline
+        }
+    }
+
+    /// Whether a heap entry still stands for its timer in this mode. Caller holds lock.
+    func isLive(_ entry: TimerHeap.Entry, in target: ModeItems) -> Bool {
+        guard target.timers.contains(ObjectIdentifier(entry.timer)) else { return false }
+        return entry.timer.state.withLock { $0.valid && $0.generation == entry.generation }
+    }
+
+    // MARK: Ports
+
+    public func add(_ port: TKPort, forMode mode: Mode) {
+        lock.withLock {
+            if mode == .common && !commonItems.ports.contains(where: { $0 === port }) { commonItems.ports.append(port) }
+            for m in expand(mode) where !items(m).ports.contains(where: { $0 === port }) { items(m).ports.append(port) }
+        }
+    }
+
+    public func remove(_ port: TKPort, forMode mode: Mode) {
+        lock.withLock {
+            if mode == .common { _ = ModeItems.remove(port, from: &commonItems.ports) }
+            for m in expand(mode) { _ = ModeItems.remove(port, from: &items(m).ports) }
+        }
+    }
+
+    // MARK: Perform blocks, stop, wake
+
+    /// Runs `block` on the loop's thread during a pass in one of `modes` (`.common`: any common
+    /// mode), after the blocks queued before it. From another thread this also wakes the loop.
+    public func perform(inModes modes: [Mode] = [.common], _ block: @escaping @Sendable () -> Void) {
+        lock.withLock { blocks.append((modes, block)) }
+        if SystemCall.currentThreadID != ownerThread { wakeUp() }
+    }
+
+    /// Takes the queued blocks that may run in `mode`, in order, leaving the others. Loop thread.
+    func takeBlocks(for mode: Mode) -> [@Sendable () -> Void] {
+        lock.withLock {
+            guard !blocks.isEmpty else { return [] }
+            let common = commonModes.contains(mode)
+            var runnable: [@Sendable () -> Void] = []
+            var kept: [(modes: [Mode], block: @Sendable () -> Void)] = []
+            for entry in blocks {
+                if entry.modes.contains(mode) || (common && entry.modes.contains(.common)) {
+                    runnable.append(entry.block)
+                } else {
+                    kept.append(entry)
+                }
+            }
+            blocks = kept
+            return runnable
+        }
+    }
+
+    /// Whether blocks wait for `mode`. Caller holds lock.
+    func hasBlocksLocked(for mode: Mode) -> Bool {
+        let common = commonModes.contains(mode)
+        return blocks.contains { $0.modes.contains(mode) || (common && $0.modes.contains(.common)) }
+    }
+
+    /// Ends the innermost run in progress (with no run in progress: no effect). Any thread.
+    public func stop() {
+        guard runDepth.load(ordering: .acquiring) > 0 else { return }
+        stopRequested.store(true, ordering: .releasing)
+        wakeUp()
+    }
+
+    /// Wakes the loop if it sleeps (or makes its next sleep return at once). Coalesced: while a
+    /// wake-up is outstanding, further calls write nothing. Sequentially consistent exchange:
+    /// pairs with the loop's clear of `wakePending` before it looks at its queues again.
+    public func wakeUp() {
+        if !wakePending.exchange(true, ordering: .sequentiallyConsistent) { poll.wake() }
+    }
+
+    func pushMode(_ mode: Mode) { lock.withLock { currentModeStack.append(mode) } }
+    func popMode() { lock.withLock { _ = currentModeStack.popLast() } }
+}

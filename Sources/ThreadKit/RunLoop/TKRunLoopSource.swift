@@ -1,0 +1,55 @@
+// TKRunLoopSource: a version-0 (custom) input source, CFRunLoopSource's role. Thread-safe:
+// `signal` and `invalidate` from any thread; `perform` runs on the thread of a loop that has it
+// in its current mode. `memberships` (the loops and modes it was added to) is guarded by its own
+// lock, taken only while no loop lock is held.
+import Synchronization
+
+/// A custom input source. Another thread calls `signal()` and then `wakeUp()` on the target loop;
+/// the loop calls `perform` during its next pass in a mode that holds the source.
+public final class TKRunLoopSource: @unchecked Sendable {
+    public let order: Int
+    let scheduleCallback: (@Sendable (TKRunLoop, TKRunLoop.Mode) -> Void)?
+    let cancelCallback: (@Sendable (TKRunLoop, TKRunLoop.Mode) -> Void)?
+    let performCallback: @Sendable () -> Void
+
+    private let signalled = Atomic<Bool>(false)
+    private let valid = Atomic<Bool>(true)
+    let memberships = Protected<[RunLoopMembership]>([])
+
+    public init(order: Int = 0,
+                schedule: (@Sendable (TKRunLoop, TKRunLoop.Mode) -> Void)? = nil,
+                cancel: (@Sendable (TKRunLoop, TKRunLoop.Mode) -> Void)? = nil,
+                perform: @escaping @Sendable () -> Void) {
+        self.order = order
+        scheduleCallback = schedule
+        cancelCallback = cancel
+        performCallback = perform
+    }
+
+    /// Marks the source as ready to perform. Does not wake the loop: call `wakeUp()` on it.
+    /// Releasing: pairs with the loop's acquiring exchange, so data prepared before signalling is
+    /// visible to `perform`.
+    public func signal() { if isValid { signalled.store(true, ordering: .releasing) } }
+
+    public var isSignaled: Bool { signalled.load(ordering: .acquiring) }
+
+    /// Clears the signal; true if it was set (the loop then performs). Loop thread.
+    func consumeSignal() -> Bool { signalled.exchange(false, ordering: .acquiringAndReleasing) }
+
+    /// Removes the source from every loop and mode (calling `cancel` for each) and stops it for good.
+    public func invalidate() {
+        guard valid.exchange(false, ordering: .acquiringAndReleasing) else { return }
+        signalled.store(false, ordering: .relaxed)
+        for membership in memberships.withLock({ list in defer { list.removeAll() }; return list }) {
+            membership.loop?.detach(self, from: membership.mode)
+        }
+    }
+
+    public var isValid: Bool { valid.load(ordering: .acquiring) }
+}
+
+/// One (loop, mode) pair an item was added to; the loop is weak so items do not keep loops alive.
+struct RunLoopMembership {
+    weak var loop: TKRunLoop?
+    let mode: TKRunLoop.Mode
+}

@@ -1,0 +1,108 @@
+// TKTimer: NSTimer/CFRunLoopTimer with ContinuousClock deadlines. Thread-safe. `state` (fire date,
+// tolerance, validity, the one loop and the modes it is in, generation) is guarded by the timer's
+// own lock; a loop may read it while holding its loop lock (lock order: loop lock, then timer).
+// The block runs on the loop's thread.
+import Synchronization
+
+/// A timer that fires its block on a run loop: never early, at most `tolerance` late when the loop
+/// is free, and — when repeating — on its original schedule: fires missed while the loop was busy
+/// are skipped, not caught up.
+public final class TKTimer: @unchecked Sendable {
+    struct State {
+        var fireDate: ContinuousClock.Instant
+        var tolerance: Duration = .zero
+        var valid = true
+        /// Bumped whenever the fire date changes; heap entries of older generations are dead.
+        var generation: UInt64 = 0
+        weak var loop: TKRunLoop?
+        var modes: Set<TKRunLoop.Mode> = []
+    }
+
+    /// A repeating timer fires every `interval`. Repeating intervals below 0.1 ms (including zero
+    /// and negative ones) become 0.1 ms, as in Foundation.
+    public let interval: Duration
+    let repeats: Bool
+    let block: @Sendable (TKTimer) -> Void
+    let state: Protected<State>
+
+    public init(fireAt date: ContinuousClock.Instant, interval: Duration, repeats: Bool,
+                block: @escaping @Sendable (TKTimer) -> Void) {
+        self.interval = repeats ? max(interval, .microseconds(100)) : interval
+        self.repeats = repeats
+        self.block = block
+        state = Protected(State(fireDate: date))
+    }
+
+    public convenience init(interval: Duration, repeats: Bool, block: @escaping @Sendable (TKTimer) -> Void) {
+        self.init(fireAt: .now + max(interval, .zero), interval: interval, repeats: repeats, block: block)
+    }
+
+    /// Creates a timer and adds it to the current thread's run loop in the default mode.
+    @discardableResult
+    public static func scheduledTimer(withInterval interval: Duration, repeats: Bool,
+                                      block: @escaping @Sendable (TKTimer) -> Void) -> TKTimer {
+        let timer = TKTimer(interval: interval, repeats: repeats, block: block)
+        TKRunLoop.current.add(timer, forMode: .default)
+        return timer
+    }
+
+    /// When the timer fires next. Setting it reschedules the timer on its loop.
+    public var fireDate: ContinuousClock.Instant {
+        get { state.current.fireDate }
+        set {
+            let loop = state.withLock { s -> TKRunLoop? in
+                s.fireDate = newValue
+                s.generation &+= 1
+                return s.loop
+            }
+            loop?.reschedule(self)
+        }
+    }
+
+    /// How late the timer may fire so the loop can serve several timers with one wakeup. Default 0.
+    public var tolerance: Duration {
+        get { state.current.tolerance }
+        set { state.withLock { $0.tolerance = max(newValue, .zero) } }
+    }
+
+    /// Runs the block now, on the calling thread. A repeating timer keeps its schedule; a
+    /// non-repeating one is invalidated afterwards.
+    public func fire() {
+        guard isValid else { return }
+        block(self)
+        if !repeats { invalidate() }
+    }
+
+    /// Stops the timer for good and removes it from its loop.
+    public func invalidate() {
+        let (loop, modes) = state.withLock { s -> (TKRunLoop?, Set<TKRunLoop.Mode>) in
+            guard s.valid else { return (nil, []) }
+            s.valid = false
+            defer { s.modes = [] }
+            return (s.loop, s.modes)
+        }
+        for mode in modes { loop?.detach(self, from: mode) }
+    }
+
+    public var isValid: Bool { state.current.valid }
+
+    /// After a fire at the loop: the next slot of the original schedule strictly after `now`
+    /// (missed slots are skipped), or invalidation for a one-shot timer. Returns the loop to
+    /// reschedule on, if any.
+    func advance(after now: ContinuousClock.Instant) -> TKRunLoop? {
+        guard repeats else {
+            invalidate()
+            return nil
+        }
+        return state.withLock { s -> TKRunLoop? in
+            guard s.valid else { return nil }
+            if s.fireDate <= now {
+                let missed = (now - s.fireDate) / interval   // whole intervals already past
+                s.fireDate = s.fireDate + interval * (Int(missed) + 1)
+                if s.fireDate <= now { s.fireDate = s.fireDate + interval }
+            }
+            s.generation &+= 1
+            return s.loop
+        }
+    }
+}

@@ -1,0 +1,295 @@
+// TKRunLoop: run results, perform blocks, version-0 sources, observers, modes and common modes,
+// stop/wakeUp, nested runs, misuse, and no leaked descriptors. Timers: RunLoopTimerTests.
+@testable import ThreadKit
+import Foundation
+import Synchronization
+import XCTest
+
+/// A TKThread running its own loop until told to stop, for cross-thread tests.
+final class LoopThread: @unchecked Sendable {
+    let thread: TKThread
+    private let ready = DispatchSemaphore(value: 0)
+    private let loopBox = Shared<TKRunLoop?>(nil)   // written once by the thread before `ready`
+    let keepAlive = TKRunLoopSource {}
+    let done = Flag()
+
+    init(name: String = "loop") {
+        let box = loopBox, ready = ready, keepAlive = keepAlive, done = done
+        thread = TKThread(name: name) {
+            let loop = TKRunLoop.current
+            loop.add(keepAlive, forMode: .default)
+            box.value = loop
+            ready.signal()
+            while !done.isSet {
+                _ = loop.run(mode: .default, before: .now + .seconds(60))
+            }
+        }
+        thread.start()
+        ready.wait()
+    }
+
+    var loop: TKRunLoop { loopBox.value! }
+
+    func finish() {
+        done.set()
+        loop.stop()
+        loop.wakeUp()
+        XCTAssertTrue(thread.join(until: .now + .seconds(30)))
+    }
+}
+
+final class RunLoopTests: XCTestCase {
+    let custom: TKRunLoop.Mode = "custom"
+
+    func testAnEmptyModeReturnsAtOnce() {
+        let loop = TKRunLoop.current
+        XCTAssertEqual(loop.run(mode: "nothing-here", for: .seconds(30), returnAfterSourceHandled: false), .finished)
+        XCTAssertFalse(loop.run(mode: "nothing-here", before: .now + .seconds(30)))
+        loop.run(until: .now + .seconds(30))   // default mode empty too: returns at once
+    }
+
+    func testCurrentIsOnePerThreadAndMainIsTheMainThreads() {
+        XCTAssertTrue(TKRunLoop.current === TKRunLoop.current)
+        XCTAssertTrue(TKRunLoop.current === TKRunLoop.main, "tests run on the main thread")
+        let other = Shared<TKRunLoop?>(nil)
+        let t = TKThread { other.value = TKRunLoop.current }
+        t.start()
+        t.join()
+        XCTAssertTrue(other.value !== TKRunLoop.main)
+    }
+
+    func testPerformBlocksRunInOrderOnTheLoopThread() {
+        let loop = TKRunLoop.current
+        let order = Shared<[Int]>([])
+        for i in 0..<5 { loop.perform { order.value.append(i) } }
+        XCTAssertEqual(loop.run(mode: .default, for: .zero, returnAfterSourceHandled: false), .timedOut)
+        XCTAssertEqual(order.value, [0, 1, 2, 3, 4])
+    }
+
+    func testPerformFromAnotherThreadWakesASleepingLoop() {
+        let worker = LoopThread()
+        defer { worker.finish() }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { worker.loop.isWaiting }, "the loop never slept")
+        let ranOn = Shared<UInt32>(0)
+        let done = DispatchSemaphore(value: 0)
+        worker.loop.perform {
+            ranOn.value = UInt32(KernelThread.currentID())
+            done.signal()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success, "perform did not wake the loop")
+        XCTAssertEqual(ranOn.value, worker.thread.attributes.current.tid)
+    }
+
+    func testCrossThreadPerformBlocksAllRunExactlyOnceInOrder() {
+        let worker = LoopThread()
+        defer { worker.finish() }
+        let count = stress(100_000)
+        let seen = Shared<[Int]>([])   // loop thread only until `done`
+        let done = DispatchSemaphore(value: 0)
+        for i in 0..<count {
+            worker.loop.perform {
+                seen.value.append(i)
+                if i == count - 1 { done.signal() }
+            }
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 60), .success)
+        XCTAssertEqual(seen.value.count, count)
+        XCTAssertTrue(seen.value.elementsEqual(0..<count))
+    }
+
+    func testBlocksForOtherModesWait() {
+        let loop = TKRunLoop.current
+        let ran = Shared<[String]>([])
+        loop.perform(inModes: [custom]) { ran.value.append("custom") }
+        loop.perform(inModes: [.default]) { ran.value.append("default") }
+        loop.run(mode: .default, for: .zero, returnAfterSourceHandled: false)
+        XCTAssertEqual(ran.value, ["default"])
+        loop.run(mode: custom, for: .zero, returnAfterSourceHandled: false)
+        XCTAssertEqual(ran.value, ["default", "custom"])
+    }
+
+    // MARK: Sources
+
+    func testASignalledSourcePerformsOnTheLoopThreadAfterWakeUp() {
+        let worker = LoopThread()
+        defer { worker.finish() }
+        let performed = DispatchSemaphore(value: 0)
+        let scheduled = Shared<[String]>([])   // guarded by lock
+        let lock = NSLock()
+        let source = TKRunLoopSource(order: 0, schedule: { _, mode in lock.lock(); scheduled.value.append("schedule \(mode)"); lock.unlock() },
+                                     cancel: { _, mode in lock.lock(); scheduled.value.append("cancel \(mode)"); lock.unlock() }) {
+            performed.signal()
+        }
+        worker.loop.add(source, forMode: .default)
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { worker.loop.isWaiting })
+        source.signal()
+        XCTAssertTrue(source.isSignaled)
+        worker.loop.wakeUp()
+        XCTAssertEqual(performed.wait(timeout: .now() + 30), .success)
+        XCTAssertFalse(source.isSignaled)
+        source.invalidate()
+        XCTAssertFalse(source.isValid)
+        source.signal()   // ignored once invalid
+        XCTAssertFalse(source.isSignaled)
+        lock.lock(); defer { lock.unlock() }
+        XCTAssertEqual(scheduled.value, ["schedule kCFRunLoopDefaultMode", "cancel kCFRunLoopDefaultMode"])
+    }
+
+    func testSourcesPerformInOrderAndCountAsHandled() {
+        let loop = TKRunLoop.current
+        let log = Shared<[Int]>([])
+        let sources = [3, 1, 2].map { n in TKRunLoopSource(order: n) { log.value.append(n) } }
+        for s in sources { loop.add(s, forMode: custom); s.signal() }
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: true), .handledSource)
+        XCTAssertEqual(log.value, [1, 2, 3])
+        for s in sources { loop.remove(s, forMode: custom) }
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: true), .finished)
+    }
+
+    // MARK: Observers
+
+    func testObserverTraceOfAPassWokenByATimer() {
+        let loop = TKRunLoop.current
+        let trace = Shared<[String]>([])
+        let observer = TKRunLoopObserver(activities: .allActivities) { _, activity in trace.value.append("\(activity)") }
+        loop.add(observer, forMode: custom)
+        let timer = TKTimer(interval: .milliseconds(5), repeats: false) { _ in trace.value.append("timer") }
+        loop.add(timer, forMode: custom)
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: false), .finished)
+        loop.remove(observer, forMode: custom)
+        XCTAssertEqual(trace.value, ["entry", "beforeTimers", "beforeSources", "beforeWaiting", "afterWaiting", "timer", "exit"])
+    }
+
+    func testANonRepeatingObserverIsCalledOnceThenInvalidated() {
+        let loop = TKRunLoop.current
+        let calls = Shared(0)
+        let once = TKRunLoopObserver(activities: [.entry, .exit], repeats: false) { _, _ in calls.value += 1 }
+        loop.add(once, forMode: custom)
+        let keep = TKRunLoopSource {}
+        loop.add(keep, forMode: custom)
+        loop.run(mode: custom, for: .zero, returnAfterSourceHandled: false)
+        loop.run(mode: custom, for: .zero, returnAfterSourceHandled: false)
+        XCTAssertEqual(calls.value, 1)
+        XCTAssertFalse(once.isValid)
+        keep.invalidate()
+    }
+
+    func testObserversRunInOrder() {
+        let loop = TKRunLoop.current
+        let log = Shared<[Int]>([])
+        let observers = [5, -1, 2].map { n in TKRunLoopObserver(activities: .entry, order: n) { _, _ in log.value.append(n) } }
+        for o in observers { loop.add(o, forMode: custom) }
+        let keep = TKRunLoopSource {}
+        loop.add(keep, forMode: custom)
+        loop.run(mode: custom, for: .zero, returnAfterSourceHandled: false)
+        XCTAssertEqual(log.value, [-1, 2, 5])
+        keep.invalidate()
+        for o in observers { o.invalidate() }
+    }
+
+    // MARK: Modes
+
+    func testItemsOfAnotherModeAreIgnored() {
+        let loop = TKRunLoop.current
+        let ran = Shared(false)
+        let source = TKRunLoopSource { ran.value = true }
+        loop.add(source, forMode: custom)
+        source.signal()
+        let keep = TKRunLoopSource {}
+        loop.add(keep, forMode: "other")
+        loop.run(mode: "other", for: .zero, returnAfterSourceHandled: false)
+        XCTAssertFalse(ran.value, "a source of another mode ran")
+        loop.run(mode: custom, for: .zero, returnAfterSourceHandled: false)
+        XCTAssertTrue(ran.value)
+        source.invalidate()
+        keep.invalidate()
+    }
+
+    func testCommonItemsJoinModesAddedLater() {
+        let worker = LoopThread()
+        defer { worker.finish() }
+        let loop = worker.loop
+        let modes = Shared<[String]>([])   // loop thread only until read after a perform round trip
+        let source = TKRunLoopSource(schedule: { _, mode in modes.value.append(mode.rawValue) }) {}
+        loop.add(source, forMode: .common)
+        loop.addCommonMode("tracking")
+        XCTAssertEqual(Set(modes.value), ["kCFRunLoopDefaultMode", "tracking"])
+        source.invalidate()
+    }
+
+    // MARK: Stop, wake, results
+
+    func testStopFromAnotherThreadEndsRun() {
+        let stopped = DispatchSemaphore(value: 0)
+        let loopBox = Shared<TKRunLoop?>(nil)
+        let t = TKThread {
+            let loop = TKRunLoop.current
+            loopBox.value = loop
+            loop.add(TKRunLoopSource {}, forMode: .default)
+            loop.run()
+            stopped.signal()
+        }
+        t.start()
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { loopBox.value?.isWaiting ?? false })
+        loopBox.value!.stop()
+        XCTAssertEqual(stopped.wait(timeout: .now() + 30), .success)
+        t.join()
+    }
+
+    func testStopWithNoRunInProgressHasNoEffect() {
+        let loop = TKRunLoop.current
+        let keep = TKRunLoopSource {}
+        loop.add(keep, forMode: custom)
+        loop.stop()
+        let deadline = ContinuousClock.now + .milliseconds(20)
+        XCTAssertEqual(loop.run(mode: custom, for: .milliseconds(20), returnAfterSourceHandled: false), .timedOut)
+        XCTAssertGreaterThanOrEqual(ContinuousClock.now, deadline, "timed out early")
+        keep.invalidate()
+    }
+
+    func testNegativeDurationsCountAsZero() {
+        let loop = TKRunLoop.current
+        let keep = TKRunLoopSource {}
+        loop.add(keep, forMode: custom)
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(-5), returnAfterSourceHandled: false), .timedOut)
+        keep.invalidate()
+    }
+
+    func testNestedRunInAnotherModeFromACallback() {
+        let loop = TKRunLoop.current
+        let seen = Shared<[String]>([])
+        let inner = TKRunLoopSource { seen.value.append("inner source in \(loop.currentMode?.rawValue ?? "-")") }
+        loop.add(inner, forMode: "inner")
+        let outer = TKRunLoopSource {
+            seen.value.append("outer in \(loop.currentMode?.rawValue ?? "-")")
+            inner.signal()
+            loop.run(mode: "inner", for: .seconds(30), returnAfterSourceHandled: true)
+            seen.value.append("back in \(loop.currentMode?.rawValue ?? "-")")
+        }
+        loop.add(outer, forMode: custom)
+        outer.signal()
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: true), .handledSource)
+        XCTAssertEqual(seen.value, ["outer in custom", "inner source in inner", "back in custom"])
+        XCTAssertNil(loop.currentMode)
+        inner.invalidate()
+        outer.invalidate()
+    }
+
+    func testRunningAnotherThreadsLoopStopsTheProcess() throws {
+        let result = try ChildProcess.run("runloop-foreign-run")
+        XCTAssertTrue(result.signalled || result.status != 0)
+        XCTAssertTrue(result.standardError.contains("ThreadKit misuse: TKRunLoop.run called on thread"), result.standardError)
+        XCTAssertTrue(result.standardError.contains("the main thread"), result.standardError)
+    }
+
+    func testThreadsLoopsLeaveNoFileDescriptorsBehind() throws {
+        func openDescriptors() throws -> Int { try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count }
+        let before = try openDescriptors()
+        for _ in 0..<stress(10_000) {
+            let t = TKThread { _ = TKRunLoop.current }
+            t.start()
+            t.join()
+        }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { (try? openDescriptors()) == before }, "descriptors leaked: \(before) before")
+    }
+}

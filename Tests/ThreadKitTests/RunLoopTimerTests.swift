@@ -1,0 +1,154 @@
+// TKTimer on TKRunLoop: never early, deadline order, skipped (not caught-up) repeats, fire(),
+// invalidate(), fire-date changes, several modes, tolerance, cross-thread rescheduling.
+import Foundation
+import Synchronization
+import ThreadKit
+import XCTest
+
+final class RunLoopTimerTests: XCTestCase {
+    let custom: TKRunLoop.Mode = "timers"
+
+    func testAOneShotTimerNeverFiresEarly() {
+        let loop = TKRunLoop.current
+        for ms in [1, 10, 30] {
+            let due = ContinuousClock.now + .milliseconds(ms)
+            let firedAt = Shared<ContinuousClock.Instant?>(nil)
+            loop.add(TKTimer(fireAt: due, interval: .zero, repeats: false) { _ in firedAt.value = .now }, forMode: custom)
+            XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: false), .finished)
+            XCTAssertGreaterThanOrEqual(firedAt.value!, due, "fired before its fire date")
+        }
+    }
+
+    func testAThousandTimersFireExactlyOnceInDeadlineOrder() {
+        let loop = TKRunLoop.current
+        var generator = SystemRandomNumberGenerator()
+        let start = ContinuousClock.now + .milliseconds(5)
+        let fired = Shared<[(Int, ContinuousClock.Instant)]>([])
+        var dues: [ContinuousClock.Instant] = []
+        for i in 0..<1000 {
+            let due = start + .microseconds(Int.random(in: 0..<200_000, using: &generator))
+            dues.append(due)
+            loop.add(TKTimer(fireAt: due, interval: .zero, repeats: false) { _ in fired.value.append((i, .now)) }, forMode: custom)
+        }
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(60), returnAfterSourceHandled: false), .finished)
+        XCTAssertEqual(fired.value.count, 1000)
+        XCTAssertEqual(Set(fired.value.map(\.0)).count, 1000, "a timer fired twice")
+        let order = fired.value.map(\.0)
+        let expected = (0..<1000).sorted { dues[$0] != dues[$1] ? dues[$0] < dues[$1] : $0 < $1 }
+        XCTAssertEqual(order, expected, "not in deadline order")
+        for (i, at) in fired.value { XCTAssertGreaterThanOrEqual(at, dues[i]) }
+    }
+
+    func testARepeatingTimerSkipsFiresMissedByASlowHandler() {
+        let loop = TKRunLoop.current
+        let interval = Duration.milliseconds(20)
+        let first = ContinuousClock.now + interval
+        let fires = Shared<[ContinuousClock.Instant]>([])
+        let timer = TKTimer(fireAt: first, interval: interval, repeats: true) { t in
+            fires.value.append(.now)
+            if fires.value.count == 1 { TKThread.sleep(for: .milliseconds(70)) }   // misses slots 2, 3 and 4
+            if fires.value.count == 3 { t.invalidate() }
+        }
+        loop.add(timer, forMode: custom)
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: false), .finished)
+        XCTAssertEqual(fires.value.count, 3)
+        // The missed slots (first+20, +40, +60) are dropped: the next fire is the slot after the
+        // handler returned (first+80), not three quick catch-up fires.
+        XCTAssertGreaterThanOrEqual(fires.value[1], first + .milliseconds(80))
+        XCTAssertGreaterThanOrEqual(fires.value[2], first + .milliseconds(100), "the schedule kept its original slots")
+    }
+
+    func testFireRunsNowAndInvalidatesAOneShotTimer() {
+        let calls = Shared(0)
+        let oneShot = TKTimer(interval: .seconds(60), repeats: false) { _ in calls.value += 1 }
+        oneShot.fire()
+        XCTAssertEqual(calls.value, 1)
+        XCTAssertFalse(oneShot.isValid)
+        oneShot.fire()
+        XCTAssertEqual(calls.value, 1)
+        let repeating = TKTimer(interval: .seconds(60), repeats: true) { _ in calls.value += 1 }
+        repeating.fire()
+        XCTAssertTrue(repeating.isValid)
+        XCTAssertEqual(calls.value, 2)
+        repeating.invalidate()
+    }
+
+    func testInvalidatedTimersNeverFire() {
+        let loop = TKRunLoop.current
+        let fired = Shared(false)
+        let timer = TKTimer(interval: .milliseconds(1), repeats: false) { _ in fired.value = true }
+        loop.add(timer, forMode: custom)
+        timer.invalidate()
+        XCTAssertEqual(loop.run(mode: custom, for: .milliseconds(20), returnAfterSourceHandled: false), .finished)
+        XCTAssertFalse(fired.value)
+    }
+
+    func testChangingTheFireDateReschedules() {
+        let loop = TKRunLoop.current
+        let firedAt = Shared<ContinuousClock.Instant?>(nil)
+        let timer = TKTimer(interval: .seconds(3600), repeats: false) { _ in firedAt.value = .now }
+        loop.add(timer, forMode: custom)
+        XCTAssertEqual(loop.nextTimerFireDate(forMode: custom), timer.fireDate)
+        let sooner = ContinuousClock.now + .milliseconds(15)
+        timer.fireDate = sooner
+        XCTAssertEqual(loop.nextTimerFireDate(forMode: custom), sooner)
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: false), .finished)
+        XCTAssertGreaterThanOrEqual(firedAt.value!, sooner)
+        XCTAssertNil(loop.nextTimerFireDate(forMode: custom))
+    }
+
+    func testATimerInTwoModesFiresInEither() {
+        let loop = TKRunLoop.current
+        let modes = Shared<[String]>([])
+        let timer = TKTimer(fireAt: .now, interval: .milliseconds(1), repeats: true) { _ in
+            modes.value.append(loop.currentMode?.rawValue ?? "-")
+        }
+        loop.add(timer, forMode: custom)
+        loop.add(timer, forMode: "second")
+        loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: false, until: { modes.value.contains("timers") })
+        loop.run(mode: "second", for: .seconds(30), returnAfterSourceHandled: false, until: { modes.value.contains("second") })
+        timer.invalidate()
+        XCTAssertEqual(modes.value.first, "timers")
+        XCTAssertEqual(modes.value.last, "second")
+    }
+
+    func testToleranceNeverMakesATimerEarly() {
+        let loop = TKRunLoop.current
+        let due = ContinuousClock.now + .milliseconds(10)
+        let firedAt = Shared<ContinuousClock.Instant?>(nil)
+        let timer = TKTimer(fireAt: due, interval: .zero, repeats: false) { _ in firedAt.value = .now }
+        timer.tolerance = .milliseconds(5)
+        XCTAssertEqual(timer.tolerance, .milliseconds(5))
+        loop.add(timer, forMode: custom)
+        loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: false)
+        XCTAssertGreaterThanOrEqual(firedAt.value!, due)
+    }
+
+    func testScheduledTimerUsesTheCurrentLoopsDefaultMode() {
+        let fired = Shared(false)
+        TKTimer.scheduledTimer(withInterval: .milliseconds(1), repeats: false) { _ in fired.value = true }
+        TKRunLoop.current.run(until: .now + .seconds(30))
+        XCTAssertTrue(fired.value)
+    }
+
+    func testRescheduleFromAnotherThreadWakesTheLoop() {
+        let worker = LoopThread()
+        defer { worker.finish() }
+        let fired = DispatchSemaphore(value: 0)
+        let timer = TKTimer(interval: .seconds(3600), repeats: false) { _ in fired.signal() }
+        worker.loop.add(timer, forMode: .default)
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { worker.loop.isWaiting })
+        timer.fireDate = .now + .milliseconds(5)
+        XCTAssertEqual(fired.wait(timeout: .now() + 30), .success, "the sleeping loop did not re-arm for the new date")
+    }
+}
+
+extension TKRunLoop {
+    /// Runs `mode` pass by pass until `condition` holds or the time is up.
+    fileprivate func run(mode: Mode, for duration: Duration, returnAfterSourceHandled: Bool, until condition: () -> Bool) {
+        let deadline = ContinuousClock.now + duration
+        while !condition() && ContinuousClock.now < deadline {
+            _ = run(mode: mode, for: .milliseconds(50), returnAfterSourceHandled: true)
+        }
+    }
+}
