@@ -6,9 +6,16 @@ import PackageDescription
 
 let package = Package(
     name: "ThreadKitBenchmarks",
-    dependencies: [.package(name: "ThreadKit", path: "..")],
+    dependencies: [
+        .package(name: "ThreadKit", path: ".."),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+    ],
     targets: [
-        .executableTarget(name: "tkbench", dependencies: [.product(name: "ThreadKit", package: "ThreadKit")]),
+        .executableTarget(name: "tkbench", dependencies: [
+            .product(name: "ThreadKit", package: "ThreadKit"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -8,6 +8,7 @@
 #include <sys/timerfd.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -78,3 +79,5 @@ int tk_timerfd_arm(int fd, int64_t seconds, int64_t nanoseconds) {
     struct itimerspec spec = { .it_interval = {0, 0}, .it_value = { (time_t)seconds, (long)nanoseconds } };
     return timerfd_settime(fd, 0, &spec, NULL);
 }
+
+int tk_set_timer_slack(unsigned long nanoseconds) { return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0); }

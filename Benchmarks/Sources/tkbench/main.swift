@@ -1,5 +1,6 @@
 // tkbench: ThreadKit against the incumbents. `tkbench` runs every group; `tkbench GROUP…` some;
-// `--list` names the groups; `--rounds N` sets the interleaved rounds (default 11).
+// `--list` names the groups; `--rounds N` sets the interleaved rounds (default 11). The timer
+// lateness table (2 s per timer; `--quick`: 0.5 s) is printed with the runloop group or `timers`.
 import Foundation
 
 let groups: [(String, () -> [Row])] = [
@@ -8,6 +9,7 @@ let groups: [(String, () -> [Row])] = [
     ("atomics", AtomicBenchmarks.rows),
     ("idle", IdleBenchmarks.rows),
     ("threads", ThreadBenchmarks.rows),
+    ("runloop", RunLoopBenchmarks.rows),
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())
@@ -26,3 +28,6 @@ let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
 print("tkbench: \(ProcessInfo.processInfo.activeProcessorCount) cores, \(cpu); \(rounds) interleaved rounds, medians\n")
 let harness = Harness(rounds: rounds)
 for (_, rows) in selected { harness.run(rows()) }
+if arguments.isEmpty || arguments.contains("runloop") || arguments.contains("timers") {
+    RunLoopBenchmarks.timerLateness(seconds: arguments.contains("--quick") ? 0.5 : 2)
+}

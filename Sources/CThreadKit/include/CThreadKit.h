@@ -45,6 +45,9 @@ int tk_timerfd(void);
 /// Arms `fd` to expire once after `seconds` + `nanoseconds` (relative); both 0 disarms it.
 int tk_timerfd_arm(int fd, int64_t seconds, int64_t nanoseconds);
 
+/// prctl(PR_SET_TIMERSLACK, nanoseconds) for the calling thread (prctl is variadic).
+int tk_set_timer_slack(unsigned long nanoseconds);
+
 /// Linux scheduling policies that Swift's Glibc module hides (GNU extensions); values from
 /// <linux/sched.h>.
 #define TK_SCHED_BATCH 3

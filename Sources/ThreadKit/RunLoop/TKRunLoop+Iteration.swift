@@ -42,6 +42,7 @@ extension TKRunLoop {
             misuse("TKRunLoop.run(mode: .common): .common is a pseudo-mode and cannot be run. Fix: run .default or a named mode.")
         }
         if isEmpty(mode) { return .finished }
+        reduceTimerSlackOnce()
         pushMode(mode)
         runDepth.wrappingAdd(1, ordering: .acquiringAndReleasing)
         defer {
@@ -80,6 +81,14 @@ extension TKRunLoop {
         return nil
     }
 
+    /// Linux delays a thread's timer wakeups by up to 50 µs ("timer slack") to batch them. The
+    /// loop coalesces its own timers through `tolerance`, so its thread asks for 1 µs of slack.
+    private func reduceTimerSlackOnce() {
+        guard !timerSlackReduced else { return }
+        timerSlackReduced = true
+        SystemCall.setTimerSlack(nanoseconds: 1_000)
+    }
+
     private func checkOwner(_ call: String) {
         let tid = SystemCall.currentThreadID
         if tid != ownerThread {
@@ -100,7 +109,11 @@ extension TKRunLoop {
 
     /// Calls the observers of `mode` watching `activity`, in order; non-repeating ones once.
     private func notify(_ activity: TKRunLoopActivity, _ mode: Mode) {
-        let observers = lock.withLock { itemsLocked(mode)?.observers.filter { $0.activities.contains(activity) } ?? [] }
+        let observers = lock.withLock { () -> [TKRunLoopObserver] in
+            guard let all = itemsLocked(mode)?.observers, !all.isEmpty else { return [] }
+            return all.filter { $0.activities.contains(activity) }
+        }
+        if observers.isEmpty { return }
         for observer in observers where observer.isValid {
             observer.handler(observer, activity)
             if !observer.repeats { observer.invalidate() }
@@ -109,7 +122,7 @@ extension TKRunLoop {
 
     /// Runs the perform blocks queued for `mode`, in order of arrival.
     private func runBlocks(_ mode: Mode) {
-        for block in takeBlocks(for: mode) { block() }
+        drainBlocks(for: mode)
     }
 
     /// Performs the signalled version-0 sources of `mode` in `order`. True if any ran.
@@ -154,9 +167,23 @@ extension TKRunLoop {
             armedWake = wakeAt
         }
         setWaiting(!mustPoll)
-        poll.wait(block: !mustPoll) { token, _ in
-            if token == EventPoll.timerToken { armedWake = nil }
+        // While other threads keep sending work (the last sleep ended with a wake-up), poll the
+        // wake flag for a few microseconds before sleeping: the next post usually lands within
+        // that window, and catching it here saves the tens of microseconds a kernel wakeup costs
+        // on these machines. An idle loop, or one woken only by timers, does not spin.
+        var block = !mustPoll
+        if block && spinBeforeSleep {
+            var spin = SpinWait(limit: SpinWait.loopLimit)
+            while spin.spin() {
+                if wakePending.load(ordering: .relaxed) { block = false; break }
+            }
         }
+        var wokenByPost = !block && !mustPoll
+        poll.wait(block: block) { token, _ in
+            if token == EventPoll.timerToken { armedWake = nil }
+            if token == EventPoll.wakeToken { wokenByPost = true }
+        }
+        spinBeforeSleep = wokenByPost
         setWaiting(false)
         // Cleared after the eventfd was drained and before the queues are looked at again, so a
         // post that saw the flag set is found by this pass (see wakeUp).

@@ -22,13 +22,28 @@ public final class TKRunLoop: @unchecked Sendable {
     private var commonModes: Set<Mode> = [.default]                 // guarded by lock
     /// What was added to `.common`, so it joins modes added to the common set later.
     private let commonItems = ModeItems()                           // guarded by lock
-    /// Pending perform blocks in order of arrival, each with the modes it may run in.
-    private var blocks: [(modes: [Mode], block: @Sendable () -> Void)] = []   // guarded by lock
+    /// A queued perform block and the modes it may run in (`nil`: the common modes, the usual case,
+    /// kept apart so draining needs no string comparisons).
+    struct PendingBlock {
+        let modes: [Mode]?
+        let block: @Sendable () -> Void
+    }
+
+    /// Pending perform blocks in order of arrival. Guarded by lock.
+    private var blocks: [PendingBlock] = []
+    /// The loop thread's drain buffer, swapped with `blocks` under the lock so neither array is
+    /// reallocated per drain. Loop thread only (outside the swap).
+    private var draining: [PendingBlock] = []
     private var currentModeStack: [Mode] = []                       // guarded by lock; written by the loop thread
 
     let poll = EventPoll()
     /// The deadline the timerfd is armed for (nil: disarmed). Loop thread only.
     var armedWake: ContinuousClock.Instant?
+    /// Whether the last sleep was ended by a cross-thread wake-up, so the next one spins briefly
+    /// first (see `sleep`). Loop thread only.
+    var spinBeforeSleep = false
+    /// Whether this loop's thread has had its timer slack reduced. Loop thread only.
+    var timerSlackReduced = false
     /// Nesting depth of `run` calls in progress. Written by the loop thread; read by `stop()`.
     let runDepth = Atomic<Int>(0)
     /// Set by `stop()`, consumed by the innermost run.
@@ -264,33 +279,45 @@ public final class TKRunLoop: @unchecked Sendable {
     /// Runs `block` on the loop's thread during a pass in one of `modes` (`.common`: any common
     /// mode), after the blocks queued before it. From another thread this also wakes the loop.
     public func perform(inModes modes: [Mode] = [.common], _ block: @escaping @Sendable () -> Void) {
-        lock.withLock { blocks.append((modes, block)) }
+        enqueue(PendingBlock(modes: modes.count == 1 && modes[0] == .common ? nil : modes, block: block))
+    }
+
+    /// `perform(inModes: [.common], block)` without building the modes array: the common case,
+    /// and the one a trailing-closure call `loop.perform { … }` resolves to.
+    public func perform(_ block: @escaping @Sendable () -> Void) {
+        enqueue(PendingBlock(modes: nil, block: block))
+    }
+
+    private func enqueue(_ entry: PendingBlock) {
+        lock.withLock { blocks.append(entry) }
         if SystemCall.currentThreadID != ownerThread { wakeUp() }
     }
 
-    /// Takes the queued blocks that may run in `mode`, in order, leaving the others. Loop thread.
-    func takeBlocks(for mode: Mode) -> [@Sendable () -> Void] {
-        lock.withLock {
-            guard !blocks.isEmpty else { return [] }
-            let common = commonModes.contains(mode)
-            var runnable: [@Sendable () -> Void] = []
-            var kept: [(modes: [Mode], block: @Sendable () -> Void)] = []
-            for entry in blocks {
-                if entry.modes.contains(mode) || (common && entry.modes.contains(.common)) {
-                    runnable.append(entry.block)
-                } else {
-                    kept.append(entry)
-                }
-            }
-            blocks = kept
-            return runnable
+    /// Runs the queued blocks that may run in `mode`, in order of arrival, with the lock released;
+    /// the others stay queued, ahead of blocks posted meanwhile. Loop thread only.
+    func drainBlocks(for mode: Mode) {
+        let common = lock.withLock { () -> Bool in
+            swap(&blocks, &draining)
+            return commonModes.contains(mode)
         }
+        guard !draining.isEmpty else { return }
+        var deferred: [PendingBlock] = []
+        for entry in draining {
+            if Self.accepts(entry, mode, common) { entry.block() } else { deferred.append(entry) }
+        }
+        draining.removeAll(keepingCapacity: true)
+        if !deferred.isEmpty { lock.withLock { blocks.insert(contentsOf: deferred, at: 0) } }
+    }
+
+    private static func accepts(_ entry: PendingBlock, _ mode: Mode, _ modeIsCommon: Bool) -> Bool {
+        guard let modes = entry.modes else { return modeIsCommon }
+        return modes.contains(mode) || (modeIsCommon && modes.contains(.common))
     }
 
     /// Whether blocks wait for `mode`. Caller holds lock.
     func hasBlocksLocked(for mode: Mode) -> Bool {
         let common = commonModes.contains(mode)
-        return blocks.contains { $0.modes.contains(mode) || (common && $0.modes.contains(.common)) }
+        return blocks.contains { Self.accepts($0, mode, common) }
     }
 
     /// Ends the innermost run in progress (with no run in progress: no effect). Any thread.
@@ -304,6 +331,8 @@ public final class TKRunLoop: @unchecked Sendable {
     /// wake-up is outstanding, further calls write nothing. Sequentially consistent exchange:
     /// pairs with the loop's clear of `wakePending` before it looks at its queues again.
     public func wakeUp() {
+        // The plain load skips the read-modify-write while a wake-up is already outstanding.
+        if wakePending.load(ordering: .sequentiallyConsistent) { return }
         if !wakePending.exchange(true, ordering: .sequentiallyConsistent) { poll.wake() }
     }
 

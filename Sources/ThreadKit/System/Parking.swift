@@ -87,6 +87,8 @@ struct SpinWait {
     static let lockLimit = 100
     /// For condition waits: covers the signalling thread's round trip through a critical section.
     static let conditionLimit = 2_000
+    /// For a run loop about to sleep while work is flowing in from other threads.
+    static let loopLimit = 2_000
 
     /// Spins once (a CPU relax hint). Returns false when the budget is spent: time to park.
     mutating func spin() -> Bool {

@@ -44,6 +44,11 @@ enum SystemCall {
         return r
     }
 
+    /// prctl(PR_SET_TIMERSLACK) for the calling thread.
+    static func setTimerSlack(nanoseconds: UInt) {
+        _ = tk_set_timer_slack(nanoseconds)
+    }
+
     static func errorName(_ code: Int32) -> String {
         guard let s = strerror(code) else { return "errno \(code)" }
         return String(cString: s)
