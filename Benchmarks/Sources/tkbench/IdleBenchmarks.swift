@@ -8,44 +8,33 @@ enum IdleBenchmarks {
     static func rows() -> [Row] {
         [Row(group: "idle", name: "CPU while a waiter idles 0.3 s", operations: 1, unit: .millisecondsPerSecond, contenders: [
             Contender(name: "TKCondition.wait") { _ in
-                idleCPU { done in
-                    let c = TKCondition()
-                    c.lock()
-                    while !done() { _ = c.wait(until: .now + .milliseconds(50)) }
-                    c.unlock()
-                }
+                let c = TKCondition(), go = Counter()
+                return idleCPU { c.lock(); while go.value == 0 { c.wait() }; c.unlock() }
+                    release: { c.lock(); go.value = 1; c.signal(); c.unlock() }
             },
             Contender(name: "TKLock.lock behind a holder") { _ in
                 let lock = TKLock()
                 lock.lock()
-                let result = idleCPU { done in
-                    lock.lock()   // released by the driver when the time is up
-                    lock.unlock()
-                } release: { lock.unlock() }
-                return result
+                return idleCPU { lock.lock(); lock.unlock() } release: { lock.unlock() }
             },
             Contender(name: "NSCondition.wait") { _ in
-                idleCPU { done in
-                    let c = NSCondition()
-                    c.lock()
-                    while !done() { _ = c.wait(until: Date() + 0.05) }
-                    c.unlock()
-                }
+                let c = NSCondition(), go = Counter()
+                return idleCPU { c.lock(); while go.value == 0 { c.wait() }; c.unlock() }
+                    release: { c.lock(); go.value = 1; c.signal(); c.unlock() }
             },
         ], reference: "NSCondition.wait", target: "≈ 0 (no busy spinning)")]
     }
 
-    /// Runs `waiter` on a thread for 0.3 s and returns the process CPU milliseconds per second.
-    static func idleCPU(_ waiter: @escaping @Sendable (@Sendable () -> Bool) -> Void,
-                        release: @escaping () -> Void = {}) -> Double {
-        let until = Date() + 0.3
+    /// Starts `waiter` on a thread, lets it wait 0.3 s, calls `release`, and returns the process
+    /// CPU milliseconds per second of waiting (thread start and wake-up included).
+    static func idleCPU(_ waiter: @escaping @Sendable () -> Void, release: () -> Void) -> Double {
         let finished = DispatchSemaphore(value: 0)
         let before = cpuNanoseconds()
         Thread {
-            waiter { Date() >= until }
+            waiter()
             finished.signal()
         }.start()
-        Thread.sleep(until: until)
+        Thread.sleep(forTimeInterval: 0.3)
         release()
         finished.wait()
         return Double(cpuNanoseconds() - before) / 1e6 / 0.3
