@@ -220,18 +220,21 @@ final class RunLoopTests: XCTestCase {
     // MARK: Stop, wake, results
 
     func testStopFromAnotherThreadEndsRun() {
-        let stopped = DispatchSemaphore(value: 0)
-        let loopBox = Shared<TKRunLoop?>(nil)
+        let stopped = DispatchSemaphore(value: 0), published = DispatchSemaphore(value: 0)
+        let loopBox = Shared<TKRunLoop?>(nil)   // written once before `published` is signalled
         let t = TKThread {
             let loop = TKRunLoop.current
-            loopBox.value = loop
             loop.add(TKRunLoopSource {}, forMode: .default)
+            loopBox.value = loop
+            published.signal()
             loop.run()
             stopped.signal()
         }
         t.start()
-        XCTAssertTrue(waitUntil(.now + .seconds(30)) { loopBox.value?.isWaiting ?? false })
-        loopBox.value!.stop()
+        published.wait()
+        let loop = loopBox.value!
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { loop.isWaiting })
+        loop.stop()
         XCTAssertEqual(stopped.wait(timeout: .now() + 30), .success)
         t.join()
     }
@@ -273,6 +276,24 @@ final class RunLoopTests: XCTestCase {
         XCTAssertNil(loop.currentMode)
         inner.invalidate()
         outer.invalidate()
+    }
+
+    func testManyWakeUpsWhileTheLoopIsBusyCostOneWrite() {
+        let worker = LoopThread()
+        defer { worker.finish() }
+        let busy = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        worker.loop.perform { busy.signal(); release.wait() }   // keeps the loop thread busy
+        busy.wait()
+        let before = worker.loop.poll.wakeWrites.load(ordering: .relaxed)
+        let ran = DispatchSemaphore(value: 0)
+        for _ in 0..<1_000 {
+            worker.loop.wakeUp()
+            worker.loop.perform { ran.signal() }
+        }
+        let writes = worker.loop.poll.wakeWrites.load(ordering: .relaxed) - before
+        release.signal()
+        for _ in 0..<1_000 { XCTAssertEqual(ran.wait(timeout: .now() + 30), .success) }
+        XCTAssertLessThanOrEqual(writes, 1, "\(writes) eventfd writes for 2,000 wake-ups while the loop was busy")
     }
 
     func testRunningAnotherThreadsLoopStopsTheProcess() throws {

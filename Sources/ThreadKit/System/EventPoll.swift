@@ -3,6 +3,7 @@
 // run loop: `wait`, `arm` and the drains run on the loop's thread only; `wake` from any thread.
 import CThreadKit
 import Glibc
+import Synchronization
 
 final class EventPoll: @unchecked Sendable {
     static let wakeToken: UInt64 = 0
@@ -11,6 +12,8 @@ final class EventPoll: @unchecked Sendable {
     private let epoll: Int32
     private let wakeFD: Int32
     private let timerFD: Int32
+    /// How many wake-up writes were made (for tests of coalescing). Relaxed: a statistic.
+    let wakeWrites = Atomic<Int>(0)
     /// Ready tokens of the last `wait`; loop thread only.
     private var tokens = [UInt64](repeating: 0, count: 64)
     private var events = [UInt32](repeating: 0, count: 64)
@@ -35,6 +38,7 @@ final class EventPoll: @unchecked Sendable {
 
     /// Makes the next (or current) `wait` return. Any thread.
     func wake() {
+        wakeWrites.wrappingAdd(1, ordering: .relaxed)
         var one: UInt64 = 1
         _ = write(wakeFD, &one, 8)
     }
