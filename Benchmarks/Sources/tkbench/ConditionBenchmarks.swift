@@ -10,30 +10,29 @@ enum ConditionBenchmarks {
     static func pingPong() -> Row {
         Row(group: "conditions", name: "condition ping-pong (round trip)", operations: 20_000, unit: .microseconds, contenders: [
             Contender(name: "TKCondition") { n in
-                let c = TKCondition(), turn = Counter()
-                return parallel(2) { me in
-                    for _ in 0..<n {
-                        c.lock()
-                        while turn.value != me { c.wait() }
-                        turn.value = 1 - me
-                        c.signal()
-                        c.unlock()
-                    }
-                }
+                let c = TKCondition()
+                return turns(n, lock: c.lock, unlock: c.unlock, wait: c.wait, signal: c.signal)
             },
             Contender(name: "NSCondition") { n in
-                let c = NSCondition(), turn = Counter()
-                return parallel(2) { me in
-                    for _ in 0..<n {
-                        c.lock()
-                        while turn.value != me { c.wait() }
-                        turn.value = 1 - me
-                        c.signal()
-                        c.unlock()
-                    }
-                }
+                let c = NSCondition()
+                return turns(n, lock: c.lock, unlock: c.unlock, wait: c.wait, signal: c.signal)
             },
         ], reference: "NSCondition", target: "≤ 0.5× NSCondition")
+    }
+
+    /// Two threads take turns `n` times each through one condition variable; returns the time.
+    static func turns(_ n: Int, lock: @escaping @Sendable () -> Void, unlock: @escaping @Sendable () -> Void,
+                      wait: @escaping @Sendable () -> Void, signal: @escaping @Sendable () -> Void) -> Double {
+        let turn = Counter()   // guarded by the condition's lock
+        return parallel(2) { me in
+            for _ in 0..<n {
+                lock()
+                while turn.value != me { wait() }
+                turn.value = 1 - me
+                signal()
+                unlock()
+            }
+        }
     }
 
     static func handoff() -> Row {
