@@ -84,7 +84,7 @@ struct SpinWait {
     init(limit: Int = SpinWait.lockLimit) { self.limit = limit }
 
     /// For lock words: the holder usually releases within a short critical section.
-    static let lockLimit = 100
+    static let lockLimit = 400
     /// For condition waits: covers the signalling thread's round trip through a critical section.
     static let conditionLimit = 2_000
     /// For a run loop about to sleep while work is flowing in from other threads.
