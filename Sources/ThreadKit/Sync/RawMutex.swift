@@ -45,7 +45,7 @@ struct RawMutex: @unchecked Sendable {
     /// Spins briefly, then parks until the mutex is acquired or the deadline passes.
     func lockSlow(_ tid: UInt32, deadline: ContinuousClock.Instant?) -> SlowResult {
         let atomic = word.pointer
-        var spin = SpinWait()
+        var spin = SpinWait.forLock()
         // Phase 1: poll without announcing ourselves, while nobody is parked.
         while true {
             let state = atomic.pointee.load(ordering: .relaxed)

@@ -232,13 +232,14 @@ open class TKThread: @unchecked Sendable {
     fileprivate func run() {
         let tid = SystemCall.currentThreadID
         TKThread.currentSlot.value = self
-        let (name, scheduling, inherited) = attributes.withLock { a in
+        // Applied under the lock so a concurrent rename or QoS change cannot be overwritten by
+        // the values read here.
+        attributes.withLock { a in
             a.tid = tid
             a.lifecycle = .executing
-            return (a.name, a.scheduling, a.inherited)
+            if a.name != nil { TKThread.applyOSName(a.name, to: tid) }
+            if a.scheduling != a.inherited { a.scheduling.apply(to: tid) }
         }
-        if name != nil { TKThread.applyOSName(name, to: tid) }
-        if scheduling != inherited { scheduling.apply(to: tid) }
         main()
         finishCurrentThread()
     }
