@@ -91,6 +91,37 @@ final class DistributedLockTests: XCTestCase {
         try lock.unlock()
     }
 
+    func testEightProcessesRacingOnAStaleLockBreakItExactlyOnce() throws {
+        // A holder killed with SIGKILL leaves a stale lock.
+        let out = Pipe()
+        let holder = try ChildProcess.start("dlock-hold", [lockPath], stdout: out)
+        XCTAssertNotNil(LineReader(out).next(timeout: 30))
+        kill(holder.processIdentifier, SIGKILL)
+        holder.waitUntilExit()
+        let lock = try TKDistributedLock(path: lockPath)
+        XCTAssertEqual(lock.holder?.isDefinitelyDead, true)
+        // Eight processes released together each try to break it and then to take it.
+        let go = directory + "/go", done = directory + "/done"
+        let pipes = (0..<8).map { _ in Pipe() }
+        let racers = try pipes.map { try ChildProcess.start("dlock-break-race", [lockPath, go, done], stdout: $0) }
+        let readers = pipes.map { LineReader($0) }
+        XCTAssertTrue(FileManager.default.createFile(atPath: go, contents: Data()))
+        let lines = readers.compactMap { $0.next(timeout: 60) }
+        XCTAssertTrue(FileManager.default.createFile(atPath: done, contents: Data()))
+        for racer in racers { racer.waitUntilExit(); XCTAssertEqual(racer.terminationStatus, 0) }
+        XCTAssertEqual(lines.count, 8)
+        XCTAssertEqual(lines.filter { $0.hasPrefix("broke=true") }.count, 1, "\(lines)")
+        XCTAssertEqual(lines.filter { $0.hasSuffix("acquired=true") }.count, 1, "\(lines)")
+    }
+
+    func testALiveHolderIsNeverBrokenConditionally() throws {
+        let holder = try TKDistributedLock(path: lockPath), other = try TKDistributedLock(path: lockPath)
+        XCTAssertTrue(holder.tryLock())
+        XCTAssertFalse(try other.breakLockIfHolderIsDead())
+        XCTAssertFalse(other.tryLock())
+        try holder.unlock()
+    }
+
     func testFourProcessesTakeTurnsWithoutOverlap() throws {
         let log = directory + "/log.txt"
         let rounds = stress(150)

@@ -102,6 +102,32 @@ public final class TKDistributedLock: @unchecked Sendable {
         }
     }
 
+    /// Breaks the lock only if its holder is definitely dead (see `Holder.isDefinitelyDead`), and
+    /// only that lock: when several processes race to break the same stale lock, exactly one does,
+    /// and a lock taken meanwhile by a live process is never broken. Returns whether it broke one.
+    ///
+    /// Breakers serialize on an flock(2) of `path.break` (released by the kernel if a breaker
+    /// dies), re-read the holder under it, and remove the entry only while it still names the dead
+    /// holder. A dead holder is only ever reported for this host, so all breakers of one stale
+    /// lock run on the host where flock sees them all.
+    public func breakLockIfHolderIsDead() throws -> Bool {
+        guard holder?.isDefinitelyDead == true else { return false }
+        let guardPath = path + ".break"
+        let fd = open(guardPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw TKError.systemCall("open", errno: errno, "TKDistributedLock \"\(path)\".breakLockIfHolderIsDead()") }
+        defer { close(fd) }
+        while flock(fd, LOCK_EX) != 0 {
+            guard errno == EINTR else { throw TKError.systemCall("flock", errno: errno, "TKDistributedLock \"\(path)\"") }
+        }
+        defer { _ = flock(fd, LOCK_UN) }
+        // Under the guard only a dead holder or another guarded breaker could change the entry, so
+        // what is read here is what gets removed.
+        guard holder?.isDefinitelyDead == true else { return false }
+        let r = SystemCall.unlink(path)
+        guard r == 0 || r == ENOENT else { throw TKError.systemCall("unlink", errno: r, "TKDistributedLock \"\(path)\"") }
+        return r == 0
+    }
+
     /// When the lock was taken (by anyone); nil when it is not held.
     public var lockDate: Date? { holder?.date }
 

@@ -11,6 +11,22 @@ enum DistributedLockRoles {
             Console.out("    child \(getpid()): locked")
             while true { TKThread.sleep(for: .seconds(3600)) }
         },
+        ChildRole(name: "dlock-break-race",
+                  usage: "PATH GO DONE (when GO exists: breakLockIfHolderIsDead, tryLock, report; stay alive until DONE exists)") { args in
+            guard args.count == 3, let lock = try? TKDistributedLock(path: args[0]) else { return 2 }
+            while access(args[1], F_OK) != 0 { TKThread.sleep(for: .microseconds(200)) }
+            do {
+                let broke = try lock.breakLockIfHolderIsDead()
+                let acquired = lock.tryLock()
+                Console.out("broke=\(broke) acquired=\(acquired)")
+                // A winner that exited at once would leave a stale lock for the next racer.
+                while access(args[2], F_OK) != 0 { TKThread.sleep(for: .milliseconds(1)) }
+                return 0
+            } catch {
+                Console.err("\(error)")
+                return 1
+            }
+        },
         ChildRole(name: "dlock-loop", usage: "PATH LOG N (N times: take the lock, log enter/exit, release)") { args in
             guard args.count == 3, let n = Int(args[2]), let lock = try? TKDistributedLock(path: args[0]) else { return 2 }
             let log = open(args[1], O_WRONLY | O_CREAT | O_APPEND, 0o644)

@@ -28,11 +28,12 @@ enum DistributedLockScenario {
         let dead = lock.holder?.isDefinitelyDead ?? false
         say.say("tryLock() → \(!stillTaken): the lock outlives its crashed holder; holder.isDefinitelyDead → \(dead)")
         try say.check(stillTaken && dead, "the crashed holder's lock was not kept, or not recognised as dead")
-        try lock.breakLock()
+        let broke = try lock.breakLockIfHolderIsDead()
         let acquired = lock.tryLock()
-        say.say("breakLock(), then tryLock() → \(acquired)")
+        say.say("breakLockIfHolderIsDead() → \(broke) (breakLock() checked: only a dead holder's lock, and only once "
+                + "among racing breakers), then tryLock() → \(acquired)")
         try lock.unlock()
-        try say.check(acquired, "could not take the lock after breaking it")
+        try say.check(broke && acquired, "could not break the dead holder's lock and take it")
         return "the lock excluded the second process, survived the crash, and was recovered with breakLock"
     }
 }
