@@ -7,25 +7,11 @@ import XCTest
 final class LockTests: XCTestCase {
     // MARK: TKLock
 
-    func testLockExcludesAcrossThreadCounts() {
-        for threads in [2, 4, 10] {
-            let lock = TKLock()
-            let counter = Shared(0)          // guarded by lock
-            let inside = Atomic<Int>(0)      // independent witness of overlap
-            let overlaps = JudgedCounter()
-            let perThread = stress(1_000_000) / threads
-            Workers.run(threads) { _ in
-                for _ in 0..<perThread {
-                    lock.lock()
-                    if inside.wrappingAdd(1, ordering: .relaxed).newValue != 1 { overlaps.add() }
-                    counter.value += 1
-                    inside.wrappingSubtract(1, ordering: .relaxed)
-                    lock.unlock()
-                }
-            }
-            XCTAssertEqual(counter.value, perThread * threads, "\(threads) threads lost increments")
-            XCTAssertEqual(overlaps.count, 0, "\(threads) threads overlapped inside the lock")
-        }
+    func testEveryTKLockingLockExcludesAcrossThreadCounts() {
+        assertMutualExclusion { TKLock() }
+        assertMutualExclusion { TKRecursiveLock() }
+        assertMutualExclusion { TKCondition() }
+        assertMutualExclusion { TKConditionLock(condition: 0) }
     }
 
     func testTryLockFailsWhileAnotherThreadHoldsIt() {

@@ -7,25 +7,7 @@ import XCTest
 
 final class SpinLockTests: XCTestCase {
     func testSpinLockExcludesAcrossThreadCounts() {
-        for threads in [2, 4, 10] {
-            let lock = TKSpinLock()
-            let counter = Shared(0)            // guarded by lock
-            let inside = Atomic<Int>(0)        // independent witness of overlap
-            let overlaps = Atomic<Int>(0)
-            let perThread = stress(1_000_000) / threads
-            let workers = TestThread.spawn(threads, "spin") { _ in
-                for _ in 0..<perThread {
-                    lock.lock()
-                    if inside.wrappingAdd(1, ordering: .relaxed).newValue != 1 { overlaps.wrappingAdd(1, ordering: .relaxed) }
-                    counter.value += 1
-                    inside.wrappingSubtract(1, ordering: .relaxed)
-                    lock.unlock()
-                }
-            }
-            XCTAssertTrue(joinAll(workers, until: .now + .seconds(120)), "\(threads) threads did not finish")
-            XCTAssertEqual(counter.value, perThread * threads, "\(threads) threads lost increments")
-            XCTAssertEqual(overlaps.load(ordering: .relaxed), 0, "\(threads) threads overlapped inside the lock")
-        }
+        assertMutualExclusion { TKSpinLock() }
     }
 
     func testTryLockSucceedsOnlyWhenFree() {
