@@ -143,9 +143,10 @@ extension TKRunLoop {
         let due: [TKTimer] = lock.withLock {
             guard let target = itemsLocked(mode) else { return [] }
             var due: [TKTimer] = []
+            var seen: Set<ObjectIdentifier> = []
             while let top = target.timerHeap.top(where: { isLive($0, in: target) }), top.deadline <= now {
                 target.timerHeap.pop()
-                if !due.contains(where: { $0 === top.timer }) { due.append(top.timer) }
+                if seen.insert(ObjectIdentifier(top.timer)).inserted { due.append(top.timer) }
             }
             return due
         }
