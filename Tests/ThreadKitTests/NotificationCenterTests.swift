@@ -95,23 +95,44 @@ final class NotificationCenterTests: XCTestCase {
         let permanent = center.addObserver(forName: ping, object: nil) { _ in delivered.add() }
         let perThread = stress(25_000)
         let stop = Atomic<Bool>(false)
-        let lateCalls = JudgedCounter()
+        let churned = JudgedCounter()
         let churn = Workers.start {
             while !stop.load(ordering: .relaxed) {
-                let removed = Atomic<Bool>(false)
-                let token = center.addObserver(forName: ping, object: nil) { _ in
-                    if removed.load(ordering: .acquiring) { lateCalls.add() }
-                }
+                let token = center.addObserver(forName: ping, object: nil) { _ in }
                 center.removeObserver(token)
-                removed.store(true, ordering: .releasing)
+                churned.add()
             }
         }
         Workers.run(4) { _ in for _ in 0..<perThread { center.post(name: ping) } }
         stop.store(true, ordering: .relaxed)
         XCTAssertEqual(churn.wait(timeout: .now() + 30), .success)
         XCTAssertEqual(delivered.count, 4 * perThread, "every post reaches the permanent observer exactly once")
-        XCTAssertEqual(lateCalls.count, 0, "a call started after removeObserver returned")
+        XCTAssertGreaterThan(churned.count, 0)
         center.removeObserver(permanent)
+    }
+
+    func testNoCallStartsAfterRemoveObserverReturns() {
+        // A poster thread posts in a loop and counts its completed posts. Posts on one thread are
+        // sequential, so once two more posts have completed after removeObserver returned, every
+        // call started before the removal has finished; from then on the count must not move.
+        let center = TKNotificationCenter()
+        let calls = Atomic<Int>(0), postsDone = Atomic<Int>(0), stop = Atomic<Bool>(false)
+        let token = center.addObserver(forName: ping, object: nil) { _ in calls.wrappingAdd(1, ordering: .relaxed) }
+        let poster = Workers.start {
+            while !stop.load(ordering: .relaxed) {
+                center.post(name: ping)
+                postsDone.wrappingAdd(1, ordering: .releasing)
+            }
+        }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { calls.load(ordering: .relaxed) >= 100 })
+        center.removeObserver(token)
+        let atRemoval = postsDone.load(ordering: .acquiring)
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { postsDone.load(ordering: .acquiring) >= atRemoval + 2 })
+        let settled = calls.load(ordering: .relaxed)
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { postsDone.load(ordering: .acquiring) >= atRemoval + 1_000 })
+        stop.store(true, ordering: .relaxed)
+        XCTAssertEqual(poster.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(calls.load(ordering: .relaxed), settled, "a call started after removeObserver returned")
     }
 
     func testAGoneSenderNeverMatchesANewObject() {
