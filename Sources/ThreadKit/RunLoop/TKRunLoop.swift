@@ -35,6 +35,12 @@ public final class TKRunLoop: @unchecked Sendable {
     /// reallocated per drain. Loop thread only (outside the swap).
     private var draining: [PendingBlock] = []
     private var currentModeStack: [Mode] = []                       // guarded by lock; written by the loop thread
+    /// Senders waiting for their perform requests (SPEC §3), failed if the thread finishes.
+    var waitingRequests: [ObjectIdentifier: PerformRequest] = [:]  // guarded by lock
+    /// Set when the loop's thread has finished: requests are refused from then on.
+    var closed = false                                              // guarded by lock
+    /// Pending `perform(afterDelay:)` requests, for cancelPreviousPerformRequests.
+    var delayedRequests: [DelayedRequest] = []                      // guarded by lock
 
     let poll = EventPoll()
     /// The deadline the timerfd is armed for (nil: disarmed). Loop thread only.
@@ -65,7 +71,8 @@ public final class TKRunLoop: @unchecked Sendable {
     public static var current: TKRunLoop {
         if let loop = currentSlot.value { return loop }
         let tid = SystemCall.currentThreadID
-        let loop = tid == mainThreadID ? main : TKRunLoop(ownerThread: tid)
+        // The same object perform requests from other threads reach through the thread.
+        let loop = tid == mainThreadID ? main : TKRunLoop.loop(of: TKThread.current) ?? TKRunLoop(ownerThread: tid)
         currentSlot.value = loop
         return loop
     }

@@ -39,6 +39,9 @@ open class TKThread: @unchecked Sendable {
         var tid: UInt32 = 0
         /// Adopted: a thread ThreadKit did not create, given an object by `current`.
         var adopted = false
+        /// An object a higher layer attaches to the thread (its run loop), told when the thread
+        /// finishes. Set while the thread runs; dropped when it finishes.
+        var attachment: (any ThreadAttachment)?
     }
 
     static let defaultStackSize = 512 * 1024
@@ -251,11 +254,15 @@ open class TKThread: @unchecked Sendable {
     }
 
     private func markFinished() {
-        let (wasFinished, detached) = attributes.withLock { a -> (Bool, Bool) in
-            defer { a.lifecycle = .finished }
-            return (a.lifecycle == .finished, a.isDetached)
+        let (wasFinished, detached, attachment) = attributes.withLock { a -> (Bool, Bool, (any ThreadAttachment)?) in
+            defer {
+                a.lifecycle = .finished
+                a.attachment = nil
+            }
+            return (a.lifecycle == .finished, a.isDetached, a.attachment)
         }
         if wasFinished { return }
+        attachment?.threadDidFinish()
         // Releasing: publishes everything the thread did to joiners that see 1. Only a parked
         // joiner (state 2) costs a wake syscall.
         if finished.pointer.pointee.exchange(1, ordering: .releasing) == 2 { Parking.unparkAll(finished) }
@@ -420,5 +427,26 @@ extension OnceState {
     func run(_ body: () -> Void) {
         if word.pointer.pointee.load(ordering: .acquiring) == OnceState.done { return }
         runSlow(body)
+    }
+}
+
+/// Something a higher layer keeps per thread (the thread's run loop), told once when the thread
+/// has finished. Lets Threads notify RunLoop without depending on it.
+protocol ThreadAttachment: AnyObject, Sendable {
+    func threadDidFinish()
+}
+
+extension TKThread {
+    /// The thread's attachment, made by `create` on first use while the thread is executing.
+    /// Returns nil when the thread has not started or has finished. The attributes lock is held
+    /// while `create` runs: it must not take other ThreadKit locks.
+    func attachment<T: ThreadAttachment>(orCreate create: (UInt32) -> T) -> T? {
+        attributes.withLock { a in
+            guard a.lifecycle == .executing else { return nil }
+            if let existing = a.attachment as? T { return existing }
+            let made = create(a.tid)
+            a.attachment = made
+            return made
+        }
     }
 }
