@@ -1,18 +1,144 @@
-// TKPort: the abstract port of SPEC §4. This part holds only what run loops need to keep a port
-// in a mode (a valid port keeps its mode non-empty); messages, delegates and the concrete
-// TKMessagePort/TKSocketPort come with the ports section. Thread-safe.
+// TKPort: the abstract port of SPEC §4 (NSPort) and its life in run loops. A port added to a
+// loop's mode is a version-1 source: messages land in its `inbox` (PortInbox) from any thread,
+// the inbox wakes the loops holding the port, and those loops deliver the messages to the
+// delegate on their own threads (TKRunLoop+Iteration's `handlePorts`).
+//
+// Threads: everything here may be called from any thread. `links` (delegate, memberships) is a
+// leaf lock; `deliverQueuedMessages` runs on a loop thread, and `delivering` makes sure only one
+// loop at a time runs the delegate, so it never runs concurrently with itself and messages stay
+// in order. Lock order: a loop's lock is never held while `links` or the inbox lock is taken.
 import Synchronization
 
-/// A communication endpoint a run loop can wait on (NSPort). Use the concrete kinds.
+/// Receives the messages that arrive on a port, on the thread of the run loop the port was added to.
+public protocol TKPortDelegate: AnyObject, Sendable {
+    func handlePortMessage(_ message: TKPortMessage)
+}
+
+/// A communication endpoint a run loop can wait on (NSPort). Use the concrete kinds:
+/// `TKMessagePort` within a process, `TKSocketPort` between processes.
 public class TKPort: @unchecked Sendable {
+    /// Posted on `TKNotificationCenter.default`, with the port as object, when it is invalidated.
+    public static let didBecomeInvalidNotification: TKNotification.Name = "TKPortDidBecomeInvalidNotification"
+
+    private struct Links {
+        weak var delegate: (any TKPortDelegate)?
+        /// The loops and modes the port was added to.
+        var memberships: [RunLoopMembership] = []
+    }
+
     private let valid = Atomic<Bool>(true)
+    private let links = Protected(Links())
+    /// Set while one loop runs the delegate over a batch (acquire/release: the batch buffer and
+    /// the delegate's own state pass from one delivering thread to the next).
+    private let delivering = Atomic<Bool>(false)
+    /// The batch being delivered; owned by the thread that set `delivering`.
+    private var batch: [TKPortMessage] = []
+    /// Messages received and not yet delivered.
+    let inbox: PortInbox
 
-    init() {}
+    /// A number for messages and logs ("TKMessagePort #3"), unique in the process.
+    let serial: Int
+    private static let serials = Atomic<Int>(0)
 
-    /// Makes the port unusable for good.
+    init(inboxLimit: Int) {
+        inbox = PortInbox(limit: inboxLimit)
+        serial = TKPort.serials.wrappingAdd(1, ordering: .relaxed).newValue
+    }
+
+    /// The object that handles arriving messages. Weak, as in Foundation. Messages that arrive
+    /// while there is none are kept until one is set.
+    public var delegate: (any TKPortDelegate)? {
+        get { links.withLock { $0.delegate } }
+        set {
+            links.withLock { $0.delegate = newValue }
+            if newValue != nil { inbox.wakeReceivers() }
+        }
+    }
+
+    /// Makes the port unusable for good: it leaves every run loop, senders waiting for room fail,
+    /// queued messages are dropped, and `didBecomeInvalidNotification` is posted.
     public func invalidate() {
-        valid.store(false, ordering: .releasing)
+        guard valid.exchange(false, ordering: .acquiringAndReleasing) else { return }
+        let memberships = links.withLock { l in defer { l.memberships.removeAll() }; return l.memberships }
+        for membership in memberships { membership.loop?.detach(self, from: membership.mode) }
+        inbox.close()
+        didInvalidate()
+        TKNotificationCenter.default.post(name: TKPort.didBecomeInvalidNotification, object: self)
     }
 
     public var isValid: Bool { valid.load(ordering: .acquiring) }
+
+    // MARK: For subclasses
+
+    /// Sends `message` through this port (it is the message's `sendPort`). The base class queues
+    /// it here, for a port that receives in this process.
+    func transmit(_ message: TKPortMessage, before deadline: ContinuousClock.Instant) -> Bool {
+        guard isValid else {
+            message.failureReason = "\(self) is invalid. Fix: send to a valid port."
+            return false
+        }
+        // The receiver sees the reply port as its sendPort and this port as its receivePort.
+        let delivered = TKPortMessage(sendPort: message.receivePort, receivePort: self,
+                                      components: message.components, msgid: message.msgid)
+        switch inbox.push(delivered, deadline: deadline) {
+        case .queued: return true
+        case .full:
+            message.failureReason = "\(self)'s queue stayed full (\(inbox.limit) messages) until the deadline. "
+                + "Fix: add the port to a running loop, or give send(before:) a later deadline."
+            return false
+        case .closed:
+            message.failureReason = "\(self) was invalidated. Fix: send to a valid port."
+            return false
+        }
+    }
+
+    /// Called once, after the port left its loops.
+    func didInvalidate() {}
+
+    /// Called when the port joins the first mode of `loop`.
+    func didSchedule(on loop: TKRunLoop) {}
+
+    // MARK: Run-loop side
+
+    /// Recorded by the loop after adding the port to `mode`.
+    func joined(_ loop: TKRunLoop, _ mode: TKRunLoop.Mode) {
+        let first = links.withLock { l -> Bool in
+            let first = !l.memberships.contains { $0.loop === loop }
+            l.memberships.append(RunLoopMembership(loop: loop, mode: mode))
+            return first
+        }
+        if first {
+            inbox.addReceiver(loop)
+            didSchedule(on: loop)
+        }
+    }
+
+    /// Recorded by the loop after removing the port from `mode`.
+    func left(_ loop: TKRunLoop, _ mode: TKRunLoop.Mode) {
+        let last = links.withLock { l -> Bool in
+            l.memberships.removeAll { $0.loop === loop && $0.mode == mode }
+            return !l.memberships.contains { $0.loop === loop }
+        }
+        if last { inbox.removeReceiver(loop) }
+    }
+
+    /// Runs the delegate over the messages queued so far, in order. Loop thread. True if any
+    /// message was handled. Another loop already delivering for this port makes this a no-op.
+    func deliverQueuedMessages() -> Bool {
+        guard inbox.mayHaveMessages, isValid else { return false }
+        guard let delegate = links.withLock({ $0.delegate }) else { return false }
+        guard delivering.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged else {
+            return false
+        }
+        inbox.take(into: &batch)
+        var handled = false
+        for message in batch {
+            guard isValid else { break }
+            delegate.handlePortMessage(message)
+            handled = true
+        }
+        batch.removeAll(keepingCapacity: true)
+        delivering.store(false, ordering: .releasing)
+        return handled
+    }
 }

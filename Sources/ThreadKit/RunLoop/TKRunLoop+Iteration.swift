@@ -55,14 +55,17 @@ extension TKRunLoop {
             notify(.beforeTimers, mode)
             notify(.beforeSources, mode)
             runBlocks(mode)
-            let handledSource = performSources(mode)
+            var handledSource = performSources(mode)
             if handledSource { runBlocks(mode) }
+            if handlePorts(mode) { handledSource = true }
             let timeUp = deadline.map { ContinuousClock.now >= $0 } ?? false
             let mustPoll = handledSource || timeUp
             if !mustPoll { notify(.beforeWaiting, mode) }
             sleep(mode, deadline: deadline, poll: mustPoll)
             if !mustPoll { notify(.afterWaiting, mode) }
+            serviceDescriptors()
             fireTimers(mode)
+            if handlePorts(mode) { handledSource = true }
             runBlocks(mode)
             result = outcome(mode, deadline: deadline, handledSource: handledSource,
                              returnAfterSourceHandled: returnAfterSourceHandled)
@@ -180,15 +183,41 @@ extension TKRunLoop {
             }
         }
         var wokenByPost = !block && !mustPoll
-        poll.wait(block: block) { token, _ in
-            if token == EventPoll.timerToken { armedWake = nil }
-            if token == EventPoll.wakeToken { wokenByPost = true }
+        poll.wait(block: block) { token, events in
+            switch token {
+            case EventPoll.timerToken: armedWake = nil
+            case EventPoll.wakeToken: wokenByPost = true
+            default: readyDescriptors.append((token, events))
+            }
         }
         spinBeforeSleep = wokenByPost
         setWaiting(false)
         // Cleared after the eventfd was drained and before the queues are looked at again, so a
         // post that saw the flag set is found by this pass (see wakeUp).
         wakePending.store(false, ordering: .sequentiallyConsistent)
+    }
+
+    /// Lets the owners of the descriptors that were ready (socket ports) read or accept. Runs in
+    /// every mode: reading only moves bytes into a port's queue; delivery waits for a mode that
+    /// holds the port.
+    private func serviceDescriptors() {
+        guard !readyDescriptors.isEmpty else { return }
+        for (token, events) in readyDescriptors {
+            if let (watcher, fd) = poll.watcher(for: token) { watcher.descriptorReady(fd, events: events) }
+        }
+        readyDescriptors.removeAll(keepingCapacity: true)
+    }
+
+    /// Delivers the queued messages of the ports of `mode` to their delegates (version-1
+    /// sources). True if any message was handled: the pass then does not sleep.
+    private func handlePorts(_ mode: Mode) -> Bool {
+        let ports = lock.withLock { () -> [TKPort] in
+            guard let ports = itemsLocked(mode)?.ports, !ports.isEmpty else { return [] }
+            return ports
+        }
+        var handled = false
+        for port in ports where port.deliverQueuedMessages() { handled = true }
+        return handled
     }
 
     /// When the loop must wake for the earliest timer of `mode`: its fire date plus its tolerance,

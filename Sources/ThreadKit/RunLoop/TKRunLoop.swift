@@ -48,6 +48,8 @@ public final class TKRunLoop: @unchecked Sendable {
     /// Whether the last sleep was ended by a cross-thread wake-up, so the next one spins briefly
     /// first (see `sleep`). Loop thread only.
     var spinBeforeSleep = false
+    /// Descriptors epoll reported ready in the last sleep, serviced after it. Loop thread only.
+    var readyDescriptors: [(UInt64, UInt32)] = []
     /// Whether this loop's thread has had its timer slack reduced. Loop thread only.
     var timerSlackReduced = false
     /// Nesting depth of `run` calls in progress. Written by the loop thread; read by `stop()`.
@@ -267,17 +269,36 @@ public final class TKRunLoop: @unchecked Sendable {
 
     // MARK: Ports
 
+    /// Adds `port` to `mode`: a version-1 source. A message arriving on it wakes this loop by
+    /// itself, and its delegate runs on this loop's thread. An invalid port is not added.
     public func add(_ port: TKPort, forMode mode: Mode) {
-        lock.withLock {
+        guard port.isValid else { return }
+        let added: [Mode] = lock.withLock {
             if mode == .common && !commonItems.ports.contains(where: { $0 === port }) { commonItems.ports.append(port) }
-            for m in expand(mode) where !items(m).ports.contains(where: { $0 === port }) { items(m).ports.append(port) }
+            return expand(mode).filter { m in
+                guard !items(m).ports.contains(where: { $0 === port }) else { return false }
+                items(m).ports.append(port)
+                return true
+            }
         }
+        for m in added { port.joined(self, m) }
+        // Messages may already be queued: let the pass look at the port.
+        if !added.isEmpty && SystemCall.currentThreadID != ownerThread { wakeUp() }
     }
 
     public func remove(_ port: TKPort, forMode mode: Mode) {
-        lock.withLock {
+        let removed: [Mode] = lock.withLock {
             if mode == .common { _ = ModeItems.remove(port, from: &commonItems.ports) }
-            for m in expand(mode) { _ = ModeItems.remove(port, from: &items(m).ports) }
+            return expand(mode).filter { ModeItems.remove(port, from: &items($0).ports) }
+        }
+        for m in removed { port.left(self, m) }
+    }
+
+    /// Called by the port's `invalidate()`: drops it from `mode`.
+    func detach(_ port: TKPort, from mode: Mode) {
+        lock.withLock {
+            _ = ModeItems.remove(port, from: &commonItems.ports)
+            _ = ModeItems.remove(port, from: &items(mode).ports)
         }
     }
 

@@ -1,13 +1,28 @@
 // EventPoll: the sleeping and waking machinery of one run loop: an epoll set holding an eventfd
-// (wakeUp), a timerfd (the next timer or run deadline) and, later, port descriptors. Owned by its
-// run loop: `wait`, `arm` and the drains run on the loop's thread only; `wake` from any thread.
+// (wakeUp), a timerfd (the next timer or run deadline) and the descriptors of socket ports.
+// Owned by its run loop: `wait`, `arm` and the drains run on the loop's thread only; `wake`,
+// `watch` and `unwatch` from any thread (`watchers` is guarded by its own leaf lock).
 import CThreadKit
 import Glibc
 import Synchronization
 
+/// A descriptor's owner, told on the loop's thread when the descriptor is ready.
+protocol DescriptorWatcher: AnyObject, Sendable {
+    /// `events` are epoll's bits (EPOLLIN 0x1, EPOLLOUT 0x4, EPOLLERR 0x8, EPOLLHUP 0x10).
+    func descriptorReady(_ fd: Int32, events: UInt32)
+}
+
 final class EventPoll: @unchecked Sendable {
     static let wakeToken: UInt64 = 0
     static let timerToken: UInt64 = 1
+
+    /// Watched descriptors by token (tokens from 2 up, never reused, so an event for a descriptor
+    /// unwatched meanwhile finds no entry and is ignored). Guarded by its lock.
+    private struct Watch {
+        let fd: Int32
+        weak var watcher: (any DescriptorWatcher)?
+    }
+    private let watchers = Protected<(next: UInt64, byToken: [UInt64: Watch])>((2, [:]))
 
     private let epoll: Int32
     private let wakeFD: Int32
@@ -58,6 +73,38 @@ final class EventPoll: @unchecked Sendable {
         let (seconds, attoseconds) = delay.components
         let nanoseconds = attoseconds / 1_000_000_000
         _ = tk_timerfd_arm(timerFD, seconds, seconds == 0 && nanoseconds == 0 ? 1 : nanoseconds)
+    }
+
+    /// Adds `fd` to the set (level-triggered, for `events`); its watcher is called on the loop's
+    /// thread while it is ready. Returns the token for `modify`/`unwatch`, nil if epoll refused.
+    func watch(_ fd: Int32, events: UInt32, watcher: any DescriptorWatcher) -> UInt64? {
+        let token = watchers.withLock { w -> UInt64 in
+            defer { w.next += 1 }
+            w.byToken[w.next] = Watch(fd: fd, watcher: watcher)
+            return w.next
+        }
+        guard tk_epoll_ctl(epoll, 1 /* EPOLL_CTL_ADD */, fd, events, token) == 0 else {
+            _ = watchers.withLock { $0.byToken.removeValue(forKey: token) }
+            return nil
+        }
+        return token
+    }
+
+    /// Changes the events a watched descriptor is waited for (0: none, it stays registered).
+    func modify(_ token: UInt64, events: UInt32) {
+        guard let fd = watchers.withLock({ $0.byToken[token]?.fd }) else { return }
+        _ = tk_epoll_ctl(epoll, 3 /* EPOLL_CTL_MOD */, fd, events, token)
+    }
+
+    /// Removes a watched descriptor. Call before closing it.
+    func unwatch(_ token: UInt64) {
+        guard let entry = watchers.withLock({ $0.byToken.removeValue(forKey: token) }) else { return }
+        _ = tk_epoll_ctl(epoll, 2 /* EPOLL_CTL_DEL */, entry.fd, 0, 0)
+    }
+
+    /// The watcher and descriptor of a token, nil once unwatched.
+    func watcher(for token: UInt64) -> (any DescriptorWatcher, Int32)? {
+        watchers.withLock { w in w.byToken[token].flatMap { entry in entry.watcher.map { ($0, entry.fd) } } }
     }
 
     /// Sleeps until something is ready (`block`) or only polls, then calls `ready` per token.

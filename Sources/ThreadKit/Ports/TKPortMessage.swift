@@ -1,0 +1,46 @@
+// TKPortMessage: a message for a port (NSPortMessage): an id, data and port components, the port
+// it goes to and the port for replies. Built and sent by one thread; a received message is a
+// fresh object handed to the receiving delegate. Not meant to be mutated from two threads at once.
+
+/// A message sent through a port. On the receiving side `sendPort` is the port to reply to (the
+/// sender's `receivePort`) and `receivePort` is the port it arrived on, as in Foundation.
+public final class TKPortMessage: @unchecked Sendable {
+    public enum Component: Sendable {
+        case data([UInt8])
+        case port(TKPort)
+    }
+
+    /// The message's identifier, free for the application (the seeds use 1000).
+    public var msgid: UInt32
+    public private(set) var components: [Component]
+    public let sendPort: TKPort?
+    public let receivePort: TKPort?
+    /// Why the last `send(before:)` returned false, nil after a successful send.
+    public internal(set) var failureReason: String?
+
+    public init(sendPort: TKPort?, receivePort: TKPort?, components: [Component]) {
+        self.sendPort = sendPort
+        self.receivePort = receivePort
+        self.components = components
+        msgid = 0
+    }
+
+    init(sendPort: TKPort?, receivePort: TKPort?, components: [Component], msgid: UInt32) {
+        self.sendPort = sendPort
+        self.receivePort = receivePort
+        self.components = components
+        self.msgid = msgid
+    }
+
+    /// Sends the message through `sendPort`. Waits while the receiving port's queue is full, until
+    /// `deadline`. Returns false (with `failureReason` set) when there is no send port, the port is
+    /// invalid, the queue stays full past the deadline, or a socket port cannot reach its peer.
+    public func send(before deadline: ContinuousClock.Instant) -> Bool {
+        guard let port = sendPort else {
+            failureReason = "TKPortMessage \(msgid) has no sendPort. Fix: create it with the port to send to."
+            return false
+        }
+        failureReason = nil
+        return port.transmit(self, before: deadline)
+    }
+}
