@@ -81,4 +81,38 @@ static inline void tk_cpu_relax(void) {
 #endif
 }
 
+
+/// Sockets for TKSocketPort (Sockets.c). Every descriptor is non-blocking and close-on-exec.
+/// Each returns a descriptor (>= 0) or -errno; getaddrinfo failures return -EHOSTUNREACH after
+/// storing gai's code in `*gai_error` when it is not NULL.
+/// Listens on `host` (an IPv4/IPv6 literal or name) at `port` (0: any free port); the bound port
+/// is stored in `*bound`.
+int tk_tcp_listen(const char *host, uint16_t port, uint16_t *bound, int *gai_error);
+/// Listens on the Unix socket at `path` (which must not exist).
+int tk_unix_listen(const char *path);
+/// Starts connecting to `host`:`port`; `*in_progress` is set when the connect completes later
+/// (wait for POLLOUT, then read tk_socket_error).
+int tk_tcp_connect(const char *host, uint16_t port, int *in_progress, int *gai_error);
+/// Starts connecting to the Unix socket at `path`.
+int tk_unix_connect(const char *path, int *in_progress);
+/// Whether `host` resolves: 0, or getaddrinfo's error code.
+int tk_resolve(const char *host);
+/// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC.
+int tk_accept(int fd);
+/// poll(2) on one descriptor: its revents (0 on timeout) or -errno. `timeout_ms` -1 waits forever.
+int tk_poll1(int fd, short events, int timeout_ms);
+/// The pending error of a socket (SO_ERROR), 0 if none.
+int tk_socket_error(int fd);
+/// send(2) with MSG_NOSIGNAL: a vanished peer is an EPIPE error, not a SIGPIPE.
+long tk_send(int fd, const void *bytes, size_t count);
+/// Whether a connection we only write to shows its peer gone: readable (EOF or data), hung up
+/// or in error, seen without waiting.
+int tk_peer_gone(int fd);
+/// The poll(2) bits Swift's Glibc module does not export.
+#define TK_POLLIN 0x001
+#define TK_POLLOUT 0x004
+#define TK_POLLERR 0x008
+#define TK_POLLHUP 0x010
+#define TK_POLLRDHUP 0x2000
+
 #endif
