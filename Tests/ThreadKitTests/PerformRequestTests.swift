@@ -24,6 +24,28 @@ final class PerformRequestTests: XCTestCase {
         XCTAssertTrue(onTarget.load(ordering: .relaxed))
     }
 
+    func testARequestSentRightAfterStartIsQueuedNotRefused() throws {
+        // Between start() and the thread's first instruction the thread has no run loop yet; the
+        // request waits for it instead of being refused (Foundation queues it too).
+        for _ in 0..<stress(200) {
+            let ran = DispatchSemaphore(value: 0)
+            let done = Flag()
+            let thread = TKThread {
+                let loop = TKRunLoop.current
+                loop.add(TKRunLoopSource {}, forMode: .default)
+                while !done.isSet { loop.run(mode: .default, before: .now + .seconds(30)) }
+            }
+            thread.start()
+            try thread.perform(modes: [.default]) {
+                done.set()
+                TKRunLoop.current.stop()
+                ran.signal()
+            }
+            XCTAssertEqual(ran.wait(timeout: .now() + 30), .success)
+            XCTAssertTrue(thread.join(until: .now + .seconds(30)))
+        }
+    }
+
     func testTenThousandWaitingRoundTrips() throws {
         let worker = LoopThread()
         defer { worker.finish() }

@@ -37,6 +37,11 @@ extension TKRunLoop: ThreadAttachment {
     /// The loop of `thread`, created on first use; nil if the thread is not running.
     static func loop(of thread: TKThread) -> TKRunLoop? {
         if thread === TKThread.main { return main }
+        if let loop = thread.attachment(orCreate: { TKRunLoop(ownerThread: $0) }) { return loop }
+        // Started but not yet running its first instruction: a request sent right after start()
+        // is queued, as in Foundation, once the thread (and so its loop's owner) exists.
+        guard thread.isStarting else { return nil }
+        thread.waitUntilStarted()
         return thread.attachment { TKRunLoop(ownerThread: $0) }
     }
 

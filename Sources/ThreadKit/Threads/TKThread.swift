@@ -51,6 +51,9 @@ open class TKThread: @unchecked Sendable {
     /// 0 running (or not started), 1 finished, 2 running with a joiner parked (it must be woken).
     /// Joiners park on it.
     private let finished = FutexWord(0)
+    /// 0 not yet executing, 1 executing (or finished, or failed to start), 2 not yet executing
+    /// with a waiter parked (perform requests sent between start() and the thread's first step).
+    private let started = FutexWord(0)
     private let cancelled = Atomic<Bool>(false)
 
     /// The thread's own dictionary. Owned by the thread itself: read and write it only there.
@@ -84,7 +87,10 @@ open class TKThread: @unchecked Sendable {
         attributes = Protected(Attributes(lifecycle: .executing, tid: tid, adopted: true))
     }
 
-    deinit { finished.deallocate() }
+    deinit {
+        finished.deallocate()
+        started.deallocate()
+    }
 
     /// Starts a detached thread running `block` and returns its object.
     @discardableResult
@@ -243,6 +249,7 @@ open class TKThread: @unchecked Sendable {
             if a.name != nil { TKThread.applyOSName(a.name, to: tid) }
             if a.scheduling != a.inherited { a.scheduling.apply(to: tid) }
         }
+        markStarted()
         main()
         finishCurrentThread()
     }
@@ -262,11 +269,30 @@ open class TKThread: @unchecked Sendable {
             return (a.lifecycle == .finished, a.isDetached, a.attachment)
         }
         if wasFinished { return }
+        markStarted()   // a thread that failed to start never did; wake anyone waiting for it
         attachment?.threadDidFinish()
         // Releasing: publishes everything the thread did to joiners that see 1. Only a parked
         // joiner (state 2) costs a wake syscall.
         if finished.pointer.pointee.exchange(1, ordering: .releasing) == 2 { Parking.unparkAll(finished) }
         if !detached { JoinableThreads.shared.remove(self) }
+    }
+
+    /// Releasing: publishes the thread's tid and lifecycle to waiters that see 1.
+    private func markStarted() {
+        if started.pointer.pointee.exchange(1, ordering: .releasing) == 2 { Parking.unparkAll(started) }
+    }
+
+    /// Whether start() was called and the thread has not yet begun executing.
+    var isStarting: Bool { attributes.current.lifecycle == .starting }
+
+    /// Waits (parked) until a started thread is executing or has finished.
+    func waitUntilStarted() {
+        while true {
+            let state = started.pointer.pointee.load(ordering: .acquiring)
+            if state == 1 { return }
+            if state == 0 && !started.pointer.pointee.compareExchange(expected: 0, desired: 2, ordering: .acquiring).exchanged { continue }
+            _ = Parking.park(started, expected: 2)
+        }
     }
 
     /// Creates the OS thread (always detached at the pthread level: joining goes through the

@@ -21,13 +21,13 @@ enum PortRoles {
             Console.out("sent \(count)")
             return 0
         },
-        ChildRole(name: "port-echo", usage: "ADDRESS (listen; print \"listening ADDRESS\"; answer each message through its reply port with msgid+1 and the same components; exit on msgid 0xFFFFFFFF)") { args in
+        ChildRole(name: "port-echo", usage: "ADDRESS [FILE] (listen; print \"listening ADDRESS\" (and write ADDRESS to FILE); answer each message through its reply port with msgid+1 and the same components; exit on msgid 0xFFFFFFFF)") { args in
             guard let port = listeningPort(args.first ?? "tcp:0") else { return 2 }
             let echo = Echo()
             port.delegate = echo
             let loop = TKRunLoop.current
             loop.add(port, forMode: .default)
-            Console.out("listening \(describe(port))")
+            if args.count > 1 { writeFile(args[1], describe(port) + "\n") } else { Console.out("listening \(describe(port))") }
             while !echo.finished.load(ordering: .acquiring) {
                 _ = loop.run(mode: .default, before: .now + .seconds(3600))
             }
@@ -46,6 +46,17 @@ enum PortRoles {
             answer.msgid = message.msgid &+ 1
             if !answer.send(before: .now + .seconds(30)) { Console.err("reply failed: \(answer.failureReason ?? "?")") }
         }
+    }
+
+    /// Writes `text` to a new file at `path`, whole: a reader polling for the file sees all or nothing.
+    static func writeFile(_ path: String, _ text: String) {
+        let temporary = path + ".tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        guard fd >= 0 else { return }
+        var text = text
+        text.withUTF8 { _ = write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        rename(temporary, path)
     }
 
     /// `tcp:PORT`, `tcp:HOST:PORT` or `unix:PATH` as a remote (sending) port.
