@@ -36,7 +36,8 @@ final class Narrator: @unchecked Sendable {
 
 enum Tour {
     /// Every scenario, in the order the tour runs them (the order of the seeds' chapters).
-    static let scenarios: [Scenario] = ThreadScenarios.all + RunLoopScenarios.all + PerformScenarios.all + PortScenarios.all + LockScenarios.all + [DistributedLockScenario.scenario]
+    static let scenarios: [Scenario] = ThreadScenarios.all + RunLoopScenarios.all + PerformScenarios.all + PortScenarios.all
+        + NotificationQueueScenarios.all + LockScenarios.all + [DistributedLockScenario.scenario]
 
     static func main(_ arguments: [String]) -> Int32 {
         if arguments.contains("--list") {
