@@ -10,9 +10,12 @@ let groups: [(String, () -> [Row])] = [
     ("idle", IdleBenchmarks.rows),
     ("threads", ThreadBenchmarks.rows),
     ("runloop", RunLoopBenchmarks.rows),
+    ("ports", PortBenchmarks.rows),
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())
+// The other process of the cross-process port row.
+if arguments.first == "port-sender" { exit(PortBenchmarks.sender(Array(arguments.dropFirst()))) }
 if arguments.contains("--list") {
     for (name, _) in groups { print(name) }
     exit(0)
