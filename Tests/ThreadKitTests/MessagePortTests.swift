@@ -8,7 +8,7 @@ import XCTest
 /// Records what its port delivers: message ids, components and the delivering thread.
 final class PortCollector: TKPortDelegate {
     struct Received { let msgid: UInt32; let data: [UInt8]; let thread: Int32; let message: TKPortMessage }
-    let received = Mutex<[Received]>([])
+    let received = Guarded<[Received]>([])
     let arrivals = DispatchSemaphore(value: 0)
     let onMessage: (@Sendable (TKPortMessage) -> Void)?
 
@@ -113,7 +113,7 @@ final class MessagePortTests: XCTestCase {
         defer { worker.finish() }
         let perProducer = stress(100_000)
         let port = TKMessagePort(queueLimit: 1_024)   // small: producers also wait for room
-        let lastSeen = Mutex<[Int]>([-1, -1, -1, -1])
+        let lastSeen = Guarded<[Int]>([-1, -1, -1, -1])
         let outOfOrder = Atomic<Int>(0)
         let total = Atomic<Int>(0)
         let done = DispatchSemaphore(value: 0)
@@ -178,13 +178,13 @@ final class MessagePortTests: XCTestCase {
 
     func testAnInvalidPortRefusesAndInvalidationIsPostedAndFreesWaitingSenders() {
         let port = TKMessagePort(queueLimit: 1)
-        let posted = Mutex<Int>(0)
+        let posted = Guarded<Int>(0)
         let token = TKNotificationCenter.default.addObserver(forName: TKPort.didBecomeInvalidNotification, object: port) { note in
             if note.object === port { posted.withLock { $0 += 1 } }
         }
         defer { TKNotificationCenter.default.removeObserver(token) }
         XCTAssertTrue(sendMessage(port, 1))
-        let result = Mutex<Bool?>(nil)
+        let result = Guarded<Bool?>(nil)
         let sender = TestThread { let ok = sendMessage(port, 2); result.withLock { $0 = ok } }
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { sender.isParked })
         port.invalidate()
@@ -214,7 +214,7 @@ final class MessagePortTests: XCTestCase {
         mainPort.delegate = mainSide
         loop.add(mainPort, forMode: .default)
         defer { loop.remove(mainPort, forMode: .default) }
-        let answered = Mutex<[UInt8]>([])
+        let answered = Guarded<[UInt8]>([])
         let secondary = TestThread {
             let ownPort = TKMessagePort()
             let ownSide = PortCollector { message in

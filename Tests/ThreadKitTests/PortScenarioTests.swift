@@ -10,7 +10,7 @@ import XCTest
 /// AFNetworking's networkRequestThread: started once, lazily, by whichever caller comes first.
 private enum NetworkThread {
     static let starts = Atomic<Int>(0)
-    private static let holder = Mutex<TKThread?>(nil)
+    private static let holder = Guarded<TKThread?>(nil)
 
     static var shared: TKThread {
         holder.withLock { thread in
@@ -30,7 +30,7 @@ private enum NetworkThread {
 final class PortScenarioTests: XCTestCase {
     func testTheResidentNetworkThreadIsStartedOnceAndServesRequestsFromManyThreads() throws {
         let requests = stress(1_000)
-        let ranOn = Mutex<Set<Int32>>([])
+        let ranOn = Guarded<Set<Int32>>([])
         let count = Atomic<Int>(0)
         let done = DispatchSemaphore(value: 0)
         let callers = TestThread.spawn(4, "caller") { _ in
@@ -58,7 +58,7 @@ final class PortScenarioTests: XCTestCase {
         // main side, as the guide's registerSource: does.
         let rounds = stress(10_000)
         let mainLoop = TKRunLoop.current
-        let registered = Mutex<(TKRunLoopSource, TKRunLoop)?>(nil)
+        let registered = Guarded<(TKRunLoopSource, TKRunLoop)?>(nil)
         let secondarySeen = Atomic<Int>(0)
         let mainSeen = Atomic<Int>(0)
         let mainTID = KernelThread.currentID()
@@ -105,7 +105,7 @@ final class PortScenarioTests: XCTestCase {
             let port = TKMessagePort()
             let lock = TKLock()
             var pending: [TKNotification] = []   // guarded by lock
-            let handled = Mutex<[(String, Int32)]>([])
+            let handled = Guarded<[(String, Int32)]>([])
 
             init() {
                 port.delegate = self

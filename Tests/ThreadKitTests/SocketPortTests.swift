@@ -37,7 +37,7 @@ final class Listener: @unchecked Sendable {
     let worker = LoopThread(name: "listener")
     let port: TKSocketPort
     let collector: PortCollector
-    let refusals = Mutex<[String]>([])
+    let refusals = Guarded<[String]>([])
     let refused = DispatchSemaphore(value: 0)
 
     init(_ port: TKSocketPort, onMessage: (@Sendable (TKPortMessage) -> Void)? = nil) {

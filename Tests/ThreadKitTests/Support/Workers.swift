@@ -53,3 +53,23 @@ final class Shared<Value>: @unchecked Sendable {
     var value: Value
     init(_ value: Value) { self.value = value }
 }
+
+/// A value under a pthread mutex, for tests' own records: ThreadSanitizer sees pthread locks
+/// (it does not see Synchronization.Mutex's lock path and reports false races through it).
+final class Guarded<Value>: @unchecked Sendable {
+    private var mutex = pthread_mutex_t()
+    private var value: Value   // guarded by mutex
+
+    init(_ value: Value) {
+        self.value = value
+        pthread_mutex_init(&mutex, nil)
+    }
+
+    deinit { pthread_mutex_destroy(&mutex) }
+
+    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return try body(&value)
+    }
+}
