@@ -98,11 +98,12 @@ extension TKRunLoop {
         }
     }
 
-    /// Nothing could ever wake the loop in `mode`: no source, timer, port or pending block.
+    /// Nothing could ever wake the loop in `mode`: no source, timer, port, pending block, or (main
+    /// loop, common mode) waiting main-queue entry.
     func isEmpty(_ mode: Mode) -> Bool {
         lock.withLock {
             (itemsLocked(mode)?.isEmpty ?? true) && !hasBlocksLocked(for: mode)
-        }
+        } && !mainQueueHasWork(mode)
     }
 
     // MARK: Phases
@@ -120,9 +121,11 @@ extension TKRunLoop {
         }
     }
 
-    /// Runs the perform blocks queued for `mode`, in order of arrival.
+    /// Runs the perform blocks queued for `mode`, in order of arrival; on the main loop in a common
+    /// mode, then one batch of the main dispatch queue.
     private func runBlocks(_ mode: Mode) {
         drainBlocks(for: mode)
+        drainMainQueue(mode)
     }
 
     /// Performs the signalled version-0 sources of `mode` in `order`. True if any ran.
