@@ -92,7 +92,7 @@ public final class TKDispatchGroup: @unchecked Sendable {
         // Announce a waiter, then check the count: a leave that reaches zero after this sees the flag.
         let s = state.bitwiseOr(TKDispatchGroup.hasWaiters, ordering: .sequentiallyConsistent).oldValue
         if s & TKDispatchGroup.countMask == 0 { return true }
-        var spin = SpinWait(limit: SpinWait.conditionLimit)
+        var spin = SpinWait(limit: DispatchSpin.longWait)
         while generation.pointer.pointee.load(ordering: .sequentiallyConsistent) == seen {
             if spin.spin() { continue }
             if !Parking.park(generation, expected: seen, deadline: deadline) {

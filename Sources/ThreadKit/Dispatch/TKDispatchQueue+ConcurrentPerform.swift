@@ -91,7 +91,7 @@ final class ConcurrentPerformJob: @unchecked Sendable {
     /// Caller: waits until every iteration has finished.
     func waitForAll() {
         let word = done.pointer
-        var spin = SpinWait(limit: SpinWait.conditionLimit)
+        var spin = SpinWait(limit: DispatchSpin.longWait)
         while true {
             let state = word.pointee.load(ordering: .acquiring)
             if state == 1 { return }

@@ -49,7 +49,7 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
     }
 
     private func waitSlow(deadline: ContinuousClock.Instant?) -> Bool {
-        var spin = SpinWait(limit: SpinWait.conditionLimit)
+        var spin = SpinWait(limit: DispatchSpin.semaphore)
         while true {
             if takeToken() { return true }
             if spin.spin() { continue }

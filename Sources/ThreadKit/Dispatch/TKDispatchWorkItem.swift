@@ -38,7 +38,7 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
     /// Waits until the item has finished (performed, or skipped because it was cancelled).
     public func wait() {
         let word = finished.pointer
-        var spin = SpinWait(limit: SpinWait.conditionLimit)
+        var spin = SpinWait(limit: DispatchSpin.longWait)
         while true {
             let state = word.pointee.load(ordering: .acquiring)
             if state == 1 { return }

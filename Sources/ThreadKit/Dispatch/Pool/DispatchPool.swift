@@ -3,6 +3,7 @@
 // `lock`, a DispatchLock (a leaf: nothing is locked or woken while it is held; wakes and thread
 // starts happen after unlocking, from the lists the locked section filled in).
 import Glibc
+import Synchronization
 
 final class DispatchPool: @unchecked Sendable {
     static let shared = DispatchPool()
@@ -13,6 +14,9 @@ final class DispatchPool: @unchecked Sendable {
     static let hardCap = 64
     /// An idle worker's thread ends after this long without work.
     static let idleTimeout: Duration = .seconds(2)
+    /// A worker takes at most this many jobs of one level per visit to the lock, and only when the
+    /// level holds several per worker: fewer lock round trips when a queue is long.
+    static let batchLimit = 8
 
     /// Per tier (0 normal, 1 background). Guarded by `lock`.
     struct Tier {
@@ -31,12 +35,28 @@ final class DispatchPool: @unchecked Sendable {
     }
 
     let lock = DispatchLock()
-    private var runQueues = RunQueues()          // guarded by lock
-    private var tiers = [Tier(), Tier()]         // guarded by lock
+    /// The run queues, guarded by lock. Kept in memory of their own (the pool lives as long as the
+    /// process) and reached through addressors: a stored property of a class pays a runtime
+    /// exclusivity check on every access, which showed on the submit path.
+    private let runQueuesStorage: UnsafeMutablePointer<RunQueues>
+    private var runQueues: RunQueues {
+        unsafeAddress { UnsafePointer(runQueuesStorage) }
+        unsafeMutableAddress { runQueuesStorage }
+    }
+    /// `runQueues.nonEmpty` as of the last release of `lock`: a worker between the jobs of its batch
+    /// reads it without the lock to see whether more important work has arrived. Relaxed: a stale
+    /// value only delays that check by one job.
+    let nonEmptyMirror = Atomic<UInt8>(0)
+    /// Normal (0) and background (1), guarded by lock; in memory of their own like the run queues.
+    private let tiers: UnsafeMutablePointer<Tier>
     private var nextWorkerNumber = 0             // guarded by lock
 
     private init() {
         width = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        runQueuesStorage = .allocate(capacity: 1)
+        runQueuesStorage.initialize(to: RunQueues())
+        tiers = .allocate(capacity: 2)
+        tiers.initialize(repeating: Tier(), count: 2)
     }
 
     /// What a locked section decided to do once the lock is released.
@@ -58,6 +78,7 @@ final class DispatchPool: @unchecked Sendable {
     func submit(_ entry: DispatchEntry, level: Int) {
         lock.lock()
         runQueues.push(entry, level: level)
+        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
         var actions = Actions()
         offerWorkLocked(background: level == RunQueues.background, &actions)
         lock.unlock()
@@ -70,6 +91,7 @@ final class DispatchPool: @unchecked Sendable {
         if count == 1 { return submit(entry, level: level) }
         lock.lock()
         for _ in 0..<count { runQueues.push(entry, level: level) }
+        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
         var actions = Actions()
         offerWorkLocked(background: level == RunQueues.background, &actions)
         lock.unlock()
@@ -117,7 +139,8 @@ final class DispatchPool: @unchecked Sendable {
 
     // MARK: Workers
 
-    /// The next job for `worker`, or nil when it must go idle (it is then on the idle stack and
+    /// The next job for `worker` (and, when its level is long, up to `batchLimit - 1` more moved to
+    /// the worker's batch ring), or nil when it must go idle (it is then on the idle stack and
     /// `idleDeadline` says until when it sleeps). Worker's thread.
     func nextJob(for worker: PoolWorker, wasSearching: inout Bool) -> (DispatchEntry, Int)? {
         let background = worker.background
@@ -132,6 +155,9 @@ final class DispatchPool: @unchecked Sendable {
                 job = runQueues.popNormal()
             }
             if let job {
+                let extra = min(DispatchPool.batchLimit - 1, runQueues.count(job.1) / (2 * width))
+                if extra > 0 { runQueues.popMore(job.1, into: worker.batch, max: extra) }
+                nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
                 if wasSearching {
                     wasSearching = false
                     tiers[t].searching -= 1
@@ -166,6 +192,19 @@ final class DispatchPool: @unchecked Sendable {
         return nil
     }
 
+    /// Puts the unstarted rest of `worker`'s batch back at the front of `level` (the worker blocked,
+    /// or more important work arrived) and lets another worker take it. Worker's thread.
+    func giveBack(_ worker: PoolWorker, level: Int) {
+        guard !worker.batch.isEmpty else { return }
+        lock.lock()
+        runQueues.giveBack(worker.batch, level: level)
+        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+        var actions = Actions()
+        offerWorkLocked(background: worker.background, &actions)
+        lock.unlock()
+        actions.perform(self)
+    }
+
     /// Called by an idle worker whose sleep ended without being woken. `.woken`: a waker took it off
     /// the idle stack concurrently (it is counted running; its event is about to be set); `.work`:
     /// aged background work may run (it took itself off, counted running); `.sleep`: sleep on until
@@ -197,11 +236,16 @@ final class DispatchPool: @unchecked Sendable {
 
     /// `worker` is about to park inside a ThreadKit wait while running a job: another worker may
     /// take its place at once.
-    func workerWillBlock(_ worker: PoolWorker) {
+    func workerWillBlock(_ worker: PoolWorker, batchLevel: Int) {
         let t = worker.background ? 1 : 0
         lock.lock()
         tiers[t].running -= 1
         tiers[t].blocked += 1
+        if !worker.batch.isEmpty {
+            // The jobs it took with the blocked one must not wait for it.
+            runQueues.giveBack(worker.batch, level: batchLevel)
+            nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+        }
         var actions = Actions()
         offerWorkLocked(background: worker.background, &actions)
         lock.unlock()
@@ -247,3 +291,4 @@ final class DispatchPool: @unchecked Sendable {
         return lock.withLock { Snapshot(threads: tiers[t].threads, running: tiers[t].running, blocked: tiers[t].blocked, idle: tiers[t].idle.count) }
     }
 }
+

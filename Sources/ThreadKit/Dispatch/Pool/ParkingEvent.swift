@@ -33,7 +33,7 @@ struct ParkingEvent: @unchecked Sendable {
     /// Waits until set (true) or `deadline` passes (false; never early). `observed`: sleep through
     /// `Parking` (a user-visible wait the pool must know about) or directly (the pool's own idle
     /// sleep, which must not count as a blocked worker).
-    func wait(deadline: ContinuousClock.Instant? = nil, spinLimit: Int = SpinWait.conditionLimit, observed: Bool) -> Bool {
+    func wait(deadline: ContinuousClock.Instant? = nil, spinLimit: Int, observed: Bool) -> Bool {
         let atomic = word.pointer
         var spin = SpinWait(limit: spinLimit)
         while spin.spin() {

@@ -19,10 +19,17 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     let started = Atomic<Bool>(false)
     /// The worker's dispatch context (installed as its thread's context).
     let context = DispatchContext()
+    /// Jobs taken from the pool with the one running, not started yet, all of `batchLevel`. Worker
+    /// thread only (moved back to the pool, under the pool's lock, by this thread).
+    let batch = JobRing<DispatchEntry>(capacity: DispatchPool.batchLimit)
+    private var batchLevel = 0
     /// Worker thread only: inside a job (parks then mean a blocked worker).
     private var runningJob = false
     /// Worker thread only: the pool counts this worker as blocked right now.
     private var countedBlocked = false
+    /// Worker thread only: the level whose OS priority the thread has (-1: not set by the pool; a
+    /// new thread inherits whatever its creator had).
+    private var appliedLevel = -1
 
     init(pool: DispatchPool, background: Bool) {
         self.pool = pool
@@ -40,7 +47,18 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         // The worker was counted running and searching when it was planned.
         var searching = true
         while true {
+            if let entry = batch.popFirst() {
+                // More important work arrived meanwhile: it goes first, the batch goes back.
+                if pool.nonEmptyMirror.load(ordering: .relaxed) >> (batchLevel + 1) != 0 {
+                    batch.prepend(entry)
+                    pool.giveBack(self, level: batchLevel)
+                    continue
+                }
+                runJob(entry, level: batchLevel)
+                continue
+            }
             if let (entry, level) = pool.nextJob(for: self, wasSearching: &searching) {
+                batchLevel = level
                 runJob(entry, level: level)
                 continue
             }
@@ -50,6 +68,10 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     }
 
     private func runJob(_ entry: DispatchEntry, level: Int) {
+        if level != appliedLevel && !background && WorkerPriority.canRaise {
+            WorkerPriority.apply(level: level, to: SystemCall.currentThreadID)
+            appliedLevel = level
+        }
         runningJob = true
         if entry.isUserWork {
             // A block of a global queue runs "inside" that global queue.
@@ -67,12 +89,12 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         let idleSince = ContinuousClock.now
         var deadline = idleDeadline.map { min($0, idleSince + DispatchPool.idleTimeout) } ?? idleSince + DispatchPool.idleTimeout
         while true {
-            if event.wait(deadline: deadline, observed: false) { return true }
+            if event.wait(deadline: deadline, spinLimit: DispatchSpin.idleWorker, observed: false) { return true }
             switch pool.idleTimedOut(self, idleSince: idleSince) {
             case .woken:
                 // The waker sets the event right after releasing the pool lock: consume that set
                 // now, so it cannot land after the next reset.
-                _ = event.wait(observed: false)
+                _ = event.wait(spinLimit: DispatchSpin.idleWorker, observed: false)
                 return true
             case .work:
                 return true
@@ -89,7 +111,7 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     func willPark() {
         guard runningJob, !countedBlocked else { return }
         countedBlocked = true
-        pool.workerWillBlock(self)
+        pool.workerWillBlock(self, batchLevel: batchLevel)
     }
 
     func didUnpark() {

@@ -48,6 +48,23 @@ struct RunQueues {
         levels[level].append(entry)
     }
 
+    /// Moves up to `max` more entries of `level` (after one was popped) into a worker's batch ring.
+    mutating func popMore(_ level: Int, into batch: JobRing<DispatchEntry>, max: Int) {
+        var n = 0
+        while n < max, let entry = levels[level].popFirst() {
+            batch.append(entry)
+            n += 1
+        }
+        if levels[level].isEmpty { nonEmpty &= ~(UInt8(1) << level) }
+    }
+
+    /// Puts a worker's unstarted batch back at the front of `level`, in order.
+    mutating func giveBack(_ batch: JobRing<DispatchEntry>, level: Int) {
+        guard !batch.isEmpty else { return }
+        levels[level].prepend(contentsOf: batch)
+        nonEmpty |= UInt8(1) << level
+    }
+
     /// The next job for a normal worker: the highest non-empty level, unless a lower one has aged.
     mutating func popNormal() -> (DispatchEntry, Int)? {
         let mask = nonEmpty & RunQueues.normalMask
