@@ -1,8 +1,15 @@
 // MainQueueDriver: connects the main dispatch queue to the main run loop (docs/DispatchPool.md:
 // "The main queue ... drained by the main run loop"). `install` runs once (from the main queue's
 // initializer); `wakeMainLoop` from any thread; the drain runs on the main thread only.
+import Glibc
 
 enum MainQueueDriver {
+    /// The main thread's kernel id (the process id), read once: getpid() is a system call, and
+    /// `sync` asks "am I the main thread?" on every call.
+    static let mainThreadID = UInt32(getpid())
+
+    static var onMainThread: Bool { SystemCall.currentThreadID == mainThreadID }
+
     /// Installs the run-loop hook for the main queue.
     static func install(_ queue: TKDispatchQueue) {
         _ = TKRunLoop.mainLoopHook.storeIfNil(MainLoopHook(
@@ -22,7 +29,7 @@ enum MainQueueDriver {
 
     /// TKDispatch.main(): the main loop runs forever, kept non-empty by a source nobody signals.
     static func serveForever() -> Never {
-        guard TKThread.isMainThread else {
+        guard onMainThread else {
             misuse("TKDispatch.main() called on thread \(SystemCall.currentThreadID), not the main thread: only the main "
                    + "thread serves the main queue. Fix: call TKDispatch.main() at the end of the main thread's code.")
         }

@@ -58,7 +58,7 @@ extension TKDispatchQueue {
     /// targets exclusively, or holds this queue at all while asking for a barrier, or is the main
     /// thread syncing onto the main queue (directly or through targets).
     private func checkSyncDeadlock(_ context: DispatchContext, barrier: Bool) {
-        let onMainThread = TKThread.isMainThread
+        let onMainThread = MainQueueDriver.onMainThread
         if context.frames.isEmpty && !onMainThread { return }
         var queue: TKDispatchQueue? = self
         var isTarget = false

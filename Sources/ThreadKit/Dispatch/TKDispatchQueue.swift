@@ -197,7 +197,7 @@ public final class TKDispatchQueue: @unchecked Sendable {
     /// outside any queue).
     public static func getSpecific<T: Sendable>(key: TKDispatchSpecificKey<T>) -> T? {
         var queue = DispatchContext.existing?.innermost
-        if queue == nil, TKThread.isMainThread { queue = .main }
+        if queue == nil, MainQueueDriver.onMainThread { queue = .main }
         while let q = queue {
             if let value = q.getSpecific(key: key) { return value }
             queue = q.target
