@@ -47,6 +47,17 @@ final class DispatchMisuseTests: XCTestCase {
         try assertMisuse("dispatch-negative-semaphore", mentions: ["TKDispatchSemaphore(value: -1)", "Fix:"])
     }
 
+    func testDispatchMainServesTheMainQueueForever() throws {
+        let result = try ChildProcess.run("dispatch-main")
+        XCTAssertEqual(result.status, 0, "stdout: \(result.standardOutput) stderr: \(result.standardError)")
+        for i in 1...3 { XCTAssertTrue(result.standardOutput.contains("main queue item \(i)")) }
+        XCTAssertTrue(result.standardOutput.contains("on main thread: 3"))
+    }
+
+    func testDispatchMainOffTheMainThreadStopsTheProcess() throws {
+        try assertMisuse("dispatch-main-off-main", mentions: ["TKDispatch.main()", "not the main thread", "Fix:"])
+    }
+
     func testASignalSourceCatchesSignalsForTheProcess() throws {
         // SIGTERM's default action would kill the child; with a source it is delivered instead.
         let result = try ChildProcess.run("dispatch-signal-source")

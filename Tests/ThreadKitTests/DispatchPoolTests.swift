@@ -100,10 +100,13 @@ final class DispatchPoolTests: XCTestCase {
     }
 
     func testAgingServesALowerLevelWithinItsLimitUnderSustainedHigherLoad() {
-        // Utility work behind a continuous userInitiated stream still starts (aging), long before
-        // the stream ends.
+        // Utility work submitted while a continuous userInitiated stream keeps every worker busy
+        // still starts (aging), long before the stream ends.
         let stop = Atomic<Bool>(false)
-        let utilityRan = Atomic<Bool>(false)
+        let rounds = Atomic<Int>(0)
+        let utilityStarted = Atomic<Bool>(false)
+        let higherDoneWhenUtilityStarted = Atomic<Int>(-1)
+        let higherDone = Atomic<Int>(0)
         let group = TKDispatchGroup()
         let feeder = TestThread {
             while !stop.load(ordering: .relaxed) {
@@ -111,16 +114,25 @@ final class DispatchPoolTests: XCTestCase {
                     TKDispatchQueue.global(qos: .userInitiated).async(group: group) {
                         let end = ContinuousClock.now + .microseconds(100)
                         while ContinuousClock.now < end {}
+                        higherDone.wrappingAdd(1, ordering: .relaxed)
                     }
                 }
+                rounds.wrappingAdd(1, ordering: .relaxed)
                 usleep(1_000)
             }
         }
-        TKDispatchQueue.global(qos: .utility).async { utilityRan.store(true, ordering: .relaxed) }
-        XCTAssertTrue(waitUntil(.now + .seconds(10)) { utilityRan.load(ordering: .relaxed) }, "utility work starved")
+        // Let the stream build a backlog first.
+        XCTAssertTrue(waitUntil(.now + .seconds(10)) { rounds.load(ordering: .relaxed) >= 5 })
+        TKDispatchQueue.global(qos: .utility).async {
+            higherDoneWhenUtilityStarted.store(higherDone.load(ordering: .relaxed), ordering: .relaxed)
+            utilityStarted.store(true, ordering: .relaxed)
+        }
+        XCTAssertTrue(waitUntil(.now + .seconds(10)) { utilityStarted.load(ordering: .relaxed) }, "utility work starved")
         stop.store(true, ordering: .relaxed)
         XCTAssertTrue(feeder.join())
         XCTAssertEqual(group.wait(until: .now + .seconds(60)), .success)
+        XCTAssertLessThan(higherDoneWhenUtilityStarted.load(ordering: .relaxed), higherDone.load(ordering: .relaxed),
+                          "the utility item waited for the whole higher stream")
     }
 
     func testBackgroundWorkersRunAtTheBackgroundSchedulingClass() {

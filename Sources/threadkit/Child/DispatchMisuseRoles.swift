@@ -70,3 +70,35 @@ enum DispatchMisuseRoles {
         },
     ]
 }
+
+enum DispatchMainRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "dispatch-main", usage: "(TKDispatch.main() serves the main queue; the last item exits 0)") { _ in
+            let group = TKDispatchGroup()
+            let log = TKDispatchQueue(label: "log")
+            let ranOnMain = TKAtomicInt32(0)
+            for i in 1...3 {
+                TKDispatchQueue.global().async(group: group) {
+                    TKDispatchQueue.main.async {
+                        if TKThread.isMainThread { ranOnMain.increment() }
+                        log.sync { Console.out("main queue item \(i)") }
+                    }
+                }
+            }
+            group.notify(queue: .main) {
+                // Items submitted before the notify have run (the main queue is FIFO)...
+                TKDispatchQueue.main.asyncAfter(deadline: .now + .milliseconds(5)) {
+                    Console.out("on main thread: \(ranOnMain.load())")
+                    exit(ranOnMain.load() == 3 ? 0 : 1)
+                }
+            }
+            TKDispatch.main()
+        },
+        ChildRole(name: "dispatch-main-off-main", usage: "(TKDispatch.main() called from another thread)") { _ in
+            let t = TKThread { TKDispatch.main() }
+            t.start()
+            t.join()
+            return 0
+        },
+    ]
+}
