@@ -159,6 +159,26 @@ final class DispatchPoolTests: XCTestCase {
                       "thread count stayed at \(taskCount()) (baseline \(baseline))")
     }
 
+    func testTheCountsReturnToRestAfterMixedWork() {
+        // Every tier's bookkeeping balances: once all work is done, nobody is running, searching or
+        // blocked, and every live worker is idle.
+        let group = TKDispatchGroup()
+        let semaphore = TKDispatchSemaphore(value: 0)
+        for i in 0..<stress(3_000) {
+            let qos: TKQualityOfService = [.background, .utility, .default, .userInitiated, .userInteractive][i % 5]
+            TKDispatchQueue.global(qos: qos).async(group: group) {
+                if i % 100 == 0 { _ = semaphore.wait(until: .now + .milliseconds(1)) }
+            }
+        }
+        XCTAssertEqual(group.wait(until: .now + .seconds(60)), .success)
+        for background in [false, true] {
+            XCTAssertTrue(waitUntil(.now + .seconds(10)) {
+                let s = DispatchPool.shared.snapshot(background: background)
+                return s.running == 0 && s.searching == 0 && s.blocked == 0 && s.idle == s.threads
+            }, "tier \(background ? "background" : "normal") did not come to rest: \(DispatchPool.shared.snapshot(background: background))")
+        }
+    }
+
     private func taskCount() -> Int {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? -1
     }

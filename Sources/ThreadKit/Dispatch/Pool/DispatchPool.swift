@@ -284,11 +284,12 @@ final class DispatchPool: @unchecked Sendable {
 
     // MARK: Observing (tests)
 
-    struct Snapshot { let threads: Int; let running: Int; let blocked: Int; let idle: Int }
+    struct Snapshot { let threads: Int; let running: Int; let blocked: Int; let idle: Int; let searching: Int }
 
     func snapshot(background: Bool = false) -> Snapshot {
         let t = background ? 1 : 0
-        return lock.withLock { Snapshot(threads: tiers[t].threads, running: tiers[t].running, blocked: tiers[t].blocked, idle: tiers[t].idle.count) }
+        return lock.withLock { Snapshot(threads: tiers[t].threads, running: tiers[t].running, blocked: tiers[t].blocked,
+                                          idle: tiers[t].idle.count, searching: tiers[t].searching) }
     }
 }
 

@@ -62,8 +62,11 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
                 runJob(entry, level: level)
                 continue
             }
-            if !sleepIdle() { return }
-            searching = true
+            switch sleepIdle() {
+            case .woken: searching = true           // the waker counted it searching
+            case .admittedItself: searching = false // aged background work; not counted searching
+            case .retired: return
+            }
         }
     }
 
@@ -84,24 +87,26 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         runningJob = false
     }
 
-    /// Sleeps on the idle stack until woken (true) or retired (false).
-    private func sleepIdle() -> Bool {
+    private enum IdleOutcome { case woken, admittedItself, retired }
+
+    /// Sleeps on the idle stack until woken, admitted by aging, or retired.
+    private func sleepIdle() -> IdleOutcome {
         let idleSince = ContinuousClock.now
         var deadline = idleDeadline.map { min($0, idleSince + DispatchPool.idleTimeout) } ?? idleSince + DispatchPool.idleTimeout
         while true {
-            if event.wait(deadline: deadline, spinLimit: DispatchSpin.idleWorker, observed: false) { return true }
+            if event.wait(deadline: deadline, spinLimit: DispatchSpin.idleWorker, observed: false) { return .woken }
             switch pool.idleTimedOut(self, idleSince: idleSince) {
             case .woken:
                 // The waker sets the event right after releasing the pool lock: consume that set
                 // now, so it cannot land after the next reset.
                 _ = event.wait(spinLimit: DispatchSpin.idleWorker, observed: false)
-                return true
+                return .woken
             case .work:
-                return true
+                return .admittedItself
             case .sleep(let next):
                 deadline = next
             case .retire:
-                return false
+                return .retired
             }
         }
     }
