@@ -11,6 +11,7 @@ let groups: [(String, () -> [Row])] = [
     ("threads", ThreadBenchmarks.rows),
     ("runloop", RunLoopBenchmarks.rows),
     ("ports", PortBenchmarks.rows),
+    ("dispatch", DispatchBenchmarks.rows),
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())
@@ -31,6 +32,9 @@ let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
 print("tkbench: \(ProcessInfo.processInfo.activeProcessorCount) cores, \(cpu); \(rounds) interleaved rounds, medians\n")
 let harness = Harness(rounds: rounds)
 for (_, rows) in selected { harness.run(rows()) }
+if arguments.isEmpty || arguments.contains("dispatch") {
+    DispatchBenchmarks.blockingAndPriority()
+}
 if arguments.isEmpty || arguments.contains("runloop") || arguments.contains("timers") {
     RunLoopBenchmarks.timerLateness(seconds: arguments.contains("--quick") ? 0.5 : 2)
 }

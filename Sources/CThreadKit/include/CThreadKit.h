@@ -9,6 +9,9 @@
 #include <stdint.h>
 #include <time.h>
 
+// Dispatch sources: the signal catcher and FIONREAD (a header of its own).
+#include "CThreadKitDispatch.h"
+
 /// Blocks while `*addr == expected` (FUTEX_WAIT_PRIVATE). `relative` is a relative timeout on
 /// CLOCK_MONOTONIC, or NULL for none. Returns 0 when woken (possibly spuriously) or -errno:
 /// -EAGAIN (the word no longer held `expected`), -ETIMEDOUT, -EINTR.

@@ -54,8 +54,8 @@ extension TKRunLoop {
         while result == nil {
             notify(.beforeTimers, mode)
             notify(.beforeSources, mode)
-            runBlocks(mode)
-            var handledSource = performSources(mode)
+            let drainedMainQueue = runBlocks(mode)
+            var handledSource = performSources(mode) || drainedMainQueue
             if handledSource { runBlocks(mode) }
             if handlePorts(mode) { handledSource = true }
             let timeUp = deadline.map { ContinuousClock.now >= $0 } ?? false
@@ -66,7 +66,7 @@ extension TKRunLoop {
             serviceDescriptors()
             fireTimers(mode)
             if handlePorts(mode) { handledSource = true }
-            runBlocks(mode)
+            if runBlocks(mode) { handledSource = true }
             result = outcome(mode, deadline: deadline, handledSource: handledSource,
                              returnAfterSourceHandled: returnAfterSourceHandled)
         }
@@ -101,11 +101,12 @@ extension TKRunLoop {
         }
     }
 
-    /// Nothing could ever wake the loop in `mode`: no source, timer, port or pending block.
+    /// Nothing could ever wake the loop in `mode`: no source, timer, port, pending block, or (main
+    /// loop, common mode) waiting main-queue entry.
     func isEmpty(_ mode: Mode) -> Bool {
         lock.withLock {
             (itemsLocked(mode)?.isEmpty ?? true) && !hasBlocksLocked(for: mode)
-        }
+        } && !mainQueueHasWork(mode)
     }
 
     // MARK: Phases
@@ -123,9 +124,12 @@ extension TKRunLoop {
         }
     }
 
-    /// Runs the perform blocks queued for `mode`, in order of arrival.
-    private func runBlocks(_ mode: Mode) {
+    /// Runs the perform blocks queued for `mode`, in order of arrival; on the main loop in a common
+    /// mode, then one batch of the main dispatch queue. True if main-queue work ran (a handled source).
+    @discardableResult
+    private func runBlocks(_ mode: Mode) -> Bool {
         drainBlocks(for: mode)
+        return drainMainQueue(mode)
     }
 
     /// Performs the signalled version-0 sources of `mode` in `order`. True if any ran.

@@ -1,0 +1,272 @@
+// DispatchBenchmarks: TKDispatch against libdispatch (Foundation's Dispatch), in one process,
+// interleaved (issue 6's rows):
+//   - async of empty blocks to a global queue (throughput, time per block until all ran);
+//   - async of empty blocks to one serial queue;
+//   - ping-pong between two serial queues (time per hop);
+//   - group enter + leave on one thread;
+//   - semaphore ping-pong between two threads (round trip);
+//   - concurrentPerform of 10^6 trivial iterations (time per iteration);
+//   - 10^6 blocks across 1,000 serial queues (time per block);
+//   - the latency of an interactive item submitted behind a background flood.
+// Then a table that is not a time per operation: 8 items that each block 1 s in a semaphore wait
+// (wall time and peak thread count of each side), and where a background item submitted behind an
+// interactive flood starts.
+import Foundation
+import Synchronization
+import ThreadKit
+
+enum DispatchBenchmarks {
+    static func rows() -> [Row] {
+        [globalAsync(), serialAsync(), hop(), groupEnterLeave(), semaphorePingPong(), concurrentPerform(),
+         manyQueues(), interactiveBehindBackground()]
+    }
+
+    static func globalAsync() -> Row {
+        Row(group: "dispatch", name: "async empty blocks to a global queue (per block)", operations: 200_000, unit: .nanoseconds, contenders: [
+            Contender(name: "TKDispatchQueue.global()") { n in
+                let group = TKDispatchGroup()
+                let q = TKDispatchQueue.global()
+                return timed {
+                    for _ in 0..<n { q.async(group: group) {} }
+                    group.wait()
+                }
+            },
+            Contender(name: "DispatchQueue.global()") { n in
+                let group = DispatchGroup()
+                let q = DispatchQueue.global()
+                return timed {
+                    for _ in 0..<n { q.async(group: group) {} }
+                    group.wait()
+                }
+            },
+        ], reference: "DispatchQueue.global()", target: "≤ 0.5× (2× throughput)")
+    }
+
+    static func serialAsync() -> Row {
+        Row(group: "dispatch", name: "async empty blocks to one serial queue (per block)", operations: 200_000, unit: .nanoseconds, contenders: [
+            Contender(name: "TKDispatchQueue serial") { n in
+                let q = TKDispatchQueue(label: "bench-serial")
+                return timed {
+                    for _ in 0..<n { q.async {} }
+                    q.sync {}
+                }
+            },
+            Contender(name: "DispatchQueue serial") { n in
+                let q = DispatchQueue(label: "bench-serial")
+                return timed {
+                    for _ in 0..<n { q.async {} }
+                    q.sync {}
+                }
+            },
+        ], reference: "DispatchQueue serial", target: "≤ 0.5× (2× throughput)")
+    }
+
+    static func hop() -> Row {
+        Row(group: "dispatch", name: "ping-pong between two serial queues (per hop)", operations: 50_000, unit: .nanoseconds, contenders: [
+            Contender(name: "TKDispatchQueue") { n in
+                let a = TKDispatchQueue(label: "a"), b = TKDispatchQueue(label: "b")
+                let done = DispatchSemaphore(value: 0)
+                let count = Counter()   // touched by one hop at a time
+                @Sendable func step(_ onA: Bool) {
+                    count.value += 1
+                    if count.value == n { done.signal(); return }
+                    (onA ? b : a).async { step(!onA) }
+                }
+                return timed {
+                    a.async { step(true) }
+                    done.wait()
+                }
+            },
+            Contender(name: "DispatchQueue") { n in
+                let a = DispatchQueue(label: "a"), b = DispatchQueue(label: "b")
+                let done = DispatchSemaphore(value: 0)
+                let count = Counter()
+                @Sendable func step(_ onA: Bool) {
+                    count.value += 1
+                    if count.value == n { done.signal(); return }
+                    (onA ? b : a).async { step(!onA) }
+                }
+                return timed {
+                    a.async { step(true) }
+                    done.wait()
+                }
+            },
+        ], reference: "DispatchQueue", target: "≤ 0.8×")
+    }
+
+    static func groupEnterLeave() -> Row {
+        Row(group: "dispatch", name: "group enter + leave", operations: 2_000_000, unit: .nanoseconds, contenders: [
+            Contender(name: "TKDispatchGroup") { n in
+                let g = TKDispatchGroup()
+                return timed { for _ in 0..<n { g.enter(); g.leave() } }
+            },
+            Contender(name: "DispatchGroup") { n in
+                let g = DispatchGroup()
+                return timed { for _ in 0..<n { g.enter(); g.leave() } }
+            },
+        ], reference: "DispatchGroup", target: "≤ 1.0×")
+    }
+
+    static func semaphorePingPong() -> Row {
+        Row(group: "dispatch", name: "semaphore ping-pong between two threads (round trip)", operations: 20_000, unit: .microseconds, contenders: [
+            Contender(name: "TKDispatchSemaphore") { n in
+                let ping = TKDispatchSemaphore(value: 0), pong = TKDispatchSemaphore(value: 0)
+                return parallel(2) { me in
+                    for _ in 0..<n {
+                        if me == 0 { ping.signal(); pong.wait() } else { ping.wait(); pong.signal() }
+                    }
+                }
+            },
+            Contender(name: "DispatchSemaphore") { n in
+                let ping = DispatchSemaphore(value: 0), pong = DispatchSemaphore(value: 0)
+                return parallel(2) { me in
+                    for _ in 0..<n {
+                        if me == 0 { ping.signal(); pong.wait() } else { ping.wait(); pong.signal() }
+                    }
+                }
+            },
+        ], reference: "DispatchSemaphore", target: "≤ 0.5×")
+    }
+
+    static func concurrentPerform() -> Row {
+        Row(group: "dispatch", name: "concurrentPerform, 10^6 trivial iterations (per iteration)", operations: 1_000_000, unit: .nanoseconds, contenders: [
+            Contender(name: "TKDispatchQueue.concurrentPerform") { n in
+                let sum = Atomic<Int>(0)
+                return timed {
+                    TKDispatchQueue.concurrentPerform(iterations: n) { i in if i & 0xFFFF == 0 { sum.wrappingAdd(1, ordering: .relaxed) } }
+                }
+            },
+            Contender(name: "DispatchQueue.concurrentPerform") { n in
+                let sum = Atomic<Int>(0)
+                return timed {
+                    DispatchQueue.concurrentPerform(iterations: n) { i in if i & 0xFFFF == 0 { sum.wrappingAdd(1, ordering: .relaxed) } }
+                }
+            },
+        ], reference: "DispatchQueue.concurrentPerform", target: "≤ 1.0×")
+    }
+
+    static func manyQueues() -> Row {
+        Row(group: "dispatch", name: "blocks across 1,000 serial queues (per block)", operations: 200_000, unit: .nanoseconds, contenders: [
+            Contender(name: "TKDispatchQueue ×1000") { n in
+                let queues = (0..<1_000).map { TKDispatchQueue(label: "q\($0)") }
+                let group = TKDispatchGroup()
+                return timed {
+                    for i in 0..<n { queues[i % 1_000].async(group: group) {} }
+                    group.wait()
+                }
+            },
+            Contender(name: "DispatchQueue ×1000") { n in
+                let queues = (0..<1_000).map { DispatchQueue(label: "q\($0)") }
+                let group = DispatchGroup()
+                return timed {
+                    for i in 0..<n { queues[i % 1_000].async(group: group) {} }
+                    group.wait()
+                }
+            },
+        ], reference: "DispatchQueue ×1000", target: "")
+    }
+
+    /// Per operation: the latency from submitting an interactive item behind 200 background items
+    /// (each ~50 µs of work) to its start.
+    static func interactiveBehindBackground() -> Row {
+        Row(group: "dispatch", name: "interactive item behind a background flood (start latency)", operations: 10, unit: .microseconds, contenders: [
+            Contender(name: "TKDispatchQueue") { n in
+                var total = 0.0
+                for _ in 0..<n {
+                    let group = TKDispatchGroup()
+                    for _ in 0..<200 { TKDispatchQueue.global(qos: .background).async(group: group) { spin(50) } }
+                    let started = Atomic<UInt64>(0)
+                    let t0 = now()
+                    TKDispatchQueue.global(qos: .userInteractive).async(group: group) { started.store(now(), ordering: .relaxed) }
+                    group.wait()
+                    total += Double(started.load(ordering: .relaxed) - t0)
+                }
+                return total
+            },
+            Contender(name: "DispatchQueue") { n in
+                var total = 0.0
+                for _ in 0..<n {
+                    let group = DispatchGroup()
+                    for _ in 0..<200 { DispatchQueue.global(qos: .background).async(group: group) { spin(50) } }
+                    let started = Atomic<UInt64>(0)
+                    let t0 = now()
+                    DispatchQueue.global(qos: .userInteractive).async(group: group) { started.store(now(), ordering: .relaxed) }
+                    group.wait()
+                    total += Double(started.load(ordering: .relaxed) - t0)
+                }
+                return total
+            },
+        ], reference: "DispatchQueue", target: "≤ 1.0×, fewer threads")
+    }
+
+    @Sendable static func spin(_ microseconds: UInt64) {
+        let end = now() + microseconds * 1_000
+        while now() < end {}
+    }
+
+    // MARK: Not a time per operation
+
+    /// Eight items that each block 1 s in a semaphore wait, submitted at once to a global queue:
+    /// wall time and peak thread count; and where a background item submitted behind an
+    /// interactive flood starts.
+    static func blockingAndPriority() {
+        print("| row | contender | result | target |")
+        print("|---|---|---|---|")
+        let (tkTime, tkPeak) = blocking { done in
+            let s = TKDispatchSemaphore(value: 0)
+            for _ in 0..<8 { TKDispatchQueue.global().async { _ = s.wait(until: .now + .seconds(1)); done.signal() } }
+        }
+        let (gcdTime, gcdPeak) = blocking { done in
+            let s = DispatchSemaphore(value: 0)
+            for _ in 0..<8 { DispatchQueue.global().async { _ = s.wait(timeout: .now() + 1); done.signal() } }
+        }
+        print(String(format: "| 8 items blocking 1 s each (wall time, peak threads) | TKDispatchQueue | %.2f s, %d threads | < 1.5 s |", tkTime, tkPeak))
+        print(String(format: "| | DispatchQueue | %.2f s, %d threads | |", gcdTime, gcdPeak))
+        let tkFlood = backgroundBehindFlood(
+            submitFlood: { n, finished in for _ in 0..<n { TKDispatchQueue.global(qos: .userInteractive).async { spin(20); finished.value.wrappingAdd(1, ordering: .relaxed) } } },
+            submitBackground: { body in TKDispatchQueue.global(qos: .background).async(execute: body) })
+        let gcdFlood = backgroundBehindFlood(
+            submitFlood: { n, finished in for _ in 0..<n { DispatchQueue.global(qos: .userInteractive).async { spin(20); finished.value.wrappingAdd(1, ordering: .relaxed) } } },
+            submitBackground: { body in DispatchQueue.global(qos: .background).async(execute: body) })
+        print("| background item behind 2,000 interactive items (flood items done when it started) | TKDispatchQueue | \(tkFlood) of 2000 | most of them |")
+        print("| | DispatchQueue | \(gcdFlood) of 2000 | |")
+        print("")
+    }
+
+    private static func blocking(_ submit: (DispatchSemaphore) -> Void) -> (Double, Int) {
+        let baseline = threadCount()
+        let done = DispatchSemaphore(value: 0)
+        let peak = Atomic<Int>(0)
+        let watching = Atomic<Bool>(true)
+        let watcher = Thread {
+            while watching.load(ordering: .relaxed) {
+                let n = threadCount()
+                if n > peak.load(ordering: .relaxed) { peak.store(n, ordering: .relaxed) }
+                usleep(5_000)
+            }
+        }
+        watcher.start()
+        let start = now()
+        submit(done)
+        for _ in 0..<8 { done.wait() }
+        let elapsed = Double(now() - start) / 1e9
+        watching.store(false, ordering: .relaxed)
+        return (elapsed, peak.load(ordering: .relaxed) - baseline - 1)
+    }
+
+    final class AtomicCount: Sendable { let value = Atomic<Int>(0) }
+
+    private static func backgroundBehindFlood(submitFlood: (Int, AtomicCount) -> Void,
+                                              submitBackground: (@escaping @Sendable () -> Void) -> Void) -> Int {
+        let finished = AtomicCount()
+        let seen = Atomic<Int>(-1)
+        submitFlood(2_000, finished)
+        submitBackground { seen.store(finished.value.load(ordering: .relaxed), ordering: .relaxed) }
+        while seen.load(ordering: .relaxed) < 0 || finished.value.load(ordering: .relaxed) < 2_000 { usleep(1_000) }
+        return seen.load(ordering: .relaxed)
+    }
+
+    static func threadCount() -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? -1
+    }
+}

@@ -1,0 +1,59 @@
+// DeadlineHeap: the dispatch manager's timer heap, TimerHeap's design (RunLoop/TimerHeap.swift) for
+// any payload: a binary min-heap keyed by (deadline, sequence), so entries due at the same instant
+// fire in the order they were scheduled. Entries are never updated in place: a rescheduled timer
+// source pushes a new entry with a new generation, and stale ones are skipped when they fire.
+// Guarded by the manager's lock.
+
+struct DeadlineHeap<Payload> {
+    struct Entry {
+        let deadline: ContinuousClock.Instant
+        let sequence: UInt64
+        let payload: Payload
+
+        func precedes(_ other: Entry) -> Bool {
+            deadline != other.deadline ? deadline < other.deadline : sequence < other.sequence
+        }
+    }
+
+    private var entries: [Entry] = []
+    private var nextSequence: UInt64 = 0
+
+    var isEmpty: Bool { entries.isEmpty }
+    var count: Int { entries.count }
+    var earliest: ContinuousClock.Instant? { entries.first?.deadline }
+
+    mutating func push(_ payload: Payload, deadline: ContinuousClock.Instant) {
+        entries.append(Entry(deadline: deadline, sequence: nextSequence, payload: payload))
+        nextSequence &+= 1
+        var child = entries.count - 1
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard entries[child].precedes(entries[parent]) else { break }
+            entries.swapAt(child, parent)
+            child = parent
+        }
+    }
+
+    /// Removes and returns the entries due at `now` (deadline <= now), earliest first.
+    mutating func popDue(_ now: ContinuousClock.Instant) -> [Entry] {
+        var due: [Entry] = []
+        while let first = entries.first, first.deadline <= now { due.append(pop()) }
+        return due
+    }
+
+    private mutating func pop() -> Entry {
+        entries.swapAt(0, entries.count - 1)
+        let last = entries.removeLast()
+        var parent = 0
+        while true {
+            let left = 2 * parent + 1, right = left + 1
+            var smallest = parent
+            if left < entries.count && entries[left].precedes(entries[smallest]) { smallest = left }
+            if right < entries.count && entries[right].precedes(entries[smallest]) { smallest = right }
+            if smallest == parent { break }
+            entries.swapAt(parent, smallest)
+            parent = smallest
+        }
+        return last
+    }
+}

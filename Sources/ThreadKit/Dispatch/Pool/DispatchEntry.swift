@@ -1,0 +1,51 @@
+// DispatchEntry: what a queue's ring and the pool's run queues hold (docs/DispatchPool.md,
+// "Entries and jobs"). Immutable values, moved from ring to ring; whoever pops one runs it once.
+
+/// The work an entry stands for.
+enum DispatchWork {
+    /// A submitted block (`async`).
+    case block(@Sendable () -> Void)
+    /// A submitted work item (`async(execute:)`): skipped if cancelled first.
+    case item(TKDispatchWorkItem)
+    /// A `sync` caller waiting for its turn: the drainer runs its block and releases it.
+    case sync(SyncWaiter)
+    /// The lane of a serial queue: drain a batch of it.
+    case drain(TKDispatchQueue)
+    /// A token of a concurrent queue: run the next entry of its ready ring.
+    case runNext(TKDispatchQueue)
+}
+
+struct DispatchEntry {
+    var work: DispatchWork
+    /// Left once the work has run (`async(group:)`).
+    var group: TKDispatchGroup?
+    /// Runs alone on a concurrent queue, after everything submitted before it.
+    var barrier: Bool
+
+    init(_ work: DispatchWork, group: TKDispatchGroup? = nil, barrier: Bool = false) {
+        self.work = work
+        self.group = group
+        self.barrier = barrier
+    }
+
+    /// Whether this entry is user work (as opposed to a lane or token, which push their own frame).
+    var isUserWork: Bool {
+        switch work {
+        case .block, .item, .sync: true
+        case .drain, .runNext: false
+        }
+    }
+
+    /// Runs the entry on the calling thread. The caller has pushed the frame of the queue the entry
+    /// belongs to (for user work); lanes and tokens push their own.
+    func run() {
+        switch work {
+        case .block(let block): block()
+        case .item(let item): item.runFromQueue()
+        case .sync(let waiter): waiter.runOnDrainer()
+        case .drain(let queue): queue.drainLane()
+        case .runNext(let queue): queue.runNextReady()
+        }
+        group?.leaveAfterWork()
+    }
+}

@@ -1,0 +1,62 @@
+// DispatchLock: the internal leaf lock of the dispatch layer (pool, queues, groups, sources, the
+// manager). Any thread. Held only for a few loads and stores; nothing else is locked while one is
+// held and no callback runs under it.
+//
+// Unlike RawMutex it sleeps with `SystemCall.futexWait` directly, not through `Parking.park`: a
+// pool worker that briefly waits for the pool's own lock must not be reported to the pool as
+// blocked (the pool's observer takes this very lock, and would start a worker for nothing).
+import Synchronization
+
+/// Drepper's "mutex 2" ("Futexes Are Tricky"):
+///
+/// | word | meaning                                  |
+/// |------|------------------------------------------|
+/// | 0    | unlocked                                 |
+/// | 1    | locked, nobody sleeping                  |
+/// | 2    | locked, one or more threads may sleep    |
+struct DispatchLock: @unchecked Sendable {
+    private let word = FutexWord(0)
+
+    init() {}
+
+    /// Called once, from the owner's deinit.
+    func deallocate() { word.deallocate() }
+
+    /// Acquiring on success: pairs with the releasing exchange in `unlock`.
+    @inline(__always)
+    func lock() {
+        if word.pointer.pointee.compareExchange(expected: 0, desired: 1, successOrdering: .acquiring,
+                                                failureOrdering: .relaxed).exchanged { return }
+        lockSlow()
+    }
+
+    /// Releasing: publishes the critical section to the next acquirer.
+    @inline(__always)
+    func unlock() {
+        if word.pointer.pointee.exchange(0, ordering: .releasing) == 2 {
+            SystemCall.futexWake(word.address, count: 1)
+        }
+    }
+
+    @inline(__always)
+    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        lock()
+        defer { unlock() }
+        return try body()
+    }
+
+    private func lockSlow() {
+        let atomic = word.pointer
+        var spin = SpinWait.forLock()
+        while spin.spin() {
+            if atomic.pointee.load(ordering: .relaxed) == 0,
+               atomic.pointee.compareExchange(expected: 0, desired: 1, successOrdering: .acquiring,
+                                              failureOrdering: .relaxed).exchanged { return }
+        }
+        // Announce a sleeper (2) and sleep while the word stays 2; acquire with 2 kept, since
+        // others may still sleep.
+        while atomic.pointee.exchange(2, ordering: .acquiring) != 0 {
+            _ = SystemCall.futexWait(word.address, expected: 2, timeout: nil)
+        }
+    }
+}

@@ -1,0 +1,336 @@
+// DispatchManager: the pool's one timer heap and event poller (docs/DispatchPool.md, "Timers,
+// sources and the manager thread"): asyncAfter, timer sources, read/write readiness and caught
+// signals. One manager thread sleeps in epoll_wait on an eventfd (registration changes, signals), a
+// timerfd (the earliest deadline) and the descriptors of read/write sources.
+//
+// Threads: registration from any thread under `lock` (a leaf: the manager never holds it while
+// calling a source or a queue; sources may call in while holding their own lock, so the order is
+// source lock → manager lock). The thread loop's locals (the armed deadline) are its own. The
+// epoll set and the two descriptors live for the process (three descriptors); the thread is started
+// on first use and ends after `idleTimeout` with nothing registered.
+import CThreadKit
+import Glibc
+import Synchronization
+
+final class DispatchManager: @unchecked Sendable {
+    static let shared = DispatchManager()
+    static let idleTimeout: Duration = .seconds(2)
+
+    private static let wakeToken: UInt64 = 0
+    private static let timerToken: UInt64 = 1
+    private static let fdTokenBase: UInt64 = 16
+
+    // epoll event bits (<sys/epoll.h>).
+    static let pollIn: UInt32 = 0x001
+    static let pollOut: UInt32 = 0x004
+    static let pollErr: UInt32 = 0x008
+    static let pollHup: UInt32 = 0x010
+    static let pollOneShot: UInt32 = 1 << 30
+
+    enum TimerTarget {
+        case block(@Sendable () -> Void)
+        case source(TKDispatchSource, generation: UInt64)
+    }
+
+    /// The sources watching one descriptor, and which directions are armed in epoll.
+    struct Watch {
+        var readers: [TKDispatchSource] = []
+        var writers: [TKDispatchSource] = []
+        var armedRead = false
+        var armedWrite = false
+        /// epoll refused the descriptor (a regular file): it counts as always ready.
+        var alwaysReady = false
+        var registered = false
+    }
+
+    private let epoll: Int32
+    private let wakeFD: Int32
+    private let timerFD: Int32
+    private let lock = DispatchLock()
+    private var heap = DeadlineHeap<TimerTarget>()                  // guarded by lock
+    private var watches: [Int32: Watch] = [:]                       // guarded by lock
+    private var signalSources: [Int32: [TKDispatchSource]] = [:]    // guarded by lock
+    private var caughtSignals: [Int32: Int] = [:]                   // guarded by lock: sources per signal
+    private var threadRunning = false                               // guarded by lock
+    /// A wake-up write is outstanding (coalesces wakes). Cleared by the manager thread after it
+    /// drains the eventfd, before it looks at its state again (sequentially consistent both sides).
+    private let wakePending = Atomic<Bool>(false)
+
+    private init() {
+        epoll = tk_epoll_create()
+        wakeFD = tk_eventfd()
+        timerFD = tk_timerfd()
+        guard epoll >= 0, wakeFD >= 0, timerFD >= 0,
+              tk_epoll_ctl(epoll, 1, wakeFD, DispatchManager.pollIn, DispatchManager.wakeToken) == 0,
+              tk_epoll_ctl(epoll, 1, timerFD, DispatchManager.pollIn, DispatchManager.timerToken) == 0 else {
+            fatalError("ThreadKit: cannot create the dispatch manager's epoll/eventfd/timerfd: \(SystemCall.errorName(errno))")
+        }
+        tk_signal_set_wake_fd(wakeFD)
+    }
+
+    // MARK: Timers
+
+    /// Runs `block` (which submits the real work) on the manager thread at `deadline` or later.
+    func schedule(at deadline: ContinuousClock.Instant, _ block: @escaping @Sendable () -> Void) {
+        push(.block(block), at: deadline)
+    }
+
+    /// Fires `source` (if its timer generation is still `generation`) at `deadline` or later.
+    func scheduleTimer(_ source: TKDispatchSource, generation: UInt64, at deadline: ContinuousClock.Instant) {
+        push(.source(source, generation: generation), at: deadline)
+    }
+
+    private func push(_ target: TimerTarget, at deadline: ContinuousClock.Instant) {
+        lock.lock()
+        heap.push(target, deadline: deadline)
+        let earliest = heap.earliest == deadline
+        let start = startThreadLocked()
+        lock.unlock()
+        if start { startThread() } else if earliest { wake() }
+    }
+
+    // MARK: Descriptors
+
+    /// Starts watching `fd` for `source` (readability, or writability if `write`).
+    func watch(_ fd: Int32, write: Bool, source: TKDispatchSource) {
+        lock.lock()
+        var w = watches[fd] ?? Watch()
+        if write { w.writers.append(source); w.armedWrite = true } else { w.readers.append(source); w.armedRead = true }
+        if !w.registered && !w.alwaysReady {
+            if tk_epoll_ctl(epoll, 1, fd, interest(w), DispatchManager.fdTokenBase + UInt64(fd)) == 0 {
+                w.registered = true
+            } else {
+                // EPERM: a regular file (always ready, as libdispatch treats it); anything else
+                // (EBADF) is reported as readiness too, so the handler sees the error itself.
+                w.alwaysReady = true
+            }
+        } else if w.registered {
+            _ = tk_epoll_ctl(epoll, 3, fd, interest(w), DispatchManager.fdTokenBase + UInt64(fd))
+        }
+        let ready = w.alwaysReady
+        watches[fd] = w
+        let start = startThreadLocked()
+        lock.unlock()
+        if start { startThread() }
+        if ready { source.mergeReadiness(fd: fd) }
+    }
+
+    /// Stops watching `fd` for `source`.
+    func unwatch(_ fd: Int32, source: TKDispatchSource) {
+        lock.withLock {
+            guard var w = watches[fd] else { return }
+            w.readers.removeAll { $0 === source }
+            w.writers.removeAll { $0 === source }
+            if w.readers.isEmpty { w.armedRead = false }
+            if w.writers.isEmpty { w.armedWrite = false }
+            if w.readers.isEmpty && w.writers.isEmpty {
+                if w.registered { _ = tk_epoll_ctl(epoll, 2, fd, 0, 0) }
+                watches[fd] = nil
+            } else {
+                if w.registered { _ = tk_epoll_ctl(epoll, 3, fd, interest(w), DispatchManager.fdTokenBase + UInt64(fd)) }
+                watches[fd] = w
+            }
+        }
+    }
+
+    /// Re-arms `fd` for `source` after its handler ran (descriptors are one-shot, so one that stays
+    /// ready is reported once per handler run, not in a loop).
+    func rearm(_ fd: Int32, write: Bool, source: TKDispatchSource) {
+        let ready = lock.withLock { () -> Bool in
+            guard var w = watches[fd] else { return false }
+            let list = write ? w.writers : w.readers
+            guard list.contains(where: { $0 === source }) else { return false }
+            if write { w.armedWrite = true } else { w.armedRead = true }
+            if w.registered { _ = tk_epoll_ctl(epoll, 3, fd, interest(w), DispatchManager.fdTokenBase + UInt64(fd)) }
+            watches[fd] = w
+            return w.alwaysReady
+        }
+        if ready { source.mergeReadiness(fd: fd) }
+    }
+
+    private func interest(_ w: Watch) -> UInt32 {
+        (w.armedRead ? DispatchManager.pollIn : 0) | (w.armedWrite ? DispatchManager.pollOut : 0) | DispatchManager.pollOneShot
+    }
+
+    // MARK: Signals
+
+    /// Catches `signal` for the process while at least one source for it exists (counted).
+    /// Returns false if the OS refuses (SIGKILL, SIGSTOP, an invalid number).
+    func catchSignal(_ signal: Int32) -> Bool {
+        lock.withLock {
+            if let n = caughtSignals[signal] {
+                caughtSignals[signal] = n + 1
+                return true
+            }
+            guard tk_signal_catch(signal) == 0 else { return false }
+            caughtSignals[signal] = 1
+            return true
+        }
+    }
+
+    /// One source of `signal` is gone; the last one restores the previous action.
+    func releaseSignal(_ signal: Int32) {
+        lock.withLock {
+            guard let n = caughtSignals[signal] else { return }
+            if n > 1 { caughtSignals[signal] = n - 1; return }
+            caughtSignals[signal] = nil
+            _ = tk_signal_restore(signal)
+        }
+    }
+
+    /// Delivers deliveries of `signal` from now on to `source`.
+    func watchSignal(_ signal: Int32, source: TKDispatchSource) {
+        lock.lock()
+        if signalSources[signal] == nil { _ = tk_signal_take(signal) }   // earlier deliveries are not its
+        signalSources[signal, default: []].append(source)
+        let start = startThreadLocked()
+        lock.unlock()
+        if start { startThread() }
+    }
+
+    func unwatchSignal(_ signal: Int32, source: TKDispatchSource) {
+        lock.withLock {
+            signalSources[signal]?.removeAll { $0 === source }
+            if signalSources[signal]?.isEmpty == true { signalSources[signal] = nil }
+        }
+    }
+
+    // MARK: The thread
+
+    private func startThreadLocked() -> Bool {
+        if threadRunning { return false }
+        threadRunning = true
+        return true
+    }
+
+    private func startThread() {
+        let thread = TKThread(name: "tk.dispatch.manager") { [self] in run() }
+        thread.start()
+    }
+
+    /// Makes the manager's epoll_wait return (coalesced).
+    private func wake() {
+        if wakePending.load(ordering: .sequentiallyConsistent) { return }
+        if !wakePending.exchange(true, ordering: .sequentiallyConsistent) {
+            var one: UInt64 = 1
+            _ = write(wakeFD, &one, 8)
+        }
+    }
+
+    /// The manager loop: fire due timers, arm the timerfd for the next, sleep, deliver what is ready.
+    private func run() {
+        SystemCall.setTimerSlack(nanoseconds: 1_000)
+        var armed: ContinuousClock.Instant? = nil
+        var idleSince: ContinuousClock.Instant? = nil
+        var tokens = [UInt64](repeating: 0, count: 64)
+        var events = [UInt32](repeating: 0, count: 64)
+        while true {
+            // 1. Pop what is due (the clock is read under the lock: nothing fires early).
+            lock.lock()
+            let now = ContinuousClock.now
+            let due = heap.popDue(now)
+            let nothing = heap.isEmpty && watches.isEmpty && signalSources.isEmpty
+            if nothing {
+                if let since = idleSince, now - since >= DispatchManager.idleTimeout {
+                    threadRunning = false
+                    lock.unlock()
+                    return
+                }
+                if idleSince == nil { idleSince = now }
+            } else {
+                idleSince = nil
+            }
+            let wakeAt = heap.earliest ?? idleSince.map { $0 + DispatchManager.idleTimeout }
+            lock.unlock()
+            // 2. Fire them with no lock held.
+            for entry in due { fire(entry.payload) }
+            if !due.isEmpty { continue }
+            // 3. Arm the timerfd only when the wake time moved.
+            if wakeAt != armed {
+                arm(wakeAt)
+                armed = wakeAt
+            }
+            // 4. Sleep until something is ready.
+            let n = tokens.withUnsafeMutableBufferPointer { t in
+                events.withUnsafeMutableBufferPointer { e in
+                    tk_epoll_wait(epoll, t.baseAddress, e.baseAddress, 64, -1)
+                }
+            }
+            var woken = false
+            for i in 0..<Int(max(n, 0)) {
+                var drained: UInt64 = 0
+                switch tokens[i] {
+                case DispatchManager.wakeToken:
+                    _ = read(wakeFD, &drained, 8)
+                    woken = true
+                case DispatchManager.timerToken:
+                    _ = read(timerFD, &drained, 8)
+                    armed = nil
+                default:
+                    descriptorReady(Int32(tokens[i] - DispatchManager.fdTokenBase), events[i])
+                }
+            }
+            if woken {
+                wakePending.store(false, ordering: .sequentiallyConsistent)
+                deliverSignals()
+            }
+        }
+    }
+
+    private func fire(_ target: TimerTarget) {
+        switch target {
+        case .block(let block): block()
+        case .source(let source, let generation): source.timerFired(generation: generation)
+        }
+    }
+
+    private func arm(_ deadline: ContinuousClock.Instant?) {
+        guard let deadline else {
+            _ = tk_timerfd_arm(timerFD, 0, 0)
+            return
+        }
+        let delay = deadline - ContinuousClock.now
+        guard delay > .zero else {
+            _ = tk_timerfd_arm(timerFD, 0, 1)
+            return
+        }
+        let (seconds, attoseconds) = delay.components
+        let nanoseconds = attoseconds / 1_000_000_000
+        _ = tk_timerfd_arm(timerFD, seconds, seconds == 0 && nanoseconds == 0 ? 1 : nanoseconds)
+    }
+
+    private func descriptorReady(_ fd: Int32, _ events: UInt32) {
+        let problem = events & (DispatchManager.pollErr | DispatchManager.pollHup) != 0
+        let ready = lock.withLock { () -> [TKDispatchSource] in
+            guard var w = watches[fd] else { return [] }
+            var ready: [TKDispatchSource] = []
+            if w.armedRead && (events & DispatchManager.pollIn != 0 || problem) {
+                w.armedRead = false
+                ready += w.readers
+            }
+            if w.armedWrite && (events & DispatchManager.pollOut != 0 || problem) {
+                w.armedWrite = false
+                ready += w.writers
+            }
+            // One-shot disarmed every direction: re-arm those that did not fire.
+            if w.registered && (w.armedRead || w.armedWrite) {
+                _ = tk_epoll_ctl(epoll, 3, fd, interest(w), DispatchManager.fdTokenBase + UInt64(fd))
+            }
+            watches[fd] = w
+            return ready
+        }
+        for source in ready { source.mergeReadiness(fd: fd) }
+    }
+
+    private func deliverSignals() {
+        let deliveries = lock.withLock { () -> [(TKDispatchSource, UInt)] in
+            var list: [(TKDispatchSource, UInt)] = []
+            for (signal, sources) in signalSources {
+                let n = tk_signal_take(signal)
+                if n > 0 { for s in sources { list.append((s, UInt(n))) } }
+            }
+            return list
+        }
+        for (source, count) in deliveries { source.merge(count) }
+    }
+}

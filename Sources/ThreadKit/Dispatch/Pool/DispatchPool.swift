@@ -1,0 +1,295 @@
+// DispatchPool: the one thread pool under every queue but the main one (docs/DispatchPool.md,
+// "What wakes a worker"). Any thread may submit; workers pop. Everything below is guarded by
+// `lock`, a DispatchLock (a leaf: nothing is locked or woken while it is held; wakes and thread
+// starts happen after unlocking, from the lists the locked section filled in).
+import Glibc
+import Synchronization
+
+final class DispatchPool: @unchecked Sendable {
+    static let shared = DispatchPool()
+
+    /// Workers of one tier may run this many jobs at once (not counting blocked ones).
+    let width: Int
+    /// No tier ever has more threads than this, blocked ones included.
+    static let hardCap = 64
+    /// An idle worker's thread ends after this long without work.
+    static let idleTimeout: Duration = .seconds(2)
+    /// A worker takes at most this many jobs of one level per visit to the lock, and only when the
+    /// level holds several per worker: fewer lock round trips when a queue is long.
+    static let batchLimit = 8
+
+    /// Per tier (0 normal, 1 background). Guarded by `lock`.
+    struct Tier {
+        /// Workers executing or about to execute a job (woken, started, or between jobs), not
+        /// blocked and not idle.
+        var running = 0
+        /// Workers parked inside a ThreadKit wait while running a job.
+        var blocked = 0
+        /// Live worker threads (running + blocked + idle).
+        var threads = 0
+        /// Workers woken or started that have not popped a job yet. While one searches, submits
+        /// wake nobody else: the searcher wakes the next when it finds a job and more wait.
+        var searching = 0
+        /// Idle workers, most recently idle last (woken first: its cache is warm).
+        var idle: [PoolWorker] = []
+    }
+
+    let lock = DispatchLock()
+    /// The run queues, guarded by lock. Kept in memory of their own (the pool lives as long as the
+    /// process) and reached through addressors: a stored property of a class pays a runtime
+    /// exclusivity check on every access, which showed on the submit path.
+    private let runQueuesStorage: UnsafeMutablePointer<RunQueues>
+    private var runQueues: RunQueues {
+        unsafeAddress { UnsafePointer(runQueuesStorage) }
+        unsafeMutableAddress { runQueuesStorage }
+    }
+    /// `runQueues.nonEmpty` as of the last release of `lock`: a worker between the jobs of its batch
+    /// reads it without the lock to see whether more important work has arrived. Relaxed: a stale
+    /// value only delays that check by one job.
+    let nonEmptyMirror = Atomic<UInt8>(0)
+    /// Normal (0) and background (1), guarded by lock; in memory of their own like the run queues.
+    private let tiers: UnsafeMutablePointer<Tier>
+    private var nextWorkerNumber = 0             // guarded by lock
+
+    private init() {
+        width = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        runQueuesStorage = .allocate(capacity: 1)
+        runQueuesStorage.initialize(to: RunQueues())
+        tiers = .allocate(capacity: 2)
+        tiers.initialize(repeating: Tier(), count: 2)
+    }
+
+    /// What a locked section decided to do once the lock is released.
+    private struct Actions {
+        var wake: PoolWorker?
+        var spawn = 0
+        var spawnBackground = false
+
+        mutating func perform(_ pool: DispatchPool) {
+            wake?.event.set()
+            for _ in 0..<spawn { pool.startWorker(background: spawnBackground) }
+        }
+    }
+
+    // MARK: Submitting
+
+    /// Appends `entry` to the run queue of `level` and wakes or starts a worker if the tier may
+    /// take more work and nobody is already looking for it.
+    func submit(_ entry: DispatchEntry, level: Int) {
+        lock.lock()
+        runQueues.push(entry, level: level)
+        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+        var actions = Actions()
+        offerWorkLocked(background: level == RunQueues.background, &actions)
+        lock.unlock()
+        actions.perform(self)
+    }
+
+    /// Appends `count` copies of `entry` (tokens of a concurrent queue, helpers of concurrentPerform).
+    func submit(_ entry: DispatchEntry, level: Int, count: Int) {
+        guard count > 0 else { return }
+        if count == 1 { return submit(entry, level: level) }
+        lock.lock()
+        for _ in 0..<count { runQueues.push(entry, level: level) }
+        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+        var actions = Actions()
+        offerWorkLocked(background: level == RunQueues.background, &actions)
+        lock.unlock()
+        actions.perform(self)
+    }
+
+    /// Wakes an idle worker, or plans a new one, if the tier may admit work, work waits, and no
+    /// worker is searching already. Caller holds lock.
+    private func offerWorkLocked(background: Bool, _ actions: inout Actions) {
+        let t = background ? 1 : 0
+        guard tiers[t].searching == 0, tiers[t].running < width, runQueues.hasWork(background: background) else { return }
+        if background && !runQueues.backgroundAdmissible() {
+            // Background work waits behind normal work: make sure a background worker will notice
+            // when it ages (an idle one parks until the aging deadline).
+            let aging = runQueues.backgroundAgingDeadline()
+            if tiers[1].threads == 0 {
+                tiers[1].threads += 1
+                tiers[1].running += 1
+                tiers[1].searching += 1
+                actions.spawn = 1
+                actions.spawnBackground = true
+            } else if let worker = tiers[1].idle.last, let aging, worker.idleDeadline.map({ $0 > aging }) ?? true {
+                // It sleeps past the aging deadline: wake it so it re-parks with the new one.
+                tiers[1].idle.removeLast()
+                tiers[1].running += 1
+                tiers[1].searching += 1
+                worker.isIdle = false
+                actions.wake = worker
+            }
+            return
+        }
+        if let worker = tiers[t].idle.popLast() {
+            worker.isIdle = false
+            tiers[t].running += 1
+            tiers[t].searching += 1
+            actions.wake = worker
+        } else if tiers[t].threads < DispatchPool.hardCap {
+            tiers[t].threads += 1
+            tiers[t].running += 1
+            tiers[t].searching += 1
+            actions.spawn = 1
+            actions.spawnBackground = background
+        }
+    }
+
+    // MARK: Workers
+
+    /// The next job for `worker` (and, when its level is long, up to `batchLimit - 1` more moved to
+    /// the worker's batch ring), or nil when it must go idle (it is then on the idle stack and
+    /// `idleDeadline` says until when it sleeps). Worker's thread.
+    func nextJob(for worker: PoolWorker, wasSearching: inout Bool) -> (DispatchEntry, Int)? {
+        let background = worker.background
+        let t = background ? 1 : 0
+        lock.lock()
+        var actions = Actions()
+        if tiers[t].running <= width {
+            let job: (DispatchEntry, Int)?
+            if background {
+                job = runQueues.popBackground(now: { ContinuousClock.now }).map { ($0, RunQueues.background) }
+            } else {
+                job = runQueues.popNormal()
+            }
+            if let job {
+                let extra = min(DispatchPool.batchLimit - 1, runQueues.count(job.1) / (2 * width))
+                if extra > 0 { runQueues.popMore(job.1, into: worker.batch, max: extra) }
+                nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+                if wasSearching {
+                    wasSearching = false
+                    tiers[t].searching -= 1
+                    // Chain: more work waits, so the next searcher is woken now.
+                    offerWorkLocked(background: background, &actions)
+                }
+                if !background && !runQueues.hasWork(background: false) && runQueues.hasWork(background: true) {
+                    // The last normal job is taken: waiting background work may start now.
+                    offerWorkLocked(background: true, &actions)
+                }
+                lock.unlock()
+                actions.perform(self)
+                return job
+            }
+        }
+        // Idle: over width (a blocked worker came back) or nothing to do.
+        if wasSearching {
+            wasSearching = false
+            tiers[t].searching -= 1
+        }
+        tiers[t].running -= 1
+        tiers[t].idle.append(worker)
+        worker.isIdle = true
+        worker.event.reset()
+        worker.idleDeadline = background ? runQueues.backgroundAgingDeadline() : nil
+        if !background && runQueues.hasWork(background: true) {
+            // No normal work is left: waiting background work may start now.
+            offerWorkLocked(background: true, &actions)
+        }
+        lock.unlock()
+        actions.perform(self)
+        return nil
+    }
+
+    /// Puts the unstarted rest of `worker`'s batch back at the front of `level` (the worker blocked,
+    /// or more important work arrived) and lets another worker take it. Worker's thread.
+    func giveBack(_ worker: PoolWorker, level: Int) {
+        guard !worker.batch.isEmpty else { return }
+        lock.lock()
+        runQueues.giveBack(worker.batch, level: level)
+        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+        var actions = Actions()
+        offerWorkLocked(background: worker.background, &actions)
+        lock.unlock()
+        actions.perform(self)
+    }
+
+    /// Called by an idle worker whose sleep ended without being woken. `.woken`: a waker took it off
+    /// the idle stack concurrently (it is counted running; its event is about to be set); `.work`:
+    /// aged background work may run (it took itself off, counted running); `.sleep`: sleep on until
+    /// the deadline; `.retire`: it has been removed and its thread ends.
+    enum IdleVerdict { case woken, work, sleep(ContinuousClock.Instant), retire }
+
+    func idleTimedOut(_ worker: PoolWorker, idleSince: ContinuousClock.Instant) -> IdleVerdict {
+        let t = worker.background ? 1 : 0
+        return lock.withLock {
+            // Woken concurrently: the waker counted it running already.
+            guard worker.isIdle else { return .woken }
+            if worker.background && runQueues.backgroundAdmissible() && tiers[1].running < width {
+                tiers[1].idle.removeAll { $0 === worker }
+                worker.isIdle = false
+                tiers[1].running += 1
+                return .work
+            }
+            let retireAt = idleSince + DispatchPool.idleTimeout
+            if ContinuousClock.now >= retireAt {
+                tiers[t].idle.removeAll { $0 === worker }
+                worker.isIdle = false
+                tiers[t].threads -= 1
+                return .retire
+            }
+            let aging = worker.background ? runQueues.backgroundAgingDeadline() : nil
+            return .sleep(aging.map { min($0, retireAt) } ?? retireAt)
+        }
+    }
+
+    /// `worker` is about to park inside a ThreadKit wait while running a job: another worker may
+    /// take its place at once.
+    func workerWillBlock(_ worker: PoolWorker, batchLevel: Int) {
+        let t = worker.background ? 1 : 0
+        lock.lock()
+        tiers[t].running -= 1
+        tiers[t].blocked += 1
+        if !worker.batch.isEmpty {
+            // The jobs it took with the blocked one must not wait for it.
+            runQueues.giveBack(worker.batch, level: batchLevel)
+            nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+        }
+        var actions = Actions()
+        offerWorkLocked(background: worker.background, &actions)
+        lock.unlock()
+        actions.perform(self)
+    }
+
+    /// `worker` resumed after such a park. The tier may be over width until a worker reaches a
+    /// job boundary and goes idle.
+    func workerDidUnblock(_ worker: PoolWorker) {
+        let t = worker.background ? 1 : 0
+        lock.withLock {
+            tiers[t].blocked -= 1
+            tiers[t].running += 1
+        }
+    }
+
+    private func startWorker(background: Bool) {
+        let number = lock.withLock { () -> Int in
+            nextWorkerNumber += 1
+            return nextWorkerNumber
+        }
+        let worker = PoolWorker(pool: self, background: background)
+        let thread = TKThread(name: background ? "tk.dispatch.bg.\(number)" : "tk.dispatch.\(number)") { worker.run() }
+        if background { thread.qualityOfService = .background }
+        thread.start()
+        if thread.isFinished && !worker.started.load(ordering: .acquiring) {
+            // The OS refused a thread (TKThread reported it): give the slot back.
+            let t = background ? 1 : 0
+            lock.withLock {
+                tiers[t].threads -= 1
+                tiers[t].running -= 1
+                tiers[t].searching -= 1
+            }
+        }
+    }
+
+    // MARK: Observing (tests)
+
+    struct Snapshot { let threads: Int; let running: Int; let blocked: Int; let idle: Int; let searching: Int }
+
+    func snapshot(background: Bool = false) -> Snapshot {
+        let t = background ? 1 : 0
+        return lock.withLock { Snapshot(threads: tiers[t].threads, running: tiers[t].running, blocked: tiers[t].blocked,
+                                          idle: tiers[t].idle.count, searching: tiers[t].searching) }
+    }
+}
+

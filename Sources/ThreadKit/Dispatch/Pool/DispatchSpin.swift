@@ -1,0 +1,16 @@
+// DispatchSpin: how long each dispatch wait polls before it parks (see docs/Parking.md, "Spin,
+// then park"). Constants; tuned by the dispatch benchmarks on 2 cores, where a waiter that spins
+// holds the very core the thread it waits for needs: only hand-offs that usually complete within a
+// few microseconds spin long.
+
+enum DispatchSpin {
+    /// A semaphore wait: the signaller is typically mid-hand-off (ping-pong), so polling covers it.
+    static let semaphore = SpinWait.conditionLimit
+    /// Waits for work that usually takes longer (group and work-item waits, a sync caller waiting
+    /// for its drainer, concurrentPerform's last iterations): a short poll, then the core is freed
+    /// for the threads being waited for.
+    static let longWait = 64
+    /// An idle worker: polls for the next submission briefly, which saves the wake-up (tens of
+    /// microseconds here) when work arrives in quick succession.
+    static let idleWorker = 256
+}

@@ -1,0 +1,76 @@
+// JobRing: the FIFO under every dispatch queue and pool run queue: a growable ring buffer.
+// Not thread-safe: each ring is guarded by its owner's lock (a queue's ring by `queue.lock`, a
+// level of the run queues by `pool.lock`) or belongs to one thread (a drainer's batch ring).
+// A class so a drainer can swap a queue's ring with its own in O(1) under the lock.
+
+final class JobRing<Element>: @unchecked Sendable {
+    private var buffer: UnsafeMutablePointer<Element>
+    /// Always a power of two, so positions wrap with a mask.
+    private var capacity: Int
+    private var head = 0
+    private(set) var count = 0
+
+    init(capacity: Int = 16) {
+        self.capacity = capacity
+        buffer = .allocate(capacity: capacity)
+    }
+
+    deinit {
+        removeAll()
+        buffer.deallocate()
+    }
+
+    var isEmpty: Bool { count == 0 }
+
+    @inline(__always)
+    func append(_ element: Element) {
+        if count == capacity { grow() }
+        (buffer + ((head &+ count) & (capacity &- 1))).initialize(to: element)
+        count &+= 1
+    }
+
+    /// Puts `element` in front of the others (a batch handed back by a suspended drainer).
+    func prepend(_ element: Element) {
+        if count == capacity { grow() }
+        head = (head &- 1) & (capacity &- 1)
+        (buffer + head).initialize(to: element)
+        count &+= 1
+    }
+
+    @inline(__always)
+    func popFirst() -> Element? {
+        guard count > 0 else { return nil }
+        let element = (buffer + head).move()
+        head = (head &+ 1) & (capacity &- 1)
+        count &-= 1
+        return element
+    }
+
+    /// The first element, left in place.
+    var first: Element? { count > 0 ? buffer[head] : nil }
+
+    /// Moves every element of `other` (in order) in front of this ring's elements.
+    func prepend(contentsOf other: JobRing<Element>) {
+        var reversed: [Element] = []
+        reversed.reserveCapacity(other.count)
+        while let element = other.popFirst() { reversed.append(element) }
+        for element in reversed.reversed() { prepend(element) }
+    }
+
+    func removeAll() {
+        while popFirst() != nil {}
+        head = 0
+    }
+
+    private func grow() {
+        let newCapacity = capacity * 2
+        let newBuffer = UnsafeMutablePointer<Element>.allocate(capacity: newCapacity)
+        for i in 0..<count {
+            (newBuffer + i).moveInitialize(from: buffer + ((head + i) & (capacity - 1)), count: 1)
+        }
+        buffer.deallocate()
+        buffer = newBuffer
+        capacity = newCapacity
+        head = 0
+    }
+}

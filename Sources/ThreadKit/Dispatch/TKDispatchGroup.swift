@@ -1,0 +1,121 @@
+// TKDispatchGroup: DispatchGroup (SPEC §6). Thread-safe. `state` is the one word enter and leave
+// touch; `generation` is the futex word waiters park on; `notifyLock` guards `notifications`.
+
+import Synchronization
+
+/// A count of unfinished tasks plus two "maybe" flags:
+///
+/// | bits   | meaning                                                              |
+/// |--------|----------------------------------------------------------------------|
+/// | 0–31   | the count: `enter()` minus `leave()`                                  |
+/// | 32     | `hasWaiters`: a thread may be parked in `wait` (cleared only at zero)  |
+/// | 33     | `hasNotify`: the notification list may be non-empty                   |
+///
+/// enter is one fetch-add; leave is one fetch-sub and, only when it brings the count to zero with
+/// a flag set, the slow path: bump `generation` (every waiter returns once it sees the generation
+/// move: a wait ends at a zero crossing even if the count rises again at once) and submit the
+/// notifications. The flags are "maybe" bits: clearing them is a CAS from exactly "count 0 + flags",
+/// so a flag set by a concurrent waiter for the next round is never lost.
+public final class TKDispatchGroup: @unchecked Sendable {
+    private static let countMask: UInt64 = 0xFFFF_FFFF
+    private static let hasWaiters: UInt64 = 1 << 32
+    private static let hasNotify: UInt64 = 1 << 33
+
+    private let state = Atomic<UInt64>(0)
+    private let generation = FutexWord(0)
+    private let notifyLock = DispatchLock()
+    private var notifications: [(TKDispatchQueue, @Sendable () -> Void)] = []   // guarded by notifyLock
+
+    public init() {}
+
+    deinit {
+        generation.deallocate()
+        notifyLock.deallocate()
+    }
+
+    /// One more unfinished task. Sequentially consistent, like every access to `state`: pairs with
+    /// the waiter's flag-and-check (Dekker's pattern between `state` and `generation`).
+    public func enter() {
+        let old = state.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
+        if old & TKDispatchGroup.countMask == TKDispatchGroup.countMask {
+            misuse("TKDispatchGroup.enter(): more than 2^32-1 tasks entered and not left. Fix: balance enter() with leave().")
+        }
+    }
+
+    /// One task finished. More `leave()` than `enter()` is a misuse that stops the process.
+    public func leave() {
+        let old = state.wrappingSubtract(1, ordering: .sequentiallyConsistent).oldValue
+        let count = old & TKDispatchGroup.countMask
+        if count == 1 {
+            if old & ~TKDispatchGroup.countMask != 0 { reachedZero() }
+        } else if count == 0 {
+            misuse("TKDispatchGroup.leave() called more times than enter() (the group's count is 0): "
+                   + "an unbalanced leave. Fix: call leave() exactly once for each enter(), and do not leave a "
+                   + "group that async(group:) entered for you.")
+        }
+    }
+
+    /// The leave of a block submitted with `async(group:)`.
+    func leaveAfterWork() { leave() }
+
+    /// The count reached zero with a flag set: wake the waiters and submit the notifications.
+    private func reachedZero() {
+        // Clear the flags if nobody entered meanwhile; otherwise they stay set for the next zero.
+        var current = state.load(ordering: .sequentiallyConsistent)
+        while current & TKDispatchGroup.countMask == 0 && current != 0 {
+            let (exchanged, original) = state.compareExchange(expected: current, desired: 0, ordering: .sequentiallyConsistent)
+            if exchanged { break }
+            current = original
+        }
+        generation.pointer.pointee.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        Parking.unparkAll(generation)
+        let due = notifyLock.withLock { () -> [(TKDispatchQueue, @Sendable () -> Void)] in
+            defer { notifications.removeAll() }
+            return notifications
+        }
+        for (queue, work) in due { queue.async(execute: work) }
+    }
+
+    /// Waits until the count is zero (or has crossed zero since the call began).
+    public func wait() {
+        _ = wait(deadline: nil)
+    }
+
+    /// As `wait()`, giving up at `deadline` (never early).
+    public func wait(until deadline: ContinuousClock.Instant) -> TKDispatchTimeoutResult {
+        wait(deadline: deadline) ? .success : .timedOut
+    }
+
+    private func wait(deadline: ContinuousClock.Instant?) -> Bool {
+        if state.load(ordering: .sequentiallyConsistent) & TKDispatchGroup.countMask == 0 { return true }
+        let seen = generation.pointer.pointee.load(ordering: .sequentiallyConsistent)
+        // Announce a waiter, then check the count: a leave that reaches zero after this sees the flag.
+        let s = state.bitwiseOr(TKDispatchGroup.hasWaiters, ordering: .sequentiallyConsistent).oldValue
+        if s & TKDispatchGroup.countMask == 0 { return true }
+        var spin = SpinWait(limit: DispatchSpin.longWait)
+        while generation.pointer.pointee.load(ordering: .sequentiallyConsistent) == seen {
+            if spin.spin() { continue }
+            if !Parking.park(generation, expected: seen, deadline: deadline) {
+                return generation.pointer.pointee.load(ordering: .sequentiallyConsistent) != seen
+            }
+        }
+        return true
+    }
+
+    /// Submits `work` to `queue` once the count is zero (at once if it is zero now).
+    public func notify(queue: TKDispatchQueue, execute work: @escaping @Sendable () -> Void) {
+        let fireNow = notifyLock.withLock { () -> Bool in
+            notifications.append((queue, work))
+            let s = state.bitwiseOr(TKDispatchGroup.hasNotify, ordering: .sequentiallyConsistent).oldValue
+            guard s & TKDispatchGroup.countMask == 0 else { return false }
+            notifications.removeLast()
+            return true
+        }
+        if fireNow { queue.async(execute: work) }
+    }
+}
+
+/// The result of a wait with a deadline.
+public enum TKDispatchTimeoutResult: Sendable {
+    case success, timedOut
+}

@@ -1,0 +1,150 @@
+// TKDispatchQueue+Lanes: how entries of custom queues reach the pool and run (docs/DispatchPool.md,
+// "How a work item flows", steps 2–5). Decisions are made under `lock`; submitting to the target
+// and waking happen after it is released (`carryOut`).
+
+extension TKDispatchQueue {
+    /// What a locked section decided; carried out after unlocking.
+    enum Start {
+        case nothing
+        /// Submit the serial lane to the target (or wake the main loop).
+        case lane
+        /// Submit this many tokens of the concurrent queue to the target.
+        case tokens(Int)
+    }
+
+    /// Routes an entry by kind.
+    func enqueue(_ entry: DispatchEntry) {
+        switch kind {
+        case .root(let level):
+            DispatchPool.shared.submit(entry, level: level)
+        case .serial, .main:
+            lock.lock()
+            pending.append(entry)
+            let start = state.lane == .idle ? planStartLocked() : .nothing
+            lock.unlock()
+            carryOut(start)
+        case .concurrent:
+            lock.lock()
+            pending.append(entry)
+            let start = pumpLocked()
+            lock.unlock()
+            carryOut(start)
+        }
+    }
+
+    /// What may start now that something changed (an entry, a resume, an activation, a finish).
+    /// Caller holds lock.
+    func planStartLocked() -> Start {
+        switch kind {
+        case .root: return .nothing
+        case .serial, .main:
+            guard state.lane == .idle, state.lifecycle == .active, state.suspendCount == 0, !pending.isEmpty else { return .nothing }
+            state.lane = .enqueued
+            return .lane
+        case .concurrent:
+            return pumpLocked()
+        }
+    }
+
+    func carryOut(_ start: Start) {
+        switch start {
+        case .nothing: break
+        case .lane:
+            if kind == .main { MainQueueDriver.wakeMainLoop() } else { target!.enqueue(DispatchEntry(.drain(self))) }
+        case .tokens(let count):
+            if case .root(let level) = target!.kind {
+                DispatchPool.shared.submit(DispatchEntry(.runNext(self)), level: level, count: count)
+            } else {
+                for _ in 0..<count { target!.enqueue(DispatchEntry(.runNext(self))) }
+            }
+        }
+    }
+
+    // MARK: Serial lanes
+
+    /// Runs the lane of a serial queue (its `.drain` entry): batches until it is empty, suspended,
+    /// or the budget is spent (then it goes to the back of its target). `maxEntries`: the budget;
+    /// the main loop drains one batch per pass.
+    func drainLane(maxEntries: Int = 256) {
+        let context = DispatchContext.current
+        context.push(self, exclusive: true)
+        defer { context.pop() }
+        var ran = 0
+        lock.lock()
+        while true {
+            guard state.lifecycle == .active, state.suspendCount == 0, !pending.isEmpty else {
+                state.lane = .idle
+                lock.unlock()
+                return
+            }
+            if ran >= maxEntries {
+                // Yield: back to the end of the target's FIFO (or the next main-loop pass).
+                state.lane = .enqueued
+                lock.unlock()
+                carryOut(.lane)
+                return
+            }
+            state.lane = .draining
+            swap(&pending, &batch)
+            lock.unlock()
+            while let entry = batch.popFirst() {
+                if suspended.load(ordering: .relaxed) > 0 {
+                    // Suspended meanwhile: hand the rest back, in order, ahead of newer entries.
+                    lock.lock()
+                    pending.prepend(contentsOf: batch)
+                    pending.prepend(entry)
+                    lock.unlock()
+                    break
+                }
+                entry.run()
+                ran += 1
+            }
+            lock.lock()
+        }
+    }
+
+    // MARK: Concurrent queues
+
+    /// Moves entries that may start from `pending` to `ready`, one token each: non-barrier entries
+    /// while no barrier is ready or running; a barrier only when nothing is in flight, and then
+    /// nothing after it. Caller holds lock.
+    func pumpLocked() -> Start {
+        guard state.lifecycle == .active, state.suspendCount == 0, !state.barrierRunning else { return .nothing }
+        var tokens = 0
+        while let head = pending.first {
+            if head.barrier {
+                if state.inFlight == 0 {
+                    ready.append(pending.popFirst()!)
+                    state.barrierRunning = true
+                    tokens += 1
+                }
+                break
+            }
+            ready.append(pending.popFirst()!)
+            state.inFlight += 1
+            tokens += 1
+        }
+        return tokens == 0 ? .nothing : .tokens(tokens)
+    }
+
+    /// Runs the next ready entry of a concurrent queue (its `.runNext` token), then lets more start.
+    func runNextReady() {
+        lock.lock()
+        let entry = ready.popFirst()!
+        lock.unlock()
+        let context = DispatchContext.current
+        context.push(self, exclusive: entry.barrier)
+        entry.run()
+        context.pop()
+        finishConcurrent(barrier: entry.barrier)
+    }
+
+    /// An entry (or an inline sync) of this concurrent queue has finished.
+    func finishConcurrent(barrier: Bool) {
+        lock.lock()
+        if barrier { state.barrierRunning = false } else { state.inFlight -= 1 }
+        let start = pending.isEmpty ? .nothing : pumpLocked()
+        lock.unlock()
+        carryOut(start)
+    }
+}

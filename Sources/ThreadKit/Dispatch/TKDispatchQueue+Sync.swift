@@ -1,0 +1,183 @@
+// TKDispatchQueue+Sync: `sync` (docs/DispatchPool.md, "Sync"): deadlock detection, the inline fast
+// path on the caller's thread, and the slow path through a SyncWaiter entry.
+
+extension TKDispatchQueue {
+    /// Runs `work` on this queue and returns its result, after everything submitted before it (for
+    /// a barrier on a concurrent queue: alone). Runs on the caller's thread when the queue (and each
+    /// custom queue up its target chain) can be entered at once, as libdispatch does; otherwise the
+    /// thread that drains the queue runs it while the caller waits. `sync` onto a queue the caller
+    /// is running on (directly or through its targets) is a misuse that stops the process.
+    public func sync<T>(flags: WorkFlags = [], execute work: () throws -> T) rethrows -> T {
+        try syncHelper(barrier: flags.contains(.barrier), work, rescue: { throw $0 })
+    }
+
+    /// `rescue` rethrows the error the block threw on the drainer's thread: a rethrowing function may
+    /// throw only through its closure parameters.
+    private func syncHelper<T>(barrier: Bool, _ work: () throws -> T, rescue: (any Error) throws -> T) rethrows -> T {
+        let context = DispatchContext.current
+        checkSyncDeadlock(context, barrier: barrier)
+        switch kind {
+        case .root:
+            context.push(self, exclusive: false)
+            defer { context.pop() }
+            return try work()
+        case .main:
+            break
+        case .serial, .concurrent:
+            if !barrier, kind == .concurrent, context.frame(for: self) != nil {
+                // Already inside this concurrent queue, sharing it: no barrier can be running.
+                context.push(self, exclusive: false)
+                defer { context.pop() }
+                return try work()
+            }
+            if tryEnterInline(barrier: barrier) {
+                let pushed = pushChainFrames(context, barrier: barrier)
+                defer {
+                    for _ in 0..<pushed { context.pop() }
+                    leaveInline(barrier: barrier)
+                }
+                return try work()
+            }
+        }
+        let result = withoutActuallyEscaping(work) { escapable -> Result<T, any Error> in
+            let box = SyncResult<T>()
+            let waiter = SyncWaiter { box.value = Result { try escapable() } }
+            enqueue(DispatchEntry(.sync(waiter), barrier: barrier))
+            waiter.waitForDrainer()
+            return box.value!
+        }
+        switch result {
+        case .success(let value): return value
+        case .failure(let error): return try rescue(error)
+        }
+    }
+
+    // MARK: Deadlock detection
+
+    /// Stops the process if the caller would wait for itself: it holds this queue or one of its
+    /// targets exclusively, or holds this queue at all while asking for a barrier, or is the main
+    /// thread syncing onto the main queue (directly or through targets).
+    private func checkSyncDeadlock(_ context: DispatchContext, barrier: Bool) {
+        let onMainThread = MainQueueDriver.onMainThread
+        if context.frames.isEmpty && !onMainThread { return }
+        var queue: TKDispatchQueue? = self
+        var isTarget = false
+        while let q = queue, !q.isRoot {
+            if q.kind == .main && onMainThread {
+                syncDeadlock(via: q, isTarget: isTarget, barrier: barrier,
+                             why: "the main queue runs only on the main thread, which would be waiting in sync")
+            }
+            if let frame = context.frame(for: q), frame.exclusive || (!isTarget && barrier) {
+                syncDeadlock(via: q, isTarget: isTarget, barrier: barrier,
+                             why: frame.exclusive ? "the calling thread is running \(q.described) and holds it exclusively"
+                                : "the calling thread is running an item of \(q.described), which a barrier must wait for")
+            }
+            queue = q.target
+            isTarget = true
+        }
+    }
+
+    private func syncDeadlock(via q: TKDispatchQueue, isTarget: Bool, barrier: Bool, why: String) -> Never {
+        let call = barrier ? "sync(flags: .barrier)" : "sync"
+        let route = isTarget ? " (\(described) runs on it through its target chain)" : ""
+        misuse("\(described).\(call) would deadlock: \(why)\(route), so the block could never start. "
+               + "Fix: use async instead, or call the work directly when already on \(q.described).")
+    }
+
+    // MARK: The inline fast path
+
+    /// Enters this queue (exclusively if serial or `barrier`) and every custom queue up the target
+    /// chain (serial ones exclusively, concurrent ones sharing), or nothing at all.
+    private func tryEnterInline(barrier: Bool) -> Bool {
+        guard enterOne(barrier: barrier) else { return false }
+        if let t = target, !t.isRoot, !t.tryEnterInline(barrier: false) {
+            leaveOne(barrier: barrier)
+            return false
+        }
+        return true
+    }
+
+    private func leaveInline(barrier: Bool) {
+        leaveOne(barrier: barrier)
+        if let t = target, !t.isRoot { t.leaveInline(barrier: false) }
+    }
+
+    /// Frames for the chain, outermost first (so this queue is innermost). Returns how many.
+    private func pushChainFrames(_ context: DispatchContext, barrier: Bool) -> Int {
+        var pushed = 0
+        if let t = target, !t.isRoot { pushed = t.pushChainFrames(context, barrier: false) }
+        context.push(self, exclusive: kind == .serial || barrier)
+        return pushed + 1
+    }
+
+    private func enterOne(barrier: Bool) -> Bool {
+        lock.withLock {
+            guard state.lifecycle == .active, state.suspendCount == 0, pending.isEmpty else { return false }
+            switch kind {
+            case .serial:
+                guard state.lane == .idle else { return false }
+                state.lane = .ownedBySync
+                return true
+            case .concurrent:
+                guard !state.barrierRunning else { return false }
+                if barrier {
+                    guard state.inFlight == 0 else { return false }
+                    state.barrierRunning = true
+                } else {
+                    state.inFlight += 1
+                }
+                return true
+            case .root, .main:
+                return false
+            }
+        }
+    }
+
+    private func leaveOne(barrier: Bool) {
+        switch kind {
+        case .serial:
+            lock.lock()
+            state.lane = .idle
+            let start = planStartLocked()
+            lock.unlock()
+            carryOut(start)
+        case .concurrent:
+            finishConcurrent(barrier: barrier)
+        case .root, .main:
+            break
+        }
+    }
+}
+
+/// The result of a block run by the drainer for a waiting `sync` caller. Written by the drainer
+/// before it sets the waiter's event; read by the caller after.
+final class SyncResult<T>: @unchecked Sendable {
+    var value: Result<T, any Error>?
+}
+
+/// A `sync` caller waiting in a queue: the drainer that reaches it runs its block (with the queue's
+/// exclusion in force), drops the block, then wakes the caller.
+final class SyncWaiter: @unchecked Sendable {
+    /// Set by the caller before the entry is enqueued (published by the queue's lock); run and
+    /// cleared by the drainer before it sets `done`.
+    private var block: (() -> Void)?
+    private let done = ParkingEvent()
+
+    init(_ block: @escaping () -> Void) { self.block = block }
+
+    deinit { done.deallocate() }
+
+    /// Drainer's thread. The block is released before the caller is woken: the caller's
+    /// `withoutActuallyEscaping` requires that nothing holds it when the call returns.
+    func runOnDrainer() {
+        block?()
+        block = nil
+        done.set()
+    }
+
+    /// Caller's thread: spin briefly, then park (through Parking: a pool worker waiting here lets
+    /// another worker run).
+    func waitForDrainer() {
+        _ = done.wait(spinLimit: DispatchSpin.longWait, observed: true)
+    }
+}

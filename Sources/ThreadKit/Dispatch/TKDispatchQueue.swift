@@ -1,0 +1,218 @@
+// TKDispatchQueue: DispatchQueue (SPEC §6). Thread-safe: every member may be called from any
+// thread. A queue is a lane of entries (docs/DispatchPool.md): global queues are the pool's run
+// queues themselves; custom queues hold their entries in `pending` and submit themselves (serial)
+// or tokens (concurrent) to their target; the main queue is drained by the main run loop.
+//
+// State: `lock` (a DispatchLock, a leaf) guards `state`, `pending`, `ready` and `specifics`.
+// `batch` belongs to the thread draining the lane while `state.lane == .draining`. `suspended`
+// mirrors `state.suspendCount` for the drainer's check between entries (relaxed: a stale read only
+// lets one more entry start, which libdispatch allows too). `kind`, `label`, `qos`, `target` are
+// immutable after init.
+import Synchronization
+
+public final class TKDispatchQueue: @unchecked Sendable {
+    public struct Attributes: OptionSet, Sendable {
+        public let rawValue: UInt
+        public init(rawValue: UInt) { self.rawValue = rawValue }
+        public static let concurrent = Attributes(rawValue: 1 << 0)
+        public static let initiallyInactive = Attributes(rawValue: 1 << 1)
+    }
+
+    public struct WorkFlags: OptionSet, Sendable {
+        public let rawValue: UInt
+        public init(rawValue: UInt) { self.rawValue = rawValue }
+        public static let barrier = WorkFlags(rawValue: 1 << 0)
+    }
+
+    enum Kind: Equatable {
+        /// A global queue: its entries go straight to the pool's run queue of `level`.
+        case root(level: Int)
+        case serial
+        case concurrent
+        /// The main queue: a serial lane drained by the main run loop.
+        case main
+    }
+
+    /// Where a serial lane is (serial and main queues).
+    enum Lane {
+        /// Nobody drains it and it is not scheduled.
+        case idle
+        /// Scheduled on its target (or the main loop), not yet draining.
+        case enqueued
+        /// A thread runs a batch of it.
+        case draining
+        /// A `sync` caller runs its block inline on its own thread.
+        case ownedBySync
+    }
+
+    enum Lifecycle { case inactive, active }
+
+    struct State {
+        var lifecycle: Lifecycle
+        var suspendCount = 0
+        /// Serial and main queues.
+        var lane = Lane.idle
+        /// Concurrent queues: non-barrier entries started (moved to `ready`) and not finished.
+        var inFlight = 0
+        /// Concurrent queues: a barrier is ready or running; nothing else starts meanwhile.
+        var barrierRunning = false
+    }
+
+    public let label: String
+    let kind: Kind
+    let qos: TKQualityOfService
+    /// The queue this one runs on; nil for global queues and the main queue.
+    let target: TKDispatchQueue?
+    let lock = DispatchLock()
+    var state: State                                         // guarded by lock
+    /// Entries not yet started: a serial lane's queue, a concurrent queue's waiting entries.
+    var pending = JobRing<DispatchEntry>()                   // guarded by lock
+    /// The drainer's batch, swapped with `pending` (serial lanes).
+    var batch = JobRing<DispatchEntry>()                     // owned by the draining thread
+    /// Concurrent queues: entries started, one per token submitted to the target, in order.
+    let ready = JobRing<DispatchEntry>()                     // guarded by lock
+    let suspended = Atomic<Int>(0)
+    private var specifics: [UInt64: any Sendable] = [:]      // guarded by lock
+
+    // MARK: Creating
+
+    public init(label: String, qos: TKQualityOfService = .default, attributes: Attributes = [],
+                target: TKDispatchQueue? = nil) {
+        self.label = label
+        self.qos = qos
+        kind = attributes.contains(.concurrent) ? .concurrent : .serial
+        self.target = target ?? TKDispatchQueue.global(qos: qos)
+        state = State(lifecycle: attributes.contains(.initiallyInactive) ? .inactive : .active)
+    }
+
+    private init(label: String, kind: Kind, qos: TKQualityOfService) {
+        self.label = label
+        self.kind = kind
+        self.qos = qos
+        target = nil
+        state = State(lifecycle: .active)
+    }
+
+    deinit { lock.deallocate() }
+
+    /// The global queue of `qos`: one shared pool, run queues per QoS.
+    public static func global(qos: TKQualityOfService = .default) -> TKDispatchQueue {
+        roots[RunQueues.level(qos)]
+    }
+
+    static func root(_ level: Int) -> TKDispatchQueue { roots[level] }
+
+    private static let roots: [TKDispatchQueue] = [
+        TKQualityOfService.background, .utility, .default, .userInitiated, .userInteractive,
+    ].map { qos in
+        TKDispatchQueue(label: "tk.global.\(qos)-qos", kind: .root(level: RunQueues.level(qos)), qos: qos)
+    }
+
+    /// The main thread's queue, drained by the main run loop (and `TKDispatch.main()`).
+    public static let main: TKDispatchQueue = {
+        let queue = TKDispatchQueue(label: "tk.main-thread", kind: .main, qos: .userInteractive)
+        MainQueueDriver.install(queue)
+        return queue
+    }()
+
+    var isRoot: Bool { if case .root = kind { true } else { false } }
+    var isSerialLane: Bool { kind == .serial || kind == .main }
+
+    /// How misuse messages name the queue.
+    var described: String { "TKDispatchQueue \"\(label)\"" }
+
+    // MARK: Submitting
+
+    public func async(group: TKDispatchGroup? = nil, flags: WorkFlags = [], execute work: @escaping @Sendable () -> Void) {
+        group?.enter()
+        enqueue(DispatchEntry(.block(work), group: group, barrier: flags.contains(.barrier)))
+    }
+
+    public func async(execute workItem: TKDispatchWorkItem) {
+        enqueue(DispatchEntry(.item(workItem), barrier: workItem.flags.contains(.barrier)))
+    }
+
+    /// Submits `work` at `deadline` or later, never earlier.
+    public func asyncAfter(deadline: ContinuousClock.Instant, execute work: @escaping @Sendable () -> Void) {
+        DispatchManager.shared.schedule(at: deadline) { [self] in async(execute: work) }
+    }
+
+    // MARK: Suspending and activating
+
+    /// Stops the queue from starting entries (after those already started) until a balancing
+    /// `resume()`. No effect on global queues.
+    public func suspend() {
+        guard !isRoot else { return }
+        lock.withLock {
+            state.suspendCount += 1
+            suspended.store(state.suspendCount, ordering: .relaxed)
+        }
+    }
+
+    /// Balances one `suspend()`; on an inactive queue with no suspension, activates it. More
+    /// resumes than suspends is a misuse that stops the process.
+    public func resume() {
+        guard !isRoot else { return }
+        lock.lock()
+        if state.suspendCount == 0 {
+            if state.lifecycle == .inactive {
+                lock.unlock()
+                return activate()
+            }
+            let count = state.suspendCount
+            lock.unlock()
+            misuse("\(described).resume() called more times than suspend() (suspend count is \(count)): "
+                   + "it would go below zero. Fix: call resume() once for each earlier suspend().")
+        }
+        state.suspendCount -= 1
+        suspended.store(state.suspendCount, ordering: .relaxed)
+        let start = state.suspendCount == 0 ? planStartLocked() : .nothing
+        lock.unlock()
+        carryOut(start)
+    }
+
+    /// Lets an `initiallyInactive` queue start running its entries. No effect on an active queue.
+    public func activate() {
+        guard !isRoot else { return }
+        lock.lock()
+        guard state.lifecycle == .inactive else { return lock.unlock() }
+        state.lifecycle = .active
+        let start = planStartLocked()
+        lock.unlock()
+        carryOut(start)
+    }
+
+    // MARK: Queue-specific data
+
+    public func setSpecific<T: Sendable>(key: TKDispatchSpecificKey<T>, value: T?) {
+        lock.withLock { specifics[key.id] = value }
+    }
+
+    /// The value set on this queue for `key` (not its targets').
+    public func getSpecific<T: Sendable>(key: TKDispatchSpecificKey<T>) -> T? {
+        lock.withLock { specifics[key.id] } as? T
+    }
+
+    /// The value for `key` of the queue the caller is running on, or else of its targets (nil
+    /// outside any queue).
+    public static func getSpecific<T: Sendable>(key: TKDispatchSpecificKey<T>) -> T? {
+        var queue = DispatchContext.existing?.innermost
+        if queue == nil, MainQueueDriver.onMainThread { queue = .main }
+        while let q = queue {
+            if let value = q.getSpecific(key: key) { return value }
+            queue = q.target
+        }
+        return nil
+    }
+}
+
+// MARK: - TKDispatch
+
+/// dispatchMain().
+public enum TKDispatch {
+    /// Serves the main queue forever on the main thread (runs the main run loop forever).
+    /// Called from another thread it is a misuse that stops the process.
+    public static func main() -> Never {
+        MainQueueDriver.serveForever()
+    }
+}

@@ -1,0 +1,380 @@
+// TKDispatchSource: DispatchSource (SPEC §6): timers, signals, read/write readiness, user data.
+// Thread-safe. Events are merged into `state.pendingData` by the manager thread (or `add(data:)`
+// callers); one delivery entry at a time runs the handlers on the target queue, so the event
+// handler never runs concurrently with itself (docs/DispatchPool.md, "Timers, sources and the
+// manager thread").
+//
+// State: `lock` (a DispatchLock) guards `state`. Lock order: source lock → manager lock (the
+// manager never holds its lock while calling a source); the source lock is never held while a
+// handler runs or a queue is called. `lastData` is written by the delivering thread before the
+// event handler runs and read by the handler (same thread) or anyone (relaxed: a snapshot).
+import CThreadKit
+import Synchronization
+
+public final class TKDispatchSource: @unchecked Sendable {
+    enum Kind {
+        case timer
+        case signal(Int32)
+        case read(Int32)
+        case write(Int32)
+        case dataAdd
+        case dataOr
+    }
+
+    enum Lifecycle { case inactive, active, cancelled }
+
+    /// Where the delivery entry is: none submitted, submitted, running its handlers.
+    enum Delivery { case idle, scheduled, running }
+
+    struct State {
+        var lifecycle = Lifecycle.inactive
+        var suspendCount = 0
+        var delivery = Delivery.idle
+        /// Events merged since the last delivery.
+        var hasPending = false
+        var pendingData: UInt = 0
+        var registrationPending = false
+        var cancelHandlerDone = false
+        var eventHandler: (@Sendable () -> Void)?
+        var cancelHandler: (@Sendable () -> Void)?
+        var registrationHandler: (@Sendable () -> Void)?
+        // Timers.
+        var deadline: ContinuousClock.Instant?
+        var interval: Duration?
+        var leeway: Duration = .zero
+        /// Bumped by every schedule and by cancel: older heap entries are ignored when they fire.
+        var timerGeneration: UInt64 = 0
+        /// Signal sources: the signal is caught for this source (released once).
+        var holdsSignal = false
+    }
+
+    let kind: Kind
+    let queue: TKDispatchQueue
+    private let lock = DispatchLock()
+    private var state = State()                     // guarded by lock
+    private let lastData = Atomic<UInt>(0)
+
+    private init(kind: Kind, queue: TKDispatchQueue) {
+        self.kind = kind
+        self.queue = queue
+    }
+
+    deinit {
+        if state.holdsSignal, case .signal(let signal) = kind { DispatchManager.shared.releaseSignal(signal) }
+        lock.deallocate()
+    }
+
+    // MARK: Making sources (all start inactive: activate() or resume())
+
+    public static func makeTimerSource(queue: TKDispatchQueue) -> TKDispatchSource {
+        TKDispatchSource(kind: .timer, queue: queue)
+    }
+
+    /// A source for `signal`. From now until the source is cancelled (or freed) the signal is
+    /// caught for the process: its default action (terminating, for most) no longer applies.
+    public static func makeSignalSource(signal: Int32, queue: TKDispatchQueue) -> TKDispatchSource {
+        let source = TKDispatchSource(kind: .signal(signal), queue: queue)
+        if !DispatchManager.shared.catchSignal(signal) {
+            misuse("TKDispatchSource.makeSignalSource(signal: \(signal)): the OS refuses to catch this signal "
+                   + "(SIGKILL and SIGSTOP cannot be caught; valid numbers are 1...64). Fix: watch a catchable signal.")
+        }
+        source.state.holdsSignal = true
+        return source
+    }
+
+    public static func makeReadSource(fileDescriptor: Int32, queue: TKDispatchQueue) -> TKDispatchSource {
+        TKDispatchSource(kind: .read(fileDescriptor), queue: queue)
+    }
+
+    public static func makeWriteSource(fileDescriptor: Int32, queue: TKDispatchQueue) -> TKDispatchSource {
+        TKDispatchSource(kind: .write(fileDescriptor), queue: queue)
+    }
+
+    public static func makeUserDataAddSource(queue: TKDispatchQueue) -> TKDispatchSource {
+        TKDispatchSource(kind: .dataAdd, queue: queue)
+    }
+
+    public static func makeUserDataOrSource(queue: TKDispatchQueue) -> TKDispatchSource {
+        TKDispatchSource(kind: .dataOr, queue: queue)
+    }
+
+    var described: String {
+        switch kind {
+        case .timer: "TKDispatchSource (timer) on \(queue.described)"
+        case .signal(let s): "TKDispatchSource (signal \(s)) on \(queue.described)"
+        case .read(let fd): "TKDispatchSource (read fd \(fd)) on \(queue.described)"
+        case .write(let fd): "TKDispatchSource (write fd \(fd)) on \(queue.described)"
+        case .dataAdd: "TKDispatchSource (data add) on \(queue.described)"
+        case .dataOr: "TKDispatchSource (data or) on \(queue.described)"
+        }
+    }
+
+    // MARK: Configuring
+
+    /// Timer sources: first fire at `deadline` (never earlier), then every `interval` if given
+    /// (fires missed while the handler was late are counted in `data`, not delivered in a burst).
+    /// `leeway` is accepted as a permission to be late; the manager fires at the deadline.
+    public func schedule(deadline: ContinuousClock.Instant, repeating interval: Duration? = nil, leeway: Duration = .zero) {
+        guard case .timer = kind else {
+            misuse("\(described).schedule(deadline:repeating:leeway:) called on a source that is not a timer. "
+                   + "Fix: create the source with TKDispatchSource.makeTimerSource(queue:).")
+        }
+        if let interval, interval <= .zero {
+            misuse("\(described).schedule(repeating: \(interval)): the interval must be positive. "
+                   + "Fix: pass a positive Duration, or nil for a one-shot timer.")
+        }
+        lock.withLock {
+            guard state.lifecycle != .cancelled else { return }
+            state.deadline = deadline
+            state.interval = interval
+            state.leeway = leeway
+            state.timerGeneration &+= 1
+            if state.lifecycle == .active {
+                DispatchManager.shared.scheduleTimer(self, generation: state.timerGeneration, at: deadline)
+            }
+        }
+    }
+
+    public func setEventHandler(_ handler: (@Sendable () -> Void)?) {
+        lock.withLock { if state.lifecycle != .cancelled || handler == nil { state.eventHandler = handler } }
+    }
+
+    public func setCancelHandler(_ handler: (@Sendable () -> Void)?) {
+        lock.withLock { if !state.cancelHandlerDone { state.cancelHandler = handler } }
+    }
+
+    /// Runs on the queue when the source is activated, before any event handler.
+    public func setRegistrationHandler(_ handler: (@Sendable () -> Void)?) {
+        lock.withLock { state.registrationHandler = handler }
+    }
+
+    // MARK: Data
+
+    /// User-data sources: merges `data` (added, or or-ed) and schedules the handler. Adding 0 does
+    /// nothing. Coalesced: many adds before the handler runs make one call with the combined value.
+    public func add(data: UInt) {
+        switch kind {
+        case .dataAdd, .dataOr:
+            if data != 0 { merge(data) }
+        default:
+            misuse("\(described).add(data:) called on a source that is not a user-data source. "
+                   + "Fix: create it with makeUserDataAddSource(queue:) or makeUserDataOrSource(queue:).")
+        }
+    }
+
+    /// In the event handler: the events merged for this call: the coalesced sum (add) or union (or)
+    /// of user data, the number of timer fires or signal deliveries, the bytes available to read
+    /// (read sources), 1 (write sources). Elsewhere: the value of the last call.
+    public var data: UInt { lastData.load(ordering: .relaxed) }
+
+    /// Merges `value` into the pending data and schedules a delivery. Any thread.
+    func merge(_ value: UInt) {
+        lock.lock()
+        guard state.lifecycle != .cancelled else { return lock.unlock() }
+        switch kind {
+        case .dataOr: state.pendingData |= value
+        case .read, .write: state.pendingData = value
+        case .timer, .signal, .dataAdd: state.pendingData &+= value
+        }
+        state.hasPending = true
+        let submit = planDeliveryLocked()
+        lock.unlock()
+        if submit { submitDelivery() }
+    }
+
+    /// A read/write source's descriptor is ready.
+    func mergeReadiness(fd: Int32) {
+        switch kind {
+        case .read:
+            let bytes = tk_bytesAvailable(fd)
+            merge(UInt(max(bytes, 0)))
+        default:
+            merge(1)
+        }
+    }
+
+    /// The manager fired a timer entry of `generation`.
+    func timerFired(generation: UInt64) {
+        lock.lock()
+        guard state.lifecycle != .cancelled, generation == state.timerGeneration, let deadline = state.deadline else {
+            return lock.unlock()
+        }
+        var fires: UInt = 1
+        if let interval = state.interval {
+            // Every slot of the schedule that has passed counts; the next one is strictly after now.
+            let now = ContinuousClock.now
+            let missed = Int(((now - deadline) / interval).rounded(.down))
+            fires = UInt(max(missed, 0) + 1)
+            let next = deadline + interval * (max(missed, 0) + 1)
+            state.deadline = next
+            DispatchManager.shared.scheduleTimer(self, generation: generation, at: next)
+        } else {
+            state.deadline = nil
+        }
+        state.pendingData &+= fires
+        state.hasPending = true
+        let submit = planDeliveryLocked()
+        lock.unlock()
+        if submit { submitDelivery() }
+    }
+
+    // MARK: Lifecycle
+
+    /// Starts an inactive source: registers it (timer, signal, descriptor) and runs the registration
+    /// handler. No effect on an active or cancelled source.
+    public func activate() {
+        lock.lock()
+        guard state.lifecycle == .inactive else { return lock.unlock() }
+        state.lifecycle = .active
+        state.registrationPending = state.registrationHandler != nil
+        register()
+        let submit = planDeliveryLocked()
+        lock.unlock()
+        if submit { submitDelivery() }
+    }
+
+    /// Balances a `suspend()`; on an inactive source with no suspension, activates it. More resumes
+    /// than suspends is a misuse that stops the process.
+    public func resume() {
+        lock.lock()
+        if state.suspendCount == 0 {
+            if state.lifecycle == .inactive {
+                lock.unlock()
+                return activate()
+            }
+            lock.unlock()
+            misuse("\(described).resume() called more times than suspend() (suspend count is 0). "
+                   + "Fix: call resume() once for each earlier suspend() (a new source needs one activate() or resume()).")
+        }
+        state.suspendCount -= 1
+        let submit = planDeliveryLocked()
+        lock.unlock()
+        if submit { submitDelivery() }
+    }
+
+    /// Stops delivering events (they keep being merged) until a balancing `resume()`.
+    public func suspend() {
+        lock.withLock { state.suspendCount += 1 }
+    }
+
+    /// Stops the source for good: no event handler starts after this (a running one finishes); the
+    /// cancel handler then runs once on the queue (once the source is active and not suspended).
+    public func cancel() {
+        lock.lock()
+        guard state.lifecycle != .cancelled else { return lock.unlock() }
+        let wasActive = state.lifecycle == .active
+        state.lifecycle = .cancelled
+        state.timerGeneration &+= 1
+        if wasActive { unregister() }
+        let holdsSignal = state.holdsSignal
+        state.holdsSignal = false
+        // A source cancelled before activation delivers its cancel handler now (libdispatch waits
+        // for activation; ThreadKit does not let a cancelled source hang on to it).
+        let submit = planDeliveryLocked()
+        lock.unlock()
+        if holdsSignal, case .signal(let signal) = kind { DispatchManager.shared.releaseSignal(signal) }
+        if submit { submitDelivery() }
+    }
+
+    public var isCancelled: Bool { lock.withLock { state.lifecycle == .cancelled } }
+
+    /// Caller holds lock.
+    private func register() {
+        switch kind {
+        case .timer:
+            if let deadline = state.deadline {
+                DispatchManager.shared.scheduleTimer(self, generation: state.timerGeneration, at: deadline)
+            }
+        case .signal(let signal): DispatchManager.shared.watchSignal(signal, source: self)
+        case .read(let fd): DispatchManager.shared.watch(fd, write: false, source: self)
+        case .write(let fd): DispatchManager.shared.watch(fd, write: true, source: self)
+        case .dataAdd, .dataOr: break
+        }
+    }
+
+    /// Caller holds lock.
+    private func unregister() {
+        switch kind {
+        case .timer: break   // the generation moved: its heap entries are ignored
+        case .signal(let signal): DispatchManager.shared.unwatchSignal(signal, source: self)
+        case .read(let fd), .write(let fd): DispatchManager.shared.unwatch(fd, source: self)
+        case .dataAdd, .dataOr: break
+        }
+    }
+
+    // MARK: Delivery
+
+    /// Whether a delivery entry must be submitted now; marks it scheduled. Caller holds lock.
+    private func planDeliveryLocked() -> Bool {
+        guard state.delivery == .idle, deliveryDueLocked() else { return false }
+        state.delivery = .scheduled
+        return true
+    }
+
+    /// Something for a delivery to do. Caller holds lock.
+    private func deliveryDueLocked() -> Bool {
+        guard state.suspendCount == 0 else { return false }
+        switch state.lifecycle {
+        case .inactive: return false
+        case .active: return state.hasPending || state.registrationPending
+        case .cancelled: return !state.cancelHandlerDone
+        }
+    }
+
+    private func submitDelivery() {
+        queue.async { [self] in deliver() }
+    }
+
+    /// The delivery entry, on the target queue: registration handler (once), event handler (with
+    /// the merged data), cancel handler (once); then again if more was merged meanwhile.
+    private func deliver() {
+        lock.lock()
+        state.delivery = .running
+        var registration: (@Sendable () -> Void)? = nil
+        if state.registrationPending && state.lifecycle == .active {
+            state.registrationPending = false
+            registration = state.registrationHandler
+        }
+        var event: (@Sendable () -> Void)? = nil
+        var data: UInt = 0
+        if state.lifecycle == .active && state.hasPending && state.suspendCount == 0 {
+            state.hasPending = false
+            data = state.pendingData
+            state.pendingData = 0
+            event = state.eventHandler
+        }
+        var cancelHandler: (@Sendable () -> Void)? = nil
+        if state.lifecycle == .cancelled && !state.cancelHandlerDone && state.suspendCount == 0 {
+            state.cancelHandlerDone = true
+            cancelHandler = state.cancelHandler
+            // Handlers often capture the source: drop them so the cycle ends here.
+            state.cancelHandler = nil
+            state.eventHandler = nil
+            state.registrationHandler = nil
+        }
+        let rearm = state.lifecycle == .active && event != nil
+        lock.unlock()
+
+        registration?()
+        if let event {
+            lastData.store(data, ordering: .relaxed)
+            event()
+        }
+        cancelHandler?()
+        if rearm {
+            switch kind {
+            case .read(let fd): DispatchManager.shared.rearm(fd, write: false, source: self)
+            case .write(let fd): DispatchManager.shared.rearm(fd, write: true, source: self)
+            default: break
+            }
+        }
+
+        lock.lock()
+        state.delivery = .idle
+        let again = planDeliveryLocked()
+        lock.unlock()
+        if again { submitDelivery() }
+    }
+}
+
+private func tk_bytesAvailable(_ fd: Int32) -> Int64 { tk_bytes_available(fd) }

@@ -1,0 +1,185 @@
+// The dispatch pool: workers blocked in ThreadKit waits let others run at once (eight 1-second
+// waits take about a second, a pool whose every worker waits on a later item finishes), width is
+// respected, QoS orders work (interactive first, background behind but never starved), and idle
+// workers retire so the thread count returns to its baseline.
+import Dispatch
+import Foundation
+import Synchronization
+@testable import ThreadKit
+import XCTest
+
+final class DispatchPoolTests: XCTestCase {
+    private var cores: Int { DispatchPool.shared.width }
+
+    func testEightItemsBlockingOneSecondEachFinishInAboutASecond() {
+        let semaphore = TKDispatchSemaphore(value: 0)
+        let group = TKDispatchGroup()
+        let start = ContinuousClock.now
+        for _ in 0..<8 {
+            TKDispatchQueue.global().async(group: group) { _ = semaphore.wait(until: .now + .seconds(1)) }
+        }
+        XCTAssertEqual(group.wait(until: .now + .seconds(30)), .success)
+        let elapsed = ContinuousClock.now - start
+        XCTAssertLessThan(elapsed, .milliseconds(1_500), "8 blocked items took \(elapsed): the pool did not add workers at once")
+    }
+
+    func testAPoolWhoseWorkersAllWaitOnALaterItemStillFinishes() {
+        // Every item waits for the one submitted after all of them: with only `cores` workers and
+        // no compensation this would hang forever.
+        let waiters = 4 * cores + 4
+        let release = TKDispatchSemaphore(value: 0)
+        let group = TKDispatchGroup()
+        for _ in 0..<waiters {
+            TKDispatchQueue.global().async(group: group) { release.wait() }
+        }
+        TKDispatchQueue.global().async(group: group) { for _ in 0..<waiters { release.signal() } }
+        XCTAssertEqual(group.wait(until: .now + .seconds(30)), .success)
+        XCTAssertLessThanOrEqual(DispatchPool.shared.snapshot().threads, DispatchPool.hardCap)
+    }
+
+    func testActiveWorkersNeverExceedTheWidth() {
+        let active = Atomic<Int>(0), maxActive = Atomic<Int>(0)
+        let group = TKDispatchGroup()
+        for _ in 0..<stress(2_000) {
+            TKDispatchQueue.global().async(group: group) {
+                let now = active.wrappingAdd(1, ordering: .relaxed).newValue
+                var m = maxActive.load(ordering: .relaxed)
+                while now > m, !maxActive.compareExchange(expected: m, desired: now, ordering: .relaxed).exchanged {
+                    m = maxActive.load(ordering: .relaxed)
+                }
+                for _ in 0..<200 { _ = active.load(ordering: .relaxed) }   // a little non-blocking work
+                active.wrappingSubtract(1, ordering: .relaxed)
+            }
+        }
+        XCTAssertEqual(group.wait(until: .now + .seconds(30)), .success)
+        XCTAssertLessThanOrEqual(maxActive.load(ordering: .relaxed), cores)
+    }
+
+    func testAnInteractiveItemBehindHundredsOfBackgroundItemsStartsBeforeMostOfThem() {
+        let total = 400
+        let finished = Atomic<Int>(0)
+        let finishedWhenInteractiveStarted = Atomic<Int>(-1)
+        let group = TKDispatchGroup()
+        for _ in 0..<total {
+            TKDispatchQueue.global(qos: .background).async(group: group) {
+                let end = ContinuousClock.now + .microseconds(200)
+                while ContinuousClock.now < end {}
+                finished.wrappingAdd(1, ordering: .relaxed)
+            }
+        }
+        TKDispatchQueue.global(qos: .userInteractive).async(group: group) {
+            finishedWhenInteractiveStarted.store(finished.load(ordering: .relaxed), ordering: .relaxed)
+        }
+        XCTAssertEqual(group.wait(until: .now + .seconds(60)), .success)
+        let seen = finishedWhenInteractiveStarted.load(ordering: .relaxed)
+        XCTAssertLessThan(seen, total / 2, "the interactive item started after \(seen) of \(total) background items")
+    }
+
+    func testABackgroundItemBehindAnInteractiveFloodWaitsButIsNotStarvedForever() {
+        // Normal workers never run background work, and the background tier is admitted only when
+        // no normal work waits (or the background work has aged 20 ms).
+        let flood = 2_000
+        let finished = Atomic<Int>(0)
+        let seenByBackground = Atomic<Int>(-1)
+        let group = TKDispatchGroup()
+        let gate = TKDispatchSemaphore(value: 0)
+        // Hold every normal worker so the flood queues up behind them, then release.
+        for _ in 0..<cores {
+            TKDispatchQueue.global(qos: .userInteractive).async(group: group) { gate.wait() }
+        }
+        for _ in 0..<flood {
+            TKDispatchQueue.global(qos: .userInteractive).async(group: group) { finished.wrappingAdd(1, ordering: .relaxed) }
+        }
+        TKDispatchQueue.global(qos: .background).async(group: group) {
+            seenByBackground.store(finished.load(ordering: .relaxed), ordering: .relaxed)
+        }
+        for _ in 0..<cores { gate.signal() }
+        XCTAssertEqual(group.wait(until: .now + .seconds(60)), .success)
+        XCTAssertGreaterThan(seenByBackground.load(ordering: .relaxed), flood / 2,
+                             "the background item jumped the interactive flood")
+    }
+
+    func testAgingServesALowerLevelWithinItsLimitUnderSustainedHigherLoad() {
+        // Utility work submitted while a continuous userInitiated stream keeps every worker busy
+        // still starts (aging), long before the stream ends.
+        let stop = Atomic<Bool>(false)
+        let rounds = Atomic<Int>(0)
+        let utilityStarted = Atomic<Bool>(false)
+        let higherDoneWhenUtilityStarted = Atomic<Int>(-1)
+        let higherDone = Atomic<Int>(0)
+        let group = TKDispatchGroup()
+        let feeder = TestThread {
+            while !stop.load(ordering: .relaxed) {
+                for _ in 0..<64 {
+                    TKDispatchQueue.global(qos: .userInitiated).async(group: group) {
+                        let end = ContinuousClock.now + .microseconds(100)
+                        while ContinuousClock.now < end {}
+                        higherDone.wrappingAdd(1, ordering: .relaxed)
+                    }
+                }
+                rounds.wrappingAdd(1, ordering: .relaxed)
+                usleep(1_000)
+            }
+        }
+        // Let the stream build a backlog first.
+        XCTAssertTrue(waitUntil(.now + .seconds(10)) { rounds.load(ordering: .relaxed) >= 5 })
+        TKDispatchQueue.global(qos: .utility).async {
+            higherDoneWhenUtilityStarted.store(higherDone.load(ordering: .relaxed), ordering: .relaxed)
+            utilityStarted.store(true, ordering: .relaxed)
+        }
+        XCTAssertTrue(waitUntil(.now + .seconds(10)) { utilityStarted.load(ordering: .relaxed) }, "utility work starved")
+        stop.store(true, ordering: .relaxed)
+        XCTAssertTrue(feeder.join())
+        XCTAssertEqual(group.wait(until: .now + .seconds(60)), .success)
+        XCTAssertLessThan(higherDoneWhenUtilityStarted.load(ordering: .relaxed), higherDone.load(ordering: .relaxed),
+                          "the utility item waited for the whole higher stream")
+    }
+
+    func testBackgroundWorkersRunAtTheBackgroundSchedulingClass() {
+        let nice = Atomic<Int32>(-100)
+        let done = TKDispatchSemaphore(value: 0)
+        TKDispatchQueue.global(qos: .background).async {
+            nice.store(getpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(KernelThread.currentID())), ordering: .relaxed)
+            done.signal()
+        }
+        XCTAssertEqual(done.wait(until: .now + .seconds(30)), .success)
+        XCTAssertEqual(nice.load(ordering: .relaxed), 10)
+    }
+
+    func testIdleWorkersRetireAndTheThreadCountReturnsToItsBaseline() {
+        // Wait for any earlier test's workers to retire, then measure.
+        waitUntil(.now + .seconds(10)) { DispatchPool.shared.snapshot().threads == 0 && DispatchPool.shared.snapshot(background: true).threads == 0 }
+        let baseline = taskCount()
+        let group = TKDispatchGroup()
+        let semaphore = TKDispatchSemaphore(value: 0)
+        for _ in 0..<8 { TKDispatchQueue.global().async(group: group) { _ = semaphore.wait(until: .now + .milliseconds(50)) } }
+        XCTAssertEqual(group.wait(until: .now + .seconds(30)), .success)
+        XCTAssertGreaterThan(taskCount(), baseline)
+        XCTAssertTrue(waitUntil(.now + .seconds(10)) { self.taskCount() <= baseline },
+                      "thread count stayed at \(taskCount()) (baseline \(baseline))")
+    }
+
+    func testTheCountsReturnToRestAfterMixedWork() {
+        // Every tier's bookkeeping balances: once all work is done, nobody is running, searching or
+        // blocked, and every live worker is idle.
+        let group = TKDispatchGroup()
+        let semaphore = TKDispatchSemaphore(value: 0)
+        for i in 0..<stress(3_000) {
+            let qos: TKQualityOfService = [.background, .utility, .default, .userInitiated, .userInteractive][i % 5]
+            TKDispatchQueue.global(qos: qos).async(group: group) {
+                if i % 100 == 0 { _ = semaphore.wait(until: .now + .milliseconds(1)) }
+            }
+        }
+        XCTAssertEqual(group.wait(until: .now + .seconds(60)), .success)
+        for background in [false, true] {
+            XCTAssertTrue(waitUntil(.now + .seconds(10)) {
+                let s = DispatchPool.shared.snapshot(background: background)
+                return s.running == 0 && s.searching == 0 && s.blocked == 0 && s.idle == s.threads
+            }, "tier \(background ? "background" : "normal") did not come to rest: \(DispatchPool.shared.snapshot(background: background))")
+        }
+    }
+
+    private func taskCount() -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? -1
+    }
+}
