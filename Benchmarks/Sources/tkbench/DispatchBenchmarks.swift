@@ -212,15 +212,10 @@ enum DispatchBenchmarks {
     static func blockingAndPriority() {
         print("| row | contender | result | target |")
         print("|---|---|---|---|")
-        let (tkTime, tkPeak) = blocking { done in
-            let s = TKDispatchSemaphore(value: 0)
-            for _ in 0..<8 { TKDispatchQueue.global().async { _ = s.wait(until: .now + .seconds(1)); done.signal() } }
-        }
-        let (gcdTime, gcdPeak) = blocking { done in
-            let s = DispatchSemaphore(value: 0)
-            for _ in 0..<8 { DispatchQueue.global().async { _ = s.wait(timeout: .now() + 1); done.signal() } }
-        }
-        print(String(format: "| 8 items blocking 1 s each (wall time, peak threads) | TKDispatchQueue | %.2f s, %d threads | < 1.5 s |", tkTime, tkPeak))
+        // Each side in a fresh process, so neither pool has threads left over from earlier rows.
+        let (tkTime, tkPeak) = blockingInChild("tk")
+        let (gcdTime, gcdPeak) = blockingInChild("gcd")
+        print(String(format: "| 8 items blocking 1 s each, fresh process (wall time, peak threads of the process) | TKDispatchQueue | %.2f s, %d threads | < 1.5 s |", tkTime, tkPeak))
         print(String(format: "| | DispatchQueue | %.2f s, %d threads | |", gcdTime, gcdPeak))
         let tkFlood = backgroundBehindFlood(
             submitFlood: { n, finished in for _ in 0..<n { TKDispatchQueue.global(qos: .userInteractive).async { spin(20); finished.value.wrappingAdd(1, ordering: .relaxed) } } },
@@ -233,8 +228,38 @@ enum DispatchBenchmarks {
         print("")
     }
 
+    /// Runs `tkbench blocking-child KIND` and reads "seconds peak" from its output.
+    private static func blockingInChild(_ kind: String) -> (Double, Int) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = ["blocking-child", kind]
+        let out = Pipe()
+        process.standardOutput = out
+        guard (try? process.run()) != nil else { return (-1, -1) }
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let fields = String(decoding: data, as: UTF8.self).split(separator: " ")
+        guard fields.count == 2, let seconds = Double(fields[0]), let peak = Int(fields[1].trimmingCharacters(in: .whitespacesAndNewlines)) else { return (-1, -1) }
+        return (seconds, peak)
+    }
+
+    /// The child side: eight blocking items on one side's global queue; prints "seconds peak".
+    static func blockingChild(_ kind: String) -> Int32 {
+        let (seconds, peak) = kind == "tk"
+            ? blocking { done in
+                let s = TKDispatchSemaphore(value: 0)
+                for _ in 0..<8 { TKDispatchQueue.global().async { _ = s.wait(until: .now + .seconds(1)); done.signal() } }
+            }
+            : blocking { done in
+                let s = DispatchSemaphore(value: 0)
+                for _ in 0..<8 { DispatchQueue.global().async { _ = s.wait(timeout: .now() + 1); done.signal() } }
+            }
+        print(String(format: "%.3f %d", seconds, peak))
+        return 0
+    }
+
+    /// Wall time and the process's peak thread count (sampled every 5 ms, the sampler excluded).
     private static func blocking(_ submit: (DispatchSemaphore) -> Void) -> (Double, Int) {
-        let baseline = threadCount()
         let done = DispatchSemaphore(value: 0)
         let peak = Atomic<Int>(0)
         let watching = Atomic<Bool>(true)
@@ -251,7 +276,7 @@ enum DispatchBenchmarks {
         for _ in 0..<8 { done.wait() }
         let elapsed = Double(now() - start) / 1e9
         watching.store(false, ordering: .relaxed)
-        return (elapsed, peak.load(ordering: .relaxed) - baseline - 1)
+        return (elapsed, peak.load(ordering: .relaxed) - 1)
     }
 
     final class AtomicCount: Sendable { let value = Atomic<Int>(0) }

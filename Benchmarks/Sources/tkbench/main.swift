@@ -17,6 +17,8 @@ let groups: [(String, () -> [Row])] = [
 var arguments = Array(CommandLine.arguments.dropFirst())
 // The other process of the cross-process port row.
 if arguments.first == "port-sender" { exit(PortBenchmarks.sender(Array(arguments.dropFirst()))) }
+// The fresh process of the "8 items blocking 1 s" row.
+if arguments.first == "blocking-child", arguments.count == 2 { exit(DispatchBenchmarks.blockingChild(arguments[1])) }
 if arguments.contains("--list") {
     for (name, _) in groups { print(name) }
     exit(0)
