@@ -32,8 +32,9 @@ final class LoopThread: @unchecked Sendable {
 
     func finish() {
         done.set()
-        loop.stop()
-        loop.wakeUp()
+        // stop() from here could land between two runs and be lost (it ends only a run in
+        // progress, as CFRunLoopStop); a block stops the run that executes it.
+        loop.perform { TKRunLoop.current.stop() }
         XCTAssertTrue(thread.join(until: .now + .seconds(30)))
     }
 }

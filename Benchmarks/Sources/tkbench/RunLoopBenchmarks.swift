@@ -42,7 +42,7 @@ final class BenchLoop: @unchecked Sendable {
 
     func finish() {
         stopBox.flag.store(true, ordering: .releasing)
-        loop.perform {}
+        loop.perform { TKRunLoop.current.stop() }   // stops the run executing it
         thread.join()
     }
 }
