@@ -1,8 +1,9 @@
-// DeadlineHeap: the dispatch manager's timer heap, TimerHeap's design (RunLoop/TimerHeap.swift) for
-// any payload: a binary min-heap keyed by (deadline, sequence), so entries due at the same instant
-// fire in the order they were scheduled. Entries are never updated in place: a rescheduled timer
-// source pushes a new entry with a new generation, and stale ones are skipped when they fire.
-// Guarded by the manager's lock.
+// DeadlineHeap: the one timer heap design of ThreadKit, for run-loop timers (one heap per mode,
+// RunLoop/TimerHeap.swift) and for the dispatch manager (asyncAfter and timer sources): a binary
+// min-heap keyed by (deadline, sequence), so entries due at the same instant fire in the order
+// they were scheduled. Entries are never updated in place: a rescheduled timer pushes a new entry
+// with a new generation, and stale ones are dropped when they reach the top (`top(where:)`) or
+// skipped when they fire. Guarded by its owner's lock (a run loop's, the manager's).
 
 struct DeadlineHeap<Payload> {
     struct Entry {
@@ -34,6 +35,15 @@ struct DeadlineHeap<Payload> {
         }
     }
 
+    /// The earliest entry that `isLive` accepts; dead entries above it are discarded.
+    mutating func top(where isLive: (Entry) -> Bool) -> Entry? {
+        while let first = entries.first {
+            if isLive(first) { return first }
+            pop()
+        }
+        return nil
+    }
+
     /// Removes and returns the entries due at `now` (deadline <= now), earliest first.
     mutating func popDue(_ now: ContinuousClock.Instant) -> [Entry] {
         var due: [Entry] = []
@@ -41,7 +51,8 @@ struct DeadlineHeap<Payload> {
         return due
     }
 
-    private mutating func pop() -> Entry {
+    @discardableResult
+    mutating func pop() -> Entry {
         entries.swapAt(0, entries.count - 1)
         let last = entries.removeLast()
         var parent = 0
