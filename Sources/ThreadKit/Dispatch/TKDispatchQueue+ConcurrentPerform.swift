@@ -52,8 +52,8 @@ final class ConcurrentPerformJob: @unchecked Sendable {
     /// Iterations finished. Acquiring-and-releasing: the caller that sees the total sees every
     /// iteration's effects.
     private let completed = Atomic<Int>(0)
-    /// 0 running, 1 all finished, 2 running with the caller parked.
-    private let done = FutexWord(0)
+    /// Set when every iteration has finished (releasing: the caller sees their effects).
+    private let done = ParkingEvent()
     /// Valid while some iteration is unfinished (the caller frees it after `waitForAll`).
     private let work: UnsafeMutablePointer<@Sendable (Int) -> Void>
 
@@ -74,7 +74,7 @@ final class ConcurrentPerformJob: @unchecked Sendable {
             ConcurrentPerformJob.invoke(work, start, end)
             let total = completed.wrappingAdd(end - start, ordering: .acquiringAndReleasing).newValue
             if total == iterations {
-                if done.pointer.pointee.exchange(1, ordering: .releasing) == 2 { Parking.unparkOne(done) }
+                done.set()
                 return
             }
         }
@@ -90,14 +90,6 @@ final class ConcurrentPerformJob: @unchecked Sendable {
 
     /// Caller: waits until every iteration has finished.
     func waitForAll() {
-        let word = done.pointer
-        var spin = SpinWait(limit: DispatchSpin.longWait)
-        while true {
-            let state = word.pointee.load(ordering: .acquiring)
-            if state == 1 { return }
-            if spin.spin() { continue }
-            if state == 0, !word.pointee.compareExchange(expected: 0, desired: 2, ordering: .acquiring).exchanged { continue }
-            _ = Parking.park(done, expected: 2)
-        }
+        _ = done.wait(spinLimit: DispatchSpin.longWait, observed: true)
     }
 }

@@ -8,8 +8,8 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
     let flags: TKDispatchQueue.WorkFlags
     private let block: @Sendable () -> Void
     private let cancelled = Atomic<Bool>(false)
-    /// 0 not finished, 1 finished, 2 not finished and a waiter may be parked.
-    private let finished = FutexWord(0)
+    /// Set once the item has finished; `wait` parks on it.
+    private let finished = ParkingEvent()
     private let notifyLock = DispatchLock()
     private var notifications: [(TKDispatchQueue, @Sendable () -> Void)] = []   // guarded by notifyLock
     private var hasFinished = false                                              // guarded by notifyLock
@@ -37,15 +37,7 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
 
     /// Waits until the item has finished (performed, or skipped because it was cancelled).
     public func wait() {
-        let word = finished.pointer
-        var spin = SpinWait(limit: DispatchSpin.longWait)
-        while true {
-            let state = word.pointee.load(ordering: .acquiring)
-            if state == 1 { return }
-            if spin.spin() { continue }
-            if state == 0, !word.pointee.compareExchange(expected: 0, desired: 2, ordering: .acquiring).exchanged { continue }
-            _ = Parking.park(finished, expected: 2)
-        }
+        _ = finished.wait(spinLimit: DispatchSpin.longWait, observed: true)
     }
 
     /// Submits `work` to `queue` when the item finishes (at once if it has).
@@ -73,7 +65,7 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
         }
         guard let due else { return }
         // Releasing: publishes the block's effects to waiters that see 1.
-        if finished.pointer.pointee.exchange(1, ordering: .releasing) == 2 { Parking.unparkAll(finished) }
+        finished.set()
         for (queue, work) in due { queue.async(execute: work) }
     }
 }

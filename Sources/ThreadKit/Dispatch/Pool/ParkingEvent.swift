@@ -1,5 +1,6 @@
-// ParkingEvent: a resettable one-shot event on a futex word, for a worker's idle sleep and a sync
-// caller waiting for its drainer. One thread waits (the owner); any thread sets it.
+// ParkingEvent: a resettable one-shot event on a futex word, for a worker's idle sleep, a sync
+// caller waiting for its drainer, a concurrentPerform caller, and waiters of a work item. Any
+// number of threads may wait (set wakes them all); any thread sets it.
 
 /// | word | meaning                                   |
 /// |------|-------------------------------------------|
@@ -22,11 +23,11 @@ struct ParkingEvent: @unchecked Sendable {
 
     var isSet: Bool { word.pointer.pointee.load(ordering: .acquiring) == 1 }
 
-    /// Sets the event and wakes the waiter if it sleeps. Releasing: publishes what the setter did
+    /// Sets the event and wakes the waiters if any sleeps. Releasing: publishes what the setter did
     /// before to the waiter, whose acquiring loads pair with it.
     func set() {
         if word.pointer.pointee.exchange(1, ordering: .releasing) == 2 {
-            SystemCall.futexWake(word.address, count: 1)
+            SystemCall.futexWake(word.address, count: Int32.max)
         }
     }
 
