@@ -1,0 +1,169 @@
+// TKOperationQueue+Tokens: how a queue's operations reach threads (docs/Operations.md, "Tokens").
+// Decisions are made under the queue's lock and returned as a `Plan`; tokens are submitted and
+// waiters woken after it is released. A token runs on a pool worker (or the queue's
+// `underlyingQueue`, the main thread for the main queue).
+//
+// Token accounting, all under lock: `tokens` counts tokens submitted and not ended;
+// `tokensInOperations` those of them inside an operation's `start()`; the rest are *looking*
+// (waiting in the pool, or about to pop). Whenever something may let more operations start (an
+// operation became ready, one finished, a resume, a higher limit), the queue makes sure that
+// looking tokens ≥ min(ready operations, limit − executing), submitting the difference. So
+// operations that block (in ThreadKit waits, which the pool sees) hold their tokens, and the
+// queue's other ready operations get tokens of their own: eight operations that each wait one
+// second, with a limit of 8, finish together in about one second.
+extension TKOperationQueue {
+    /// What a locked section decided; carried out after unlocking.
+    struct Plan {
+        var tokens = 0
+        var qos = TKQualityOfService.default
+        var underlying: TKDispatchQueue?
+        /// The last unfinished operation finished with threads waiting for it.
+        var wakeWaiters = false
+    }
+
+    /// A token runs at most this many operations before going to the back of the pool's FIFO, so
+    /// a busy queue does not keep a worker from other queues of its level.
+    static let tokenBudget = 128
+
+    /// Tokens to submit so that enough are looking for the operations that may start now.
+    /// Caller holds lock.
+    func planTokensLocked(qos: TKQualityOfService) -> Plan {
+        var plan = Plan(qos: qos, underlying: core.underlying)
+        guard !core.suspended else { return plan }
+        let wanted = min(core.ready.count, core.limit - core.executing)
+        let looking = core.tokens - core.tokensInOperations
+        if wanted > looking {
+            plan.tokens = wanted - looking
+            core.tokens += plan.tokens
+        }
+        return plan
+    }
+
+    /// `planTokensLocked` at the queue's QoS, into a plan that may already wake waiters.
+    func planMoreTokensLocked(_ plan: inout Plan) {
+        let more = planTokensLocked(qos: core.qos)
+        plan.tokens = more.tokens
+        plan.qos = more.qos
+        plan.underlying = more.underlying
+    }
+
+    func carryOut(_ plan: Plan) {
+        if plan.wakeWaiters { Parking.unparkAll(drained) }
+        for _ in 0..<plan.tokens { submitToken(plan) }
+    }
+
+    private func submitToken(_ plan: Plan) {
+        let token: @Sendable () -> Void = { [self] in runToken() }
+        if let underlying = plan.underlying {
+            underlying.async(execute: token)
+        } else {
+            TKDispatchQueue.global(qos: plan.qos).async(execute: token)
+        }
+    }
+
+    // MARK: Ready operations
+
+    /// `operation` became ready (its last dependency resolved, or it was cancelled) after it was
+    /// added: to the ready list, or held behind a barrier.
+    func pushReady(_ operation: TKOperation) {
+        lock.lock()
+        pushLocked(operation)
+        let plan = planTokensLocked(qos: operation.explicitQualityOfService ?? core.qos)
+        lock.unlock()
+        carryOut(plan)
+    }
+
+    /// Caller holds lock.
+    func pushLocked(_ operation: TKOperation) {
+        if core.epochs.admit(operation) {
+            core.ready.push(operation, level: ReadyQueue.level(operation.queuePriority))
+        }
+    }
+
+    // MARK: Finishing
+
+    /// An operation of this queue finished away from the token that started it (an asynchronous
+    /// operation's `finish()`, or one finished on another thread).
+    func operationDidFinish(_ operation: TKOperation) {
+        var plan = Plan()
+        lock.lock()
+        finishLocked(operation, &plan)
+        planMoreTokensLocked(&plan)
+        lock.unlock()
+        carryOut(plan)
+    }
+
+    /// Removes a finished operation from the queue's books: its slot, its place in the list, its
+    /// epoch (which may release a barrier or open the next epoch), the unfinished count (which may
+    /// release waiters). Caller holds lock; tokens are planned by the caller afterwards.
+    func finishLocked(_ operation: TKOperation, _ plan: inout Plan) {
+        core.executing -= 1
+        if let next = operation.queueNext { next.queuePrev = operation.queuePrev } else { core.tail = operation.queuePrev }
+        if let previous = operation.queuePrev { previous.queueNext = operation.queueNext } else { core.head = operation.queueNext }
+        operation.queueNext = nil
+        operation.queuePrev = nil
+        core.epochs.finished(operation, into: &core.ready)
+        core.unfinished -= 1
+        if core.unfinished == 0 && core.waiters > 0 {
+            // Releasing: pairs with the waiters' acquiring loads of the word.
+            drained.pointer.pointee.wrappingAdd(1, ordering: .releasing)
+            plan.wakeWaiters = true
+        }
+    }
+
+    // MARK: The token
+
+    /// Pops and runs ready operations while one may start, at most `tokenBudget` of them. One lock
+    /// visit per operation: the bookkeeping of an operation that finished inside `start()` is done
+    /// in the same locked section that pops the next.
+    func runToken() {
+        let context = OperationContext.current
+        let outerQueue = context.queue
+        let outerOperation = context.runningOperation
+        let outerInline = context.finishedInline
+        context.queue = self
+        defer {
+            context.queue = outerQueue
+            context.runningOperation = outerOperation
+            context.finishedInline = outerInline
+        }
+        var budget = TKOperationQueue.tokenBudget
+        var plan = Plan()
+        var again = false
+        lock.lock()
+        while true {
+            guard !core.suspended, core.executing < core.limit, !core.ready.isEmpty else {
+                core.tokens -= 1
+                break
+            }
+            if budget == 0 {
+                again = true   // still counted in `tokens`: it goes on looking from the pool
+                plan.qos = core.qos
+                plan.underlying = core.underlying
+                break
+            }
+            let operation = core.ready.pop()!
+            core.executing += 1
+            core.tokensInOperations += 1
+            lock.unlock()
+            carryOut(plan)
+            plan = Plan()
+            context.runningOperation = operation
+            context.finishedInline = false
+            operation.runFromQueue()
+            let inline = context.finishedInline
+            context.runningOperation = nil
+            budget -= 1
+            lock.lock()
+            core.tokensInOperations -= 1
+            if inline {
+                finishLocked(operation, &plan)
+                // A barrier released or an epoch opened may want more tokens than this one.
+                planMoreTokensLocked(&plan)
+            }
+        }
+        lock.unlock()
+        carryOut(plan)
+        if again { submitToken(plan) }
+    }
+}
