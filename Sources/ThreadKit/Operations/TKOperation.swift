@@ -57,7 +57,10 @@ open class TKOperation: @unchecked Sendable {
     /// asynchronous, finishes it when `main()` returns. A cancelled operation finishes without
     /// running `main()`. Starting twice, starting an operation whose dependencies are unfinished,
     /// or starting one that was added to a queue (its queue starts it) is a misuse.
-    /// Asynchronous subclasses may override it without calling super, and call `finish()`.
+    /// Asynchronous subclasses override it and call `finish()` when done. A queue marks the
+    /// operation executing before calling `start()`; started by hand, an override that calls
+    /// `super.start()` first is executing from then on (`main()` runs, and it stays executing until
+    /// `finish()`), one that does not reads as pending until `finish()`.
     open func start() {
         if enterStart() {
             main()

@@ -102,7 +102,7 @@ extension TKOperationQueue {
         if let previous = operation.queuePrev { previous.queueNext = operation.queueNext } else { core.head = operation.queueNext }
         operation.queueNext = nil
         operation.queuePrev = nil
-        core.epochs.finished(operation, into: &core.ready)
+        core.epochFinished(operation)
         core.unfinished -= 1
         if core.unfinished == 0 && core.waiters > 0 {
             // Releasing: pairs with the waiters' acquiring loads of the word.

@@ -56,6 +56,11 @@ public final class TKOperationQueue: @unchecked Sendable {
         /// operations' `queueNext`/`queuePrev`.
         var head: TKOperation?
         unowned(unsafe) var tail: TKOperation?
+
+        // The epochs move operations into the ready list: one access to `core` (a class property)
+        // for both, where two overlapping ones would be an exclusivity violation.
+        mutating func releaseBarrierIfDue() { epochs.releaseBarrierIfDue(into: &ready) }
+        mutating func epochFinished(_ operation: TKOperation) { epochs.finished(operation, into: &ready) }
     }
 
     let lock = DispatchLock()
@@ -219,7 +224,7 @@ public final class TKOperationQueue: @unchecked Sendable {
             core.epochs.addBarrier(operation)
             // Barriers are released by their epoch, never by tryDispatch.
             operation.state.bitwiseOr(OperationState.enqueued | OperationState.dispatched, ordering: .acquiringAndReleasing)
-            core.epochs.releaseBarrierIfDue(into: &core.ready)
+            core.releaseBarrierIfDue()
             return
         }
         core.epochs.add(operation)
