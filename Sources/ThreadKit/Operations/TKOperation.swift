@@ -62,12 +62,20 @@ open class TKOperation: @unchecked Sendable {
     /// `super.start()` first is executing from then on (`main()` runs, and it stays executing until
     /// `finish()`), one that does not reads as pending until `finish()`.
     open func start() {
-        if enterStart() {
+        switch enterStart() {
+        case .runFromQueue:
+            main()   // the token has recorded this operation as running on this thread
+        case .runByHand:
+            // Recorded as running here while main() runs, so a wait for itself is reported.
+            let context = OperationContext.current
+            let outer = context.runningOperation
+            context.runningOperation = self
             main()
-            if !isAsynchronous { finishExecution(caller: "start()") }
-        } else {
-            finishExecution(caller: "start()")
+            context.runningOperation = outer
+        case .cancelled:
+            return finishExecution(caller: "start()")
         }
+        if !isAsynchronous { finishExecution(caller: "start()") }
     }
 
     /// Whether the operation stays executing after `start()` returns, until `finish()`.
@@ -224,9 +232,11 @@ open class TKOperation: @unchecked Sendable {
 
     // MARK: The lifecycle, inside ThreadKit
 
+    private enum StartEntry { case runFromQueue, runByHand, cancelled }
+
     /// `start()`'s entry: pending → executing (a start by hand), or executing as set by the queue.
-    /// Returns false when the operation is cancelled: finish it without running `main()`.
-    private func enterStart() -> Bool {
+    /// `.cancelled`: finish it without running `main()`.
+    private func enterStart() -> StartEntry {
         var s = state.load(ordering: .acquiring)
         while true {
             if s & OperationState.startEntered != 0 {
@@ -250,7 +260,10 @@ open class TKOperation: @unchecked Sendable {
                 misuse("\(described).start() called on a finished operation. Fix: create a new operation for new work.")
             }
             let (exchanged, original) = state.compareExchange(expected: s, desired: new, ordering: .acquiringAndReleasing)
-            if exchanged { return s & OperationState.cancelled == 0 }
+            if exchanged {
+                if s & OperationState.cancelled != 0 { return .cancelled }
+                return OperationState.phase(s) == OperationState.pending ? .runByHand : .runFromQueue
+            }
             s = original
         }
     }
@@ -340,25 +353,28 @@ open class TKOperation: @unchecked Sendable {
         }
     }
 
+    /// Why `claim` refused an operation.
+    enum ClaimRefusal {
+        case alreadyAdded(TKOperationQueue)
+        case started
+        case finished
+    }
+
     /// Claims the operation for `queue` (under the operation's lock) and runs `register` (the
-    /// queue's locked registration) before anyone can see it enqueued. A second add, to the same
-    /// or another queue, or an add of a started or finished operation, is a misuse.
-    final func claim(for queue: TKOperationQueue, caller: String, register: () -> Void) {
+    /// queue's locked registration, which returns false if it found the operation started by hand
+    /// meanwhile) before anyone can see it enqueued. Returns why it refused, for the caller's
+    /// misuse message (made after the locks are released: naming the operation takes its lock).
+    final func claim(for queue: TKOperationQueue, register: () -> Bool) -> ClaimRefusal? {
         lock.lock()
         defer { lock.unlock() }
-        if let owner = self.queue {
-            misuse("\(queue.described).\(caller) was given \(described), which was already added to "
-                   + (owner === queue ? "this queue" : owner.described)
-                   + ". Fix: add an operation to one queue, once; create a new operation for new work.")
-        }
-        let phase = OperationState.phase(state.load(ordering: .acquiring))
-        if phase != OperationState.pending {
-            misuse("\(queue.described).\(caller) was given \(described), which has already "
-                   + (phase == OperationState.finished ? "finished" : "started")
-                   + ". Fix: add operations before starting them; create a new operation for new work.")
+        if let owner = self.queue { return .alreadyAdded(owner) }
+        switch OperationState.phase(state.load(ordering: .acquiring)) {
+        case OperationState.pending: break
+        case OperationState.executing: return .started
+        default: return .finished
         }
         self.queue = queue
-        register()
+        return register() ? nil : .started
     }
 }
 

@@ -202,49 +202,64 @@ public final class TKOperationQueue: @unchecked Sendable {
     private func add(_ operation: TKOperation, barrier: Bool, caller: String) {
         var plan = Plan()
         let qos = operation.explicitQualityOfService
-        operation.claim(for: self, caller: caller) {
+        let refusal = operation.claim(for: self) {
             lock.lock()
-            register(operation, barrier: barrier, caller: caller)
+            defer { lock.unlock() }
+            guard register(operation, barrier: barrier) else { return false }
             plan = planTokensLocked(qos: qos ?? core.qos)
-            lock.unlock()
+            return true
+        }
+        if let refusal {
+            let what: String
+            switch refusal {
+            case .alreadyAdded(let owner): what = "was already added to " + (owner === self ? "this queue" : owner.described)
+            case .started: what = "has already started (by hand)"
+            case .finished: what = "has already finished"
+            }
+            misuse("\(described).\(caller) was given \(operation.described), which \(what). Fix: add an operation to one "
+                   + "queue, once, before it starts; create a new operation for new work.")
         }
         carryOut(plan)
     }
 
     /// Links the operation into the queue and its epoch, publishes it as enqueued, and if it is
-    /// ready already, dispatches it in the same locked section. Caller holds lock.
-    private func register(_ operation: TKOperation, barrier: Bool, caller: String) {
-        core.unfinished += 1
-        operation.queueNext = nil
-        operation.queuePrev = core.tail
-        if let tail = core.tail { tail.queueNext = operation } else { core.head = operation }
-        core.tail = operation
+    /// ready already, dispatches it in the same locked section. Returns false (registering
+    /// nothing) if the operation was started by hand meanwhile. Caller holds lock.
+    private func register(_ operation: TKOperation, barrier: Bool) -> Bool {
         if barrier {
+            link(operation)
             operation.isBarrier = true
             core.epochs.addBarrier(operation)
             // Barriers are released by their epoch, never by tryDispatch.
             operation.state.bitwiseOr(OperationState.enqueued | OperationState.dispatched, ordering: .acquiringAndReleasing)
             core.releaseBarrierIfDue()
-            return
+            return true
         }
-        core.epochs.add(operation)
         var s = operation.state.load(ordering: .acquiring)
         while true {
-            if OperationState.phase(s) != OperationState.pending {
-                lock.unlock()
-                misuse("\(described).\(caller) was given \(operation.described) while it was being started by hand. "
-                       + "Fix: either add an operation to a queue or start it yourself, not both.")
-            }
+            if OperationState.phase(s) != OperationState.pending { return false }
             var new = s | OperationState.enqueued
             if OperationState.isReady(s) { new |= OperationState.dispatched }
-            // Releasing: publishes `queue` (written in claim) to whoever sees `enqueued`.
+            // Releasing: publishes `queue` (written in claim) to whoever sees `enqueued`. Anyone
+            // who sees it takes this lock before touching the books, so linking after is fine.
             let (exchanged, original) = operation.state.compareExchange(expected: s, desired: new, ordering: .acquiringAndReleasing)
             if exchanged {
+                link(operation)
+                core.epochs.add(operation)
                 if new & OperationState.dispatched != 0 { pushLocked(operation) }
-                return
+                return true
             }
             s = original
         }
+    }
+
+    /// Appends the operation to the list of unfinished ones. Caller holds lock.
+    private func link(_ operation: TKOperation) {
+        core.unfinished += 1
+        operation.queueNext = nil
+        operation.queuePrev = core.tail
+        if let tail = core.tail { tail.queueNext = operation } else { core.head = operation }
+        core.tail = operation
     }
 
     // MARK: Cancelling and waiting
