@@ -37,7 +37,7 @@ final class Narrator: @unchecked Sendable {
 enum Tour {
     /// Every scenario, in the order the tour runs them (the order of the seeds' chapters).
     static let scenarios: [Scenario] = ThreadScenarios.all + RunLoopScenarios.all + PerformScenarios.all + LockScenarios.all + [DistributedLockScenario.scenario]
-        + DispatchScenarios.all
+        + DispatchScenarios.all + OperationScenarios.all
 
     static func main(_ arguments: [String]) -> Int32 {
         if arguments.contains("--list") {
