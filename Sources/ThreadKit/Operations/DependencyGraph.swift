@@ -19,7 +19,10 @@ enum DependencyGraph {
         lock.lock()
         defer { lock.unlock() }
         if operation.dependencyList.contains(where: { $0 === dependency }) { return }
-        if let path = cycle(adding: dependency, to: operation) {
+        // A cycle needs a path dependency → … → x → operation: dependency must depend on something
+        // and something must depend on operation. Growing a chain at either end fails one of these.
+        if !dependency.dependencyList.isEmpty && !operation.dependentList.isEmpty,
+           let path = cycle(adding: dependency, to: operation) {
             let chain = path.map(\.described).joined(separator: " → ")
             throw TKError(.dependencyCycle, "\(operation.described).addDependency(\(dependency.described)) would close a "
                           + "dependency cycle (each waits for the next): \(chain). None of them "

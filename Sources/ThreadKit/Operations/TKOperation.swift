@@ -298,6 +298,13 @@ open class TKOperation: @unchecked Sendable {
             if exchanged { break }
             s = original
         } while true
+        // Finished inside start() on the token that runs it: the token does the queue's bookkeeping
+        // and then pops again, so dependents this readies on the same queue need no new token.
+        var inline: OperationContext?
+        if s & OperationState.enqueued != 0, let context = OperationContext.existing, context.runningOperation === self {
+            context.finishedInline = true
+            inline = context
+        }
         if new & OperationState.resolved == 0 { resolveDependents() }
         if s & OperationState.hasCompletion != 0 {
             let completion = lock.withLock { () -> (@Sendable () -> Void)? in
@@ -310,13 +317,7 @@ open class TKOperation: @unchecked Sendable {
             let event = lock.withLock { finishedEvent }
             event?.set()
         }
-        if s & OperationState.enqueued != 0, let queue {
-            if let context = OperationContext.existing, context.runningOperation === self {
-                context.finishedInline = true   // the token running it does the queue's bookkeeping
-            } else {
-                queue.operationDidFinish(self)
-            }
-        }
+        if s & OperationState.enqueued != 0, inline == nil, let queue { queue.operationDidFinish(self) }
     }
 
     /// Tells the dependents that this operation no longer holds them back (once). Takes the lock:

@@ -27,11 +27,13 @@ extension TKOperationQueue {
 
     /// Tokens to submit so that enough are looking for the operations that may start now.
     /// Caller holds lock.
-    func planTokensLocked(qos: TKQualityOfService) -> Plan {
+    /// `callerWillLook`: the caller is this queue's token, its operation already finished, about
+    /// to pop again: it counts as looking (a dependency chain then runs on one token).
+    func planTokensLocked(qos: TKQualityOfService, callerWillLook: Bool = false) -> Plan {
         var plan = Plan(qos: qos, underlying: core.underlying)
         guard !core.suspended else { return plan }
-        let wanted = min(core.ready.count, core.limit - core.executing)
-        let looking = core.tokens - core.tokensInOperations
+        let wanted = min(core.ready.count, core.limit - core.executing + (callerWillLook ? 1 : 0))
+        let looking = core.tokens - core.tokensInOperations + (callerWillLook ? 1 : 0)
         if wanted > looking {
             plan.tokens = wanted - looking
             core.tokens += plan.tokens
@@ -66,9 +68,13 @@ extension TKOperationQueue {
     /// `operation` became ready (its last dependency resolved, or it was cancelled) after it was
     /// added: to the ready list, or held behind a barrier.
     func pushReady(_ operation: TKOperation) {
+        var callerWillLook = false
+        if let context = OperationContext.existing, context.queue === self, context.finishedInline {
+            callerWillLook = true
+        }
         lock.lock()
         pushLocked(operation)
-        let plan = planTokensLocked(qos: operation.explicitQualityOfService ?? core.qos)
+        let plan = planTokensLocked(qos: operation.explicitQualityOfService ?? core.qos, callerWillLook: callerWillLook)
         lock.unlock()
         carryOut(plan)
     }
