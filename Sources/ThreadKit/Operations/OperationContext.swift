@@ -10,8 +10,10 @@ final class OperationContext {
     var queue: TKOperationQueue?
     /// The operation whose `runFromQueue()` is on this thread's stack. The token holds it.
     unowned(unsafe) var runningOperation: TKOperation?
-    /// Set by `finishExecution` when `runningOperation` finished on this thread before `start()`
-    /// returned: the token then does the queue's bookkeeping itself.
+    /// Set by `finishExecution` (right after the finishing CAS, before dependents are told) when
+    /// `runningOperation` finishes on this thread before `start()` returned: the token then does
+    /// the queue's bookkeeping itself and pops again, so an operation of this queue that the
+    /// finish makes ready needs no new token (`pushReady`'s `callerWillLook`).
     var finishedInline = false
 
     private static let slot = TKThreadLocal<OperationContext>()
