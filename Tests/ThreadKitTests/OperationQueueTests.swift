@@ -339,6 +339,26 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertEqual(seen.all, Array(repeating: "underlying", count: 20))
     }
 
+    func testQualityOfServiceChoosesThePoolTierThatRunsTheOperation() {
+        // Background work runs on the pool's background tier (its own threads, a lower OS class);
+        // an operation's own QoS overrides its queue's.
+        let queue = TKOperationQueue()
+        queue.qualityOfService = .background
+        let threads = EventLog()
+        let background = TKBlockOperation { threads.append(TKThread.current.name ?? "?") }
+        queue.addOperation(background)
+        background.waitUntilFinished()
+        let interactive = TKBlockOperation { threads.append(TKThread.current.name ?? "?") }
+        interactive.qualityOfService = .userInteractive
+        queue.addOperation(interactive)
+        interactive.waitUntilFinished()
+        let names = threads.all
+        XCTAssertEqual(names.count, 2)
+        XCTAssertTrue(names[0].hasPrefix("tk.dispatch.bg."), "background operation ran on \(names[0])")
+        XCTAssertTrue(names[1].hasPrefix("tk.dispatch.") && !names[1].hasPrefix("tk.dispatch.bg."),
+                      "interactive operation ran on \(names[1])")
+    }
+
     func testSettingsReadBack() {
         let queue = TKOperationQueue()
         XCTAssertEqual(TKOperationQueue.defaultMaxConcurrentOperationCount, -1)

@@ -21,6 +21,12 @@ struct ReadyQueue {
         count += 1
     }
 
+    /// The operation `pop` would return, left in place.
+    var first: TKOperation? {
+        guard nonEmpty != 0 else { return nil }
+        return levels[7 - nonEmpty.leadingZeroBitCount].first
+    }
+
     mutating func pop() -> TKOperation? {
         guard nonEmpty != 0 else { return nil }
         let level = 7 - nonEmpty.leadingZeroBitCount

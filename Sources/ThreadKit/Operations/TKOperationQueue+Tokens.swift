@@ -55,7 +55,8 @@ extension TKOperationQueue {
     }
 
     private func submitToken(_ plan: Plan) {
-        let token: @Sendable () -> Void = { [self] in runToken() }
+        let qos = plan.qos
+        let token: @Sendable () -> Void = { [self] in runToken(qos: qos) }
         if let underlying = plan.underlying {
             underlying.async(execute: token)
         } else {
@@ -121,8 +122,11 @@ extension TKOperationQueue {
 
     /// Pops and runs ready operations while one may start, at most `tokenBudget` of them. One lock
     /// visit per operation: the bookkeeping of an operation that finished inside `start()` is done
-    /// in the same locked section that pops the next.
-    func runToken() {
+    /// in the same locked section that pops the next. `qos`: the pool level this token runs at; an
+    /// operation that wants another level (its own QoS, or the queue's) is not run here: the token
+    /// moves to that level instead (still counted), so background work never runs on the pool's
+    /// background tier by accident and the reverse.
+    func runToken(qos: TKQualityOfService) {
         let context = OperationContext.current
         let outerQueue = context.queue
         let outerOperation = context.runningOperation
@@ -142,9 +146,10 @@ extension TKOperationQueue {
                 core.tokens -= 1
                 break
             }
-            if budget == 0 {
+            let wanted = core.underlying == nil ? core.ready.first!.explicitQualityOfService ?? core.qos : qos
+            if budget == 0 || RunQueues.level(wanted) != RunQueues.level(qos) {
                 again = true   // still counted in `tokens`: it goes on looking from the pool
-                plan.qos = core.qos
+                plan.qos = wanted
                 plan.underlying = core.underlying
                 break
             }
