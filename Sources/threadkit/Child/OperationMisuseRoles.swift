@@ -76,8 +76,10 @@ enum OperationMisuseRoles {
             let q = queue("serial-db")
             q.maxConcurrentOperationCount = 1
             let later = named("later")
+            q.isSuspended = true   // both in the queue before the first one waits
             q.addOperation { later.waitUntilFinished() }
             q.addOperation(later)
+            q.isSuspended = false
             q.waitUntilAllOperationsAreFinished()
             return 0
         },
