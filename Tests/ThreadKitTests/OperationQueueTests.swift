@@ -42,6 +42,8 @@ final class OperationQueueTests: XCTestCase {
         for i in 1..<ops.count { try ops[i].addDependency(ops[i - 1]) }
         queue.addOperations(ops.reversed(), waitUntilFinished: true)
         XCTAssertEqual(log.all, (0..<200).map { "\($0)" })
+        XCTAssertTrue(ops.allSatisfy(\.isFinished))
+        queue.waitUntilAllOperationsAreFinished()   // the queue's own books may trail the operations' finish
         XCTAssertEqual(queue.operationCount, 0)
     }
 

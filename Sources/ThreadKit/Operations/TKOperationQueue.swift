@@ -184,8 +184,9 @@ public final class TKOperationQueue: @unchecked Sendable {
         add(TKBlockOperation(block: block), barrier: false, caller: "addOperation(_:)")
     }
 
-    /// Adds the operations in order; with `wait`, returns when all have finished (a ThreadKit
-    /// wait, seen by the pool).
+    /// Adds the operations in order; with `wait`, returns when all have finished and run their
+    /// completion blocks (a ThreadKit wait, seen by the pool). The queue's own count may trail by a
+    /// moment; `waitUntilAllOperationsAreFinished` waits for that too.
     public func addOperations(_ operations: [TKOperation], waitUntilFinished wait: Bool) {
         for operation in operations { add(operation, barrier: false, caller: "addOperations(_:waitUntilFinished:)") }
         if wait {
