@@ -19,11 +19,15 @@ final class OperationEvent: @unchecked Sendable {
         Parking.unparkAll(word)
     }
 
-    func wait() {
+    func wait() { OperationEvent.wait(on: word, whileEqualTo: 0) }
+
+    /// The operation layer's one blocking loop: a short spin, then parks through `Parking` while
+    /// `word` holds `value`. Acquiring: pairs with the releasing store or bump that changes it.
+    static func wait(on word: FutexWord, whileEqualTo value: UInt32) {
         var spin = SpinWait(limit: DispatchSpin.longWait)
-        while word.pointer.pointee.load(ordering: .acquiring) == 0 {
+        while word.pointer.pointee.load(ordering: .acquiring) == value {
             if spin.spin() { continue }
-            _ = Parking.park(word, expected: 0)
+            _ = Parking.park(word, expected: value)
         }
     }
 }

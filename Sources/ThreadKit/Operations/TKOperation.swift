@@ -132,7 +132,9 @@ open class TKOperation: @unchecked Sendable {
 
     /// Makes this operation wait until `operation` has finished (or been cancelled). Throws
     /// `TKError(.dependencyCycle)` if `operation` already depends on this one, directly or through
-    /// others, or is this operation itself. Adding the same dependency twice does nothing.
+    /// others, or is this operation itself. Adding the same dependency twice does nothing. Add
+    /// dependencies before adding the operation to a queue: one added to an operation that its
+    /// queue has already found ready, or that has started, does not hold it back.
     public func addDependency(_ operation: TKOperation) throws {
         try DependencyGraph.add(operation, to: self)
     }

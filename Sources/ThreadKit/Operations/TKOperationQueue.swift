@@ -303,12 +303,8 @@ public final class TKOperationQueue: @unchecked Sendable {
         let seen = drained.pointer.pointee.load(ordering: .relaxed)
         core.waiters += 1
         lock.unlock()
-        var spin = SpinWait(limit: DispatchSpin.longWait)
-        // Acquiring: pairs with the bump made under lock by the thread that finished the last one.
-        while drained.pointer.pointee.load(ordering: .acquiring) == seen {
-            if spin.spin() { continue }
-            _ = Parking.park(drained, expected: seen)
-        }
+        // Until the thread that finishes the last one bumps the word (under lock, releasing).
+        OperationEvent.wait(on: drained, whileEqualTo: seen)
         lock.withLock { core.waiters -= 1 }
     }
 }
