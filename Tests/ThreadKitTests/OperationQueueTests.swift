@@ -339,6 +339,14 @@ final class OperationQueueTests: XCTestCase {
         for _ in 0..<20 { queue.addOperation { seen.append(TKDispatchQueue.getSpecific(key: key) ?? "none") } }
         queue.waitUntilAllOperationsAreFinished()
         XCTAssertEqual(seen.all, Array(repeating: "underlying", count: 20))
+        // Changed once drained: later operations run on the new one (a token of the old one that is
+        // still alive moves over instead of running them).
+        let other = TKDispatchQueue(label: "other")
+        other.setSpecific(key: key, value: "other")
+        queue.underlyingQueue = other
+        for _ in 0..<20 { queue.addOperation { seen.append(TKDispatchQueue.getSpecific(key: key) ?? "none") } }
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(Array(seen.all.dropFirst(20)), Array(repeating: "other", count: 20))
     }
 
     func testQualityOfServiceChoosesThePoolTierThatRunsTheOperation() {

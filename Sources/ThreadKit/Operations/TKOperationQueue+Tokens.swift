@@ -11,6 +11,11 @@
 // operations that block (in ThreadKit waits, which the pool sees) hold their tokens, and the
 // queue's other ready operations get tokens of their own: eight operations that each wait one
 // second, with a limit of 8, finish together in about one second.
+//
+// Tokens bind late: a token pops whatever is best when it runs. So that an operation still runs
+// at its QoS (and a queue's operations on its current `underlyingQueue`), a token whose next
+// operation wants another pool level, or whose queue changed its underlying queue, moves there
+// (resubmits itself, still counted) instead of running it.
 extension TKOperationQueue {
     /// What a locked section decided; carried out after unlocking.
     struct Plan {
@@ -55,8 +60,8 @@ extension TKOperationQueue {
     }
 
     private func submitToken(_ plan: Plan) {
-        let qos = plan.qos
-        let token: @Sendable () -> Void = { [self] in runToken(qos: qos) }
+        let qos = plan.qos, underlying = plan.underlying
+        let token: @Sendable () -> Void = { [self] in runToken(qos: qos, underlying: underlying) }
         if let underlying = plan.underlying {
             underlying.async(execute: token)
         } else {
@@ -126,7 +131,7 @@ extension TKOperationQueue {
     /// operation that wants another level (its own QoS, or the queue's) is not run here: the token
     /// moves to that level instead (still counted), so background work never runs on the pool's
     /// background tier by accident and the reverse.
-    func runToken(qos: TKQualityOfService) {
+    func runToken(qos: TKQualityOfService, underlying: TKDispatchQueue?) {
         let context = OperationContext.current
         let outerQueue = context.queue
         let outerOperation = context.runningOperation
@@ -147,7 +152,7 @@ extension TKOperationQueue {
                 break
             }
             let wanted = core.underlying == nil ? core.ready.first!.explicitQualityOfService ?? core.qos : qos
-            if budget == 0 || RunQueues.level(wanted) != RunQueues.level(qos) {
+            if budget == 0 || RunQueues.level(wanted) != RunQueues.level(qos) || core.underlying !== underlying {
                 again = true   // still counted in `tokens`: it goes on looking from the pool
                 plan.qos = wanted
                 plan.underlying = core.underlying
