@@ -12,6 +12,7 @@ let groups: [(String, () -> [Row])] = [
     ("runloop", RunLoopBenchmarks.rows),
     ("ports", PortBenchmarks.rows),
     ("dispatch", DispatchBenchmarks.rows),
+    ("operations", OperationBenchmarks.rows),
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())
@@ -36,6 +37,9 @@ let harness = Harness(rounds: rounds)
 for (_, rows) in selected { harness.run(rows()) }
 if arguments.isEmpty || arguments.contains("dispatch") {
     DispatchBenchmarks.blockingAndPriority()
+}
+if arguments.isEmpty || arguments.contains("operations") {
+    OperationBenchmarks.blocking()
 }
 if arguments.isEmpty || arguments.contains("runloop") || arguments.contains("timers") {
     RunLoopBenchmarks.timerLateness(seconds: arguments.contains("--quick") ? 0.5 : 2)

@@ -3,7 +3,8 @@
 // which is never held while an observer's block runs: `post` snapshots the matching observers
 // under the lock and calls them after releasing it. Each observation carries an atomic `active`
 // flag that removeObserver clears, so once removeObserver has returned no call of that block
-// starts (a call already running on another thread may finish).
+// starts (a call already running on another thread may finish). An observer with a queue gets
+// an operation per matching post; the operation checks the flag again when it runs.
 import Synchronization
 
 /// Delivers notifications to the observers registered for their name and/or sender.
@@ -27,8 +28,18 @@ public final class TKNotificationCenter: @unchecked Sendable {
     @discardableResult
     public func addObserver(forName name: TKNotification.Name?, object: AnyObject?,
                             using block: @escaping @Sendable (TKNotification) -> Void) -> TKObservationToken {
+        addObserver(forName: name, object: object, queue: nil, using: block)
+    }
+
+    /// As above; with a `queue`, each matching post adds an operation running `block` to that
+    /// queue (`.main`: on the main thread) and returns without waiting for it. An operation that
+    /// starts after `removeObserver` returned does not call the block.
+    @discardableResult
+    public func addObserver(forName name: TKNotification.Name?, object: AnyObject?, queue: TKOperationQueue?,
+                            using block: @escaping @Sendable (TKNotification) -> Void) -> TKObservationToken {
         registry.withLock { r in
-            let token = TKObservationToken(center: self, name: name, object: object, sequence: r.nextSequence, block: block)
+            let token = TKObservationToken(center: self, name: name, object: object, sequence: r.nextSequence, queue: queue,
+                                           block: block)
             r.nextSequence += 1
             if let name { r.byName[name, default: []].append(token) } else { r.anyName.append(token) }
             return token
@@ -49,7 +60,8 @@ public final class TKNotificationCenter: @unchecked Sendable {
         }
     }
 
-    /// Delivers `notification` to every matching observer, in registration order, on this thread.
+    /// Delivers `notification` to every matching observer, in registration order: on this thread,
+    /// or, for an observer with a queue, by adding an operation to that queue (not waited for).
     public func post(_ notification: TKNotification) {
         let matching = registry.withLock { r -> [TKObservationToken] in
             let named = r.byName[notification.name] ?? []
@@ -60,7 +72,12 @@ public final class TKNotificationCenter: @unchecked Sendable {
         for token in matching where token.matches(notification.object) {
             // Observers removed meanwhile (by an earlier observer of this post, or another thread)
             // are skipped.
-            if token.active.load(ordering: .acquiring) { token.block(notification) }
+            guard token.active.load(ordering: .acquiring) else { continue }
+            if let queue = token.queue {
+                queue.addOperation { if token.active.load(ordering: .acquiring) { token.block(notification) } }
+            } else {
+                token.block(notification)
+            }
         }
     }
 
@@ -78,12 +95,15 @@ public final class TKObservationToken: Hashable, @unchecked Sendable {
     private let matchesAnyObject: Bool
     fileprivate let sequence: UInt64
     fileprivate let block: @Sendable (TKNotification) -> Void
+    /// Where the block runs: nil, synchronously in `post`; else as an operation on this queue.
+    fileprivate let queue: TKOperationQueue?
     /// Cleared by removeObserver; checked right before each call.
     fileprivate let active = Atomic<Bool>(true)
 
     fileprivate init(center: TKNotificationCenter, name: TKNotification.Name?, object: AnyObject?, sequence: UInt64,
-                     block: @escaping @Sendable (TKNotification) -> Void) {
+                     queue: TKOperationQueue?, block: @escaping @Sendable (TKNotification) -> Void) {
         self.center = center
+        self.queue = queue
         self.name = name
         self.object = object
         matchesAnyObject = object == nil
