@@ -3,17 +3,6 @@
 import XCTest
 
 final class MisuseTests: XCTestCase {
-    private func assertMisuse(_ role: String, mentions fragments: [String], file: StaticString = #filePath, line: UInt = #line) throws {
-        let result = try ChildProcess.run(role)
-        XCTAssertTrue(result.signalled || result.status != 0,
-                      "\(role) kept running after the misuse (status \(result.status))", file: file, line: line)
-        XCTAssertTrue(result.standardError.contains("ThreadKit misuse:"), "stderr was: \(result.standardError)", file: file, line: line)
-        for fragment in fragments {
-            XCTAssertTrue(result.standardError.contains(fragment), "stderr lacks \"\(fragment)\": \(result.standardError)",
-                          file: file, line: line)
-        }
-    }
-
     func testUnlockingATKLockHeldByAnotherThreadStopsTheProcess() throws {
         try assertMisuse("lock-unlock-foreign", mentions: ["TKLock \"store\"", "unlock()", "it is held by thread", "Fix:"])
     }
