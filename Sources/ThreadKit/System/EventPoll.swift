@@ -60,19 +60,25 @@ final class EventPoll: @unchecked Sendable {
 
     /// Arms the timerfd to fire after `delay` (at least 1 ns); nil disarms it.
     func arm(after delay: Duration?) {
+        EventPoll.arm(timerFD, after: delay)
+    }
+
+    /// Arms the timerfd `fd` to fire once after `delay`; nil disarms it. Shared with the dispatch
+    /// manager's timerfd.
+    static func arm(_ fd: Int32, after delay: Duration?) {
         guard let delay else {
-            _ = tk_timerfd_arm(timerFD, 0, 0)
+            _ = tk_timerfd_arm(fd, 0, 0)
             return
         }
         // A deadline already past (a negative delay) must still fire: arm for 1 ns, since an
         // all-zero value would disarm the timer and the loop would sleep forever.
         guard delay > .zero else {
-            _ = tk_timerfd_arm(timerFD, 0, 1)
+            _ = tk_timerfd_arm(fd, 0, 1)
             return
         }
         let (seconds, attoseconds) = delay.components
         let nanoseconds = attoseconds / 1_000_000_000
-        _ = tk_timerfd_arm(timerFD, seconds, seconds == 0 && nanoseconds == 0 ? 1 : nanoseconds)
+        _ = tk_timerfd_arm(fd, seconds, seconds == 0 && nanoseconds == 0 ? 1 : nanoseconds)
     }
 
     /// Adds `fd` to the set (level-triggered, for `events`); its watcher is called on the loop's

@@ -285,18 +285,7 @@ final class DispatchManager: @unchecked Sendable {
     }
 
     private func arm(_ deadline: ContinuousClock.Instant?) {
-        guard let deadline else {
-            _ = tk_timerfd_arm(timerFD, 0, 0)
-            return
-        }
-        let delay = deadline - ContinuousClock.now
-        guard delay > .zero else {
-            _ = tk_timerfd_arm(timerFD, 0, 1)
-            return
-        }
-        let (seconds, attoseconds) = delay.components
-        let nanoseconds = attoseconds / 1_000_000_000
-        _ = tk_timerfd_arm(timerFD, seconds, seconds == 0 && nanoseconds == 0 ? 1 : nanoseconds)
+        EventPoll.arm(timerFD, after: deadline.map { $0 - ContinuousClock.now })
     }
 
     private func descriptorReady(_ fd: Int32, _ events: UInt32) {
