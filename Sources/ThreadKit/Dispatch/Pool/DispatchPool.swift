@@ -197,12 +197,18 @@ final class DispatchPool: @unchecked Sendable {
     func giveBack(_ worker: PoolWorker, level: Int) {
         guard !worker.batch.isEmpty else { return }
         lock.lock()
-        runQueues.giveBack(worker.batch, level: level)
-        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+        giveBackLocked(worker, level: level)
         var actions = Actions()
         offerWorkLocked(background: worker.background, &actions)
         lock.unlock()
         actions.perform(self)
+    }
+
+    /// Returns `worker`'s unstarted batch to the front of `level`. Caller holds `lock`.
+    private func giveBackLocked(_ worker: PoolWorker, level: Int) {
+        guard !worker.batch.isEmpty else { return }
+        runQueues.giveBack(worker.batch, level: level)
+        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
     }
 
     /// Called by an idle worker whose sleep ended without being woken. `.woken`: a waker took it off
@@ -241,11 +247,8 @@ final class DispatchPool: @unchecked Sendable {
         lock.lock()
         tiers[t].running -= 1
         tiers[t].blocked += 1
-        if !worker.batch.isEmpty {
-            // The jobs it took with the blocked one must not wait for it.
-            runQueues.giveBack(worker.batch, level: batchLevel)
-            nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
-        }
+        // The jobs it took with the blocked one must not wait for it.
+        giveBackLocked(worker, level: batchLevel)
         var actions = Actions()
         offerWorkLocked(background: worker.background, &actions)
         lock.unlock()
