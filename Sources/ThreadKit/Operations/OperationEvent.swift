@@ -3,7 +3,7 @@
 // `Parking`, so a pool worker waiting here is seen by the pool as blocked.
 
 final class OperationEvent: @unchecked Sendable {
-    /// The one event-word design of the dispatch layer (Pool/ParkingEvent.swift).
+    /// The one event-word design (System/ParkingEvent.swift).
     private let event = ParkingEvent()
 
     deinit { event.deallocate() }

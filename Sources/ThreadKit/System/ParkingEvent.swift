@@ -1,6 +1,7 @@
-// ParkingEvent: a resettable one-shot event on a futex word, for a worker's idle sleep, a sync
-// caller waiting for its drainer, a concurrentPerform caller, and waiters of a work item. Any
-// number of threads may wait (set wakes them all); any thread sets it.
+// ParkingEvent: the one event-word design of ThreadKit: a one-shot (resettable) event on a futex
+// word. Used for a thread's start and finish (join), a pool worker's idle sleep, a sync caller
+// waiting for its drainer, a concurrentPerform caller, and waiters of a work item or operation.
+// Any number of threads may wait (set wakes them all); any thread sets it.
 
 /// | word | meaning                                   |
 /// |------|-------------------------------------------|

@@ -5,10 +5,10 @@
 //
 // Threads: every public member is thread-safe except `threadDictionary`, which belongs to the
 // thread itself. `attributes` (name, QoS, priority, stack size, detached, lifecycle, pthread
-// handle and kernel id) is guarded by its Protected lock; `finished` is a futex word joiners park
-// on. Lifecycle: created → starting (start() called) → executing (set by the thread itself)
-// → finished (set by the thread itself after willExit was posted, or by start() when the OS
-// refused to create it).
+// handle and kernel id) is guarded by its Protected lock; `finished` and `started` are
+// ParkingEvents that joiners and early perform requests wait on. Lifecycle: created → starting
+// (start() called) → executing (set by the thread itself) → finished (set by the thread itself
+// after willExit was posted, or by start() when the OS refused to create it).
 import CThreadKit
 import Glibc
 import Synchronization
@@ -48,12 +48,12 @@ open class TKThread: @unchecked Sendable {
 
     private let body: Body
     let attributes: Protected<Attributes>
-    /// 0 running (or not started), 1 finished, 2 running with a joiner parked (it must be woken).
-    /// Joiners park on it.
-    private let finished = FutexWord(0)
-    /// 0 not yet executing, 1 executing (or finished, or failed to start), 2 not yet executing
-    /// with a waiter parked (perform requests sent between start() and the thread's first step).
-    private let started = FutexWord(0)
+    /// Set when the thread has finished; joiners wait on it. Releasing set: publishes
+    /// everything the thread did to joiners.
+    private let finished = ParkingEvent()
+    /// Set when the thread is executing (or has finished, or failed to start): perform requests
+    /// sent between start() and the thread's first step wait on it for the thread's tid.
+    private let started = ParkingEvent()
     private let cancelled = Atomic<Bool>(false)
 
     /// The thread's own dictionary. Owned by the thread itself: read and write it only there.
@@ -219,20 +219,12 @@ open class TKThread: @unchecked Sendable {
     }
 
     private func join(deadline: ContinuousClock.Instant?) -> Bool {
-        if finished.pointer.pointee.load(ordering: .acquiring) == 1 { return true }
+        if finished.isSet { return true }
         if self === TKThread.currentIfKnown {
             misuse("TKThread \(describe()).join() called on the thread itself: it would wait forever. "
                    + "Fix: join a thread from another thread.")
         }
-        // Acquiring: pairs with the releasing exchange in markFinished, so the thread's work is visible.
-        while true {
-            let state = finished.pointer.pointee.load(ordering: .acquiring)
-            if state == 1 { return true }
-            if state == 0 {
-                guard finished.pointer.pointee.compareExchange(expected: 0, desired: 2, ordering: .acquiring).exchanged else { continue }
-            }
-            if !Parking.park(finished, expected: 2, deadline: deadline) { return false }
-        }
+        return finished.wait(deadline: deadline, spinLimit: 0, observed: true)
     }
 
     // MARK: Running (on the new thread)
@@ -271,28 +263,20 @@ open class TKThread: @unchecked Sendable {
         if wasFinished { return }
         markStarted()   // a thread that failed to start never did; wake anyone waiting for it
         attachment?.threadDidFinish()
-        // Releasing: publishes everything the thread did to joiners that see 1. Only a parked
-        // joiner (state 2) costs a wake syscall.
-        if finished.pointer.pointee.exchange(1, ordering: .releasing) == 2 { Parking.unparkAll(finished) }
+        // Only a parked joiner costs a wake syscall.
+        finished.set()
         if !detached { JoinableThreads.shared.remove(self) }
     }
 
-    /// Releasing: publishes the thread's tid and lifecycle to waiters that see 1.
-    private func markStarted() {
-        if started.pointer.pointee.exchange(1, ordering: .releasing) == 2 { Parking.unparkAll(started) }
-    }
+    /// Releasing: publishes the thread's tid and lifecycle to waiters.
+    private func markStarted() { started.set() }
 
     /// Whether start() was called and the thread has not yet begun executing.
     var isStarting: Bool { attributes.current.lifecycle == .starting }
 
     /// Waits (parked) until a started thread is executing or has finished.
     func waitUntilStarted() {
-        while true {
-            let state = started.pointer.pointee.load(ordering: .acquiring)
-            if state == 1 { return }
-            if state == 0 && !started.pointer.pointee.compareExchange(expected: 0, desired: 2, ordering: .acquiring).exchanged { continue }
-            _ = Parking.park(started, expected: 2)
-        }
+        _ = started.wait(spinLimit: 0, observed: true)
     }
 
     /// Creates the OS thread (always detached at the pthread level: joining goes through the
