@@ -37,12 +37,13 @@ extension TKRunLoop: ThreadAttachment {
     /// The loop of `thread`, created on first use; nil if the thread is not running.
     static func loop(of thread: TKThread) -> TKRunLoop? {
         if thread === TKThread.main { return main }
-        if let loop = thread.attachment(orCreate: { TKRunLoop(ownerThread: $0) }) { return loop }
+        let make = { (tid: UInt32) in TKRunLoop(ownerThread: tid) }
+        if let loop = thread.attachment(orCreate: make) { return loop }
         // Started but not yet running its first instruction: a request sent right after start()
-        // is queued, as in Foundation, once the thread (and so its loop's owner) exists.
-        guard thread.isStarting else { return nil }
-        thread.waitUntilStarted()
-        return thread.attachment { TKRunLoop(ownerThread: $0) }
+        // is queued, as in Foundation, once the thread (and so its loop's owner) exists. Asked
+        // again in any case: the thread may have begun executing since the first look.
+        if thread.isStarting { thread.waitUntilStarted() }
+        return thread.attachment(orCreate: make)
     }
 
     /// The thread finished: fail the senders still waiting and refuse later requests.
