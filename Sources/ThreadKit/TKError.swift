@@ -4,6 +4,8 @@
 public struct TKError: Error, Equatable, CustomStringConvertible {
     public enum Code: Sendable, Equatable {
         case invalidArgument, threadFinished, invalidPort, dependencyCycle, notLockOwner, systemCall, protocolViolation
+        /// Called after the moment it had to be called in (TKConcurrency.installGlobalExecutor).
+        case tooLate
     }
     public let code: Code
     /// What was wrong and how to fix it.

@@ -41,6 +41,7 @@ extension TKRunLoop {
         guard mode != .common else {
             misuse("TKRunLoop.run(mode: .common): .common is a pseudo-mode and cannot be run. Fix: run .default or a named mode.")
         }
+        attachDispatchMainQueueOnce()
         if isEmpty(mode) { return .finished }
         reduceTimerSlackOnce()
         pushMode(mode)

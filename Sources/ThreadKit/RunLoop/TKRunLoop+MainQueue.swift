@@ -1,7 +1,9 @@
-// TKRunLoop+MainQueue: the hook through which the main run loop drains the main dispatch queue
-// (SPEC §6: "the main queue runs on the main thread, drained by the main run loop"). The run-loop
-// layer knows only this hook, never Dispatch: Dispatch installs it once, when the main queue is
-// first used. Read by the main loop's thread each pass; written once.
+// TKRunLoop+MainQueue: the hooks through which the main run loop drains the main dispatch queues
+// (SPEC §6: "the main queue runs on the main thread, drained by the main run loop"): ThreadKit's
+// own (`mainLoopHook`, installed once by Dispatch when the main queue is first used; the run-loop
+// layer never sees Dispatch) and libdispatch's, which also holds Swift's main-actor jobs
+// (`DispatchMainQueueBridge`, docs/Concurrency.md §1). Both run in every pass of the main loop in a
+// common mode, ThreadKit's first. Main loop thread only, except the hook's one store.
 import Synchronization
 
 /// What the main run loop calls, in each pass in a common mode.
@@ -27,14 +29,35 @@ extension TKRunLoop {
         return lock.withLock { isCommonLocked(mode) } ? hook : nil
     }
 
-    /// Phase "run blocks", main-queue part: one batch of the main queue. True if it ran any: that
-    /// counts as a handled source (SPEC §2).
-    func drainMainQueue(_ mode: Mode) -> Bool {
-        mainQueueHook(mode)?.drain() ?? false
+    /// Whether this is the main loop and `mode` a common mode: the passes that serve the main queues.
+    private func servesMainQueues(_ mode: Mode) -> Bool {
+        self === TKRunLoop.main && lock.withLock { isCommonLocked(mode) }
     }
 
-    /// Whether the main queue keeps `mode` of this loop from being empty.
+    /// Phase "run blocks", main-queue part: one batch of ThreadKit's main queue, then one of
+    /// libdispatch's (main-actor jobs, `DispatchQueue.main`). True if either ran: that counts as a
+    /// handled source (SPEC §2).
+    func drainMainQueue(_ mode: Mode) -> Bool {
+        guard self === TKRunLoop.main else { return false }
+        let ranOwn = mainQueueHook(mode)?.drain() ?? false
+        guard let bridge = DispatchMainQueueBridge.shared, servesMainQueues(mode) else { return ranOwn }
+        return bridge.drain() || ranOwn
+    }
+
+    /// Whether the main queues keep `mode` of this loop from being empty. As in CoreFoundation, the
+    /// main loop in a common mode is never empty while libdispatch is there: it stands for
+    /// libdispatch's main queue and the main actor, whose work can arrive at any time.
     func mainQueueHasWork(_ mode: Mode) -> Bool {
-        mainQueueHook(mode)?.hasWork() ?? false
+        guard self === TKRunLoop.main else { return false }
+        if DispatchMainQueueBridge.shared != nil && servesMainQueues(mode) { return true }
+        return mainQueueHook(mode)?.hasWork() ?? false
+    }
+
+    /// The first run of the main loop puts libdispatch's main-queue eventfd in its epoll set.
+    /// Main thread; `bridgeAttached` is main-thread only.
+    func attachDispatchMainQueueOnce() {
+        guard self === TKRunLoop.main, !bridgeAttached else { return }
+        bridgeAttached = true
+        DispatchMainQueueBridge.shared?.attach(to: poll)
     }
 }

@@ -52,6 +52,11 @@ public final class TKRunLoop: @unchecked Sendable {
     var readyDescriptors: [(UInt64, UInt32)] = []
     /// Whether this loop's thread has had its timer slack reduced. Loop thread only.
     var timerSlackReduced = false
+    /// Swift concurrency jobs queued and run on this loop (TKRunLoop+Executor).
+    let jobBook = RunLoopJobBook()
+    /// Main loop: whether libdispatch's main-queue eventfd is in `poll` (TKRunLoop+MainQueue).
+    /// Loop thread only.
+    var bridgeAttached = false
     /// Nesting depth of `run` calls in progress. Written by the loop thread; read by `stop()`.
     let runDepth = Atomic<Int>(0)
     /// Set by `stop()`, consumed by the innermost run.
@@ -316,9 +321,20 @@ public final class TKRunLoop: @unchecked Sendable {
         enqueue(PendingBlock(modes: nil, block: block))
     }
 
+    /// A block for a loop whose thread has finished is dropped: nothing would ever run it.
     private func enqueue(_ entry: PendingBlock) {
-        lock.withLock { blocks.append(entry) }
-        if SystemCall.currentThreadID != ownerThread { wakeUp() }
+        _ = enqueueUnlessClosed(entry)
+    }
+
+    /// Queues `entry` unless the loop's thread has finished (false: nothing will run it).
+    func enqueueUnlessClosed(_ entry: PendingBlock) -> Bool {
+        let accepted = lock.withLock { () -> Bool in
+            guard !closed else { return false }
+            blocks.append(entry)
+            return true
+        }
+        if accepted && SystemCall.currentThreadID != ownerThread { wakeUp() }
+        return accepted
     }
 
     /// Runs the queued blocks that may run in `mode`, in order of arrival, with the lock released;

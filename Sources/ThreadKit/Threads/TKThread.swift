@@ -232,6 +232,7 @@ open class TKThread: @unchecked Sendable {
     /// Runs on the new thread: publish the object, apply name and scheduling, run, finish.
     fileprivate func run() {
         let tid = SystemCall.currentThreadID
+        TKThread.startedThreadIDs.withLock { _ = $0.insert(tid) }
         TKThread.currentSlot.value = self
         // Applied under the lock so a concurrent rename or QoS change cannot be overwritten by
         // the values read here.
@@ -270,6 +271,28 @@ open class TKThread: @unchecked Sendable {
 
     /// Releasing: publishes the thread's tid and lifecycle to waiters.
     private func markStarted() { started.set() }
+
+    /// The kernel ids of the threads ThreadKit started that may still exist (pruned against
+    /// /proc/self/task when read).
+    private static let startedThreadIDs = Protected<Set<UInt32>>([])
+
+    /// The process's threads, other than the main thread, that ThreadKit did not start (for
+    /// TKConcurrency.installGlobalExecutor's "too late" check).
+    static func threadsNotStartedByThreadKit() -> [UInt32] {
+        var live: [UInt32] = []
+        if let dir = opendir("/proc/self/task") {
+            while let entry = readdir(dir) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                if let tid = UInt32(name) { live.append(tid) }
+            }
+            closedir(dir)
+        }
+        let main = UInt32(getpid())
+        return startedThreadIDs.withLock { started in
+            started.formIntersection(live)
+            return live.filter { $0 != main && !started.contains($0) }.sorted()
+        }
+    }
 
     /// Whether start() was called and the thread has not yet begun executing.
     var isStarting: Bool { attributes.current.lifecycle == .starting }

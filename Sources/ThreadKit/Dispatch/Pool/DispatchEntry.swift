@@ -13,6 +13,10 @@ enum DispatchWork {
     case drain(TKDispatchQueue)
     /// A token of a concurrent queue: run the next entry of its ready ring.
     case runNext(TKDispatchQueue)
+    /// A Swift concurrency job of the queue used as its executor (docs/Concurrency.md §2).
+    case job(UnownedJob, TKDispatchQueue)
+    /// A job of Swift concurrency's global executor, when the pool is installed as it.
+    case globalJob(UnownedJob)
 }
 
 struct DispatchEntry {
@@ -31,7 +35,7 @@ struct DispatchEntry {
     /// Whether this entry is user work (as opposed to a lane or token, which push their own frame).
     var isUserWork: Bool {
         switch work {
-        case .block, .item, .sync: true
+        case .block, .item, .sync, .job, .globalJob: true
         case .drain, .runNext: false
         }
     }
@@ -45,6 +49,8 @@ struct DispatchEntry {
         case .sync(let waiter): waiter.runOnDrainer()
         case .drain(let queue): queue.drainLane()
         case .runNext(let queue): queue.runNextReady()
+        case .job(let job, let queue): queue.runJob(job)
+        case .globalJob(let job): job.runSynchronously(on: TKConcurrency.genericExecutor)
         }
         group?.leaveAfterWork()
     }

@@ -1,0 +1,129 @@
+// ConcurrencyRoles: child processes for docs/Concurrency.md, whose subject is the process's main
+// thread (XCTest owns the test process's main thread, so these run in a child of their own).
+//   main-thread-mix N   three submitter threads each send N items through each of the three paths
+//                       to the main thread (TKDispatchQueue.main, Dispatch's main queue, the main
+//                       actor) while the main thread runs TKRunLoop.main; prints the verdicts.
+import Dispatch
+import Glibc
+import ThreadKit
+
+enum ConcurrencyRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "main-thread-mix", usage: "N (three paths to the main thread under TKRunLoop.main)") { args in
+            mainThreadMix(perPath: args.first.flatMap(Int.init) ?? 1_000)
+        },
+    ]
+
+    /// One record per item: (submitter, path, sequence within that submitter's path, or within
+    /// the shared Dispatch FIFO for paths 1 and 2). Written on the main thread only.
+    private final class Ledger: @unchecked Sendable {
+        var records: [(submitter: Int, path: Int, seq: Int, fifo: Int)] = []
+        var offMain = 0
+        var expected = 0
+    }
+
+    private static func mainThreadMix(perPath: Int) -> Int32 {
+        let ledger = Ledger()
+        let submitters = 3
+        ledger.expected = submitters * perPath * 3
+        @Sendable func record(_ submitter: Int, _ path: Int, _ seq: Int, _ fifo: Int) {
+            if !TKThread.isMainThread { ledger.offMain += 1 }
+            ledger.records.append((submitter, path, seq, fifo))
+            if ledger.records.count == ledger.expected { TKRunLoop.main.stop() }
+        }
+        // A timer callout on the main loop: the main actor's isolation holds there.
+        let assumed = TKAtomicInt32(0)
+        TKRunLoop.main.add(TKTimer(fireAt: .now, interval: .zero, repeats: false) { _ in
+            MainActor.assumeIsolated { assumed.store(1) }
+        }, forMode: .default)
+        var threads: [TKThread] = []
+        for s in 0..<submitters {
+            let t = TKThread {
+                var fifo = 0
+                for i in 0..<perPath {
+                    TKDispatchQueue.main.async { record(s, 0, i, -1) }
+                    let f1 = fifo, f2 = fifo + 1
+                    fifo += 2
+                    DispatchQueue.main.async { record(s, 1, i, f1) }
+                    Task { @MainActor in record(s, 2, i, f2) }
+                }
+            }
+            t.start()
+            threads.append(t)
+        }
+        TKRunLoop.main.run()
+        for t in threads { t.join() }
+        var ordered = true
+        var fifoKept = true
+        for s in 0..<submitters {
+            for p in 0..<3 {
+                let seqs = ledger.records.filter { $0.submitter == s && $0.path == p }.map(\.seq)
+                if seqs != Array(0..<perPath) { ordered = false }
+            }
+            let shared = ledger.records.filter { $0.submitter == s && $0.path != 0 }.map(\.fifo)
+            if shared != Array(0..<(2 * perPath)) { fifoKept = false }
+        }
+        Console.out("ran \(ledger.records.count) of \(ledger.expected) items; off the main thread: \(ledger.offMain)")
+        Console.out("per submitter and path in order: \(ordered)")
+        Console.out("Dispatch main queue + main actor one FIFO per submitter: \(fifoKept)")
+        Console.out("MainActor.assumeIsolated in a TKRunLoop.main callout: \(assumed.load() == 1)")
+        return ledger.records.count == ledger.expected && ledger.offMain == 0 && ordered && fifoKept && assumed.load() == 1 ? 0 : 1
+    }
+}
+
+// MARK: The pool as the global executor
+
+/// A counter under a pthread mutex: the judge of the global-executor role, independent of ThreadKit.
+final class PthreadCounter: @unchecked Sendable {
+    private var mutex = pthread_mutex_t()
+    private var value = 0
+    init() { pthread_mutex_init(&mutex, nil) }
+    func add(_ n: Int = 1) { pthread_mutex_lock(&mutex); value += n; pthread_mutex_unlock(&mutex) }
+    var count: Int { pthread_mutex_lock(&mutex); defer { pthread_mutex_unlock(&mutex) }; return value }
+}
+
+enum GlobalExecutorRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "global-executor", usage: "N (install the pool as the global executor, run N tasks, count them)") { args in
+            let n = args.first.flatMap(Int.init) ?? 1_000_000
+            do { try TKConcurrency.installGlobalExecutor() } catch {
+                Console.out("refused: \(error)")
+                return 1
+            }
+            let ran = PthreadCounter(), onPool = PthreadCounter()
+            let done = TKDispatchSemaphore(value: 0)
+            Task {
+                await withTaskGroup(of: Void.self) { group in
+                    for _ in 0..<n {
+                        group.addTask {
+                            ran.add()
+                            if TKThread.current.name?.hasPrefix("tk.dispatch") == true { onPool.add() }
+                        }
+                    }
+                }
+                // Task.sleep waits on the pool's timers and resumes on the pool.
+                let before = ContinuousClock.now
+                try? await Task.sleep(for: .milliseconds(20))
+                let slept = ContinuousClock.now - before
+                Console.out("slept \(slept >= .milliseconds(20) ? "at least" : "LESS THAN") 20 ms; resumed on the pool: \(TKThread.current.name?.hasPrefix("tk.dispatch") == true)")
+                done.signal()
+            }
+            done.wait()
+            Console.out("tasks run: \(ran.count) of \(n); on pool workers: \(onPool.count)")
+            return ran.count == n && onPool.count == n ? 0 : 1
+        },
+        ChildRole(name: "global-executor-too-late", usage: "(a Task runs first, then the install is refused)") { _ in
+            let done = TKDispatchSemaphore(value: 0)
+            Task.detached { done.signal() }
+            done.wait()
+            do {
+                try TKConcurrency.installGlobalExecutor()
+                Console.out("installed")
+                return 1
+            } catch {
+                Console.out("refused: \(error)")
+                return 0
+            }
+        },
+    ]
+}
