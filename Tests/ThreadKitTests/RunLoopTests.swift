@@ -43,10 +43,23 @@ final class RunLoopTests: XCTestCase {
     let custom: TKRunLoop.Mode = "custom"
 
     func testAnEmptyModeReturnsAtOnce() {
-        let loop = TKRunLoop.current
-        XCTAssertEqual(loop.run(mode: "nothing-here", for: .seconds(30), returnAfterSourceHandled: false), .finished)
-        XCTAssertFalse(loop.run(mode: "nothing-here", before: .now + .seconds(30)))
-        loop.run(until: .now + .seconds(30))   // default mode empty too: returns at once
+        // A secondary thread's loop: the main loop's common modes are never empty (below).
+        let t = TKThread {
+            let loop = TKRunLoop.current
+            XCTAssertEqual(loop.run(mode: "nothing-here", for: .seconds(30), returnAfterSourceHandled: false), .finished)
+            XCTAssertFalse(loop.run(mode: "nothing-here", before: .now + .seconds(30)))
+            loop.run(until: .now + .seconds(30))   // default mode empty too: returns at once
+        }
+        t.start()
+        XCTAssertTrue(t.join(until: .now + .seconds(20)), "an empty mode did not return at once")
+    }
+
+    func testTheMainLoopInACommonModeIsNeverEmptyAsInCoreFoundation() {
+        // It stands for Dispatch's main queue and the main actor (docs/Concurrency.md §1): a run
+        // with nothing of its own waits for its deadline instead of finishing at once.
+        XCTAssertEqual(TKRunLoop.main.run(mode: .default, for: .milliseconds(20), returnAfterSourceHandled: false), .timedOut)
+        // A mode outside the common set is still empty.
+        XCTAssertEqual(TKRunLoop.main.run(mode: "nothing-here", for: .seconds(30), returnAfterSourceHandled: false), .finished)
     }
 
     func testCurrentIsOnePerThreadAndMainIsTheMainThreads() {

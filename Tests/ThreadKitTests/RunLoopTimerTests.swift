@@ -125,9 +125,15 @@ final class RunLoopTimerTests: XCTestCase {
     }
 
     func testScheduledTimerUsesTheCurrentLoopsDefaultMode() {
+        // On a secondary thread, whose loop runs out of work once the timer fired (the main
+        // loop's default mode never does: it also serves Dispatch's main queue).
         let fired = Shared(false)
-        TKTimer.scheduledTimer(withInterval: .milliseconds(1), repeats: false) { _ in fired.value = true }
-        TKRunLoop.current.run(until: .now + .seconds(30))
+        let t = TKThread {
+            TKTimer.scheduledTimer(withInterval: .milliseconds(1), repeats: false) { _ in fired.value = true }
+            TKRunLoop.current.run(until: .now + .seconds(30))
+        }
+        t.start()
+        XCTAssertTrue(t.join(until: .now + .seconds(30)))
         XCTAssertTrue(fired.value)
     }
 

@@ -29,15 +29,18 @@ extension TKDispatchQueue: SerialExecutor, TaskExecutor {
 
     public func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }
 
-    /// Whether the calling thread is running this queue's work right now (inside one of its
-    /// entries, directly or through a queue that targets it); the main queue: on the main thread.
-    public func isIsolatingCurrentContext() -> Bool? {
+    /// True while the calling thread runs this queue's work (inside one of its entries, directly
+    /// or through a queue that targets it; the main queue: on the main thread); otherwise nil
+    /// ("cannot tell"), so the runtime asks `checkIsolated`, whose message names the queue.
+    public func isIsolatingCurrentContext() -> Bool? { isRunningOnCurrentThread ? true : nil }
+
+    private var isRunningOnCurrentThread: Bool {
         if kind == .main { return MainQueueDriver.onMainThread }
         return DispatchContext.existing?.frame(for: self) != nil
     }
 
     public func checkIsolated() {
-        if isIsolatingCurrentContext() == true { return }
+        if isRunningOnCurrentThread { return }
         misuse("an actor isolated to \(described) was assumed isolated on a thread that is not running that queue: its "
                + "state may only be touched from the queue's work. Fix: reach the actor with `await`, or call "
                + "assumeIsolated only inside work of that queue.")

@@ -38,7 +38,9 @@ extension TKRunLoop: SerialExecutor {
 
     /// The actor's isolation holds on the loop's own thread: every job of the loop runs there, one
     /// at a time, so its callouts (timers, sources, observers) may `assumeIsolated` too.
-    public func isIsolatingCurrentContext() -> Bool? { SystemCall.currentThreadID == ownerThread }
+    /// nil off the thread ("cannot tell"): the runtime then asks `checkIsolated`, whose message
+    /// names the loop and the fix.
+    public func isIsolatingCurrentContext() -> Bool? { SystemCall.currentThreadID == ownerThread ? true : nil }
 
     public func checkIsolated() {
         let tid = SystemCall.currentThreadID

@@ -31,9 +31,12 @@ public final class TKRunLoop: @unchecked Sendable {
 
     /// Pending perform blocks in order of arrival. Guarded by lock.
     private var blocks: [PendingBlock] = []
-    /// The loop thread's drain buffer, swapped with `blocks` under the lock so neither array is
-    /// reallocated per drain. Loop thread only (outside the swap).
+    /// The loop thread's spare drain buffer, swapped with `blocks` under the lock so neither array
+    /// is reallocated per drain. Loop thread only (outside the swap).
     private var draining: [PendingBlock] = []
+    /// Whether a drain in progress holds `draining` (a nested run then drains into its own array).
+    /// Loop thread only.
+    private var drainingLent = false
     private var currentModeStack: [Mode] = []                       // guarded by lock; written by the loop thread
     /// Senders waiting for their perform requests (SPEC §3), failed if the thread finishes.
     var waitingRequests: [ObjectIdentifier: PerformRequest] = [:]  // guarded by lock
@@ -338,19 +341,44 @@ public final class TKRunLoop: @unchecked Sendable {
     }
 
     /// Runs the queued blocks that may run in `mode`, in order of arrival, with the lock released;
-    /// the others stay queued, ahead of blocks posted meanwhile. Loop thread only.
+    /// the others stay queued, ahead of blocks posted meanwhile. Loop thread only. Re-entrant: a
+    /// block may run the loop again (a nested run drains into a batch of its own; the spare buffer
+    /// `draining` is lent to the outermost drain only).
     func drainBlocks(for mode: Mode) {
+        var batch: [PendingBlock] = []
+        let lent = drainingLent
+        if !lent { swap(&batch, &draining) }   // reuse the spare buffer's capacity
         let common = lock.withLock { () -> Bool in
-            swap(&blocks, &draining)
+            swap(&blocks, &batch)
             return commonModes.contains(mode)
         }
-        guard !draining.isEmpty else { return }
-        var deferred: [PendingBlock] = []
-        for entry in draining {
-            if Self.accepts(entry, mode, common) { entry.block() } else { deferred.append(entry) }
+        defer {
+            if !lent {
+                batch.removeAll(keepingCapacity: true)
+                swap(&batch, &draining)
+                drainingLent = false
+            }
         }
-        draining.removeAll(keepingCapacity: true)
-        if !deferred.isEmpty { lock.withLock { blocks.insert(contentsOf: deferred, at: 0) } }
+        guard !batch.isEmpty else { return }
+        drainingLent = true
+        var deferred: [PendingBlock] = []
+        for entry in batch {
+            guard Self.accepts(entry, mode, common) else {
+                deferred.append(entry)
+                continue
+            }
+            // Blocks skipped so far go back first, so a block that runs the loop in their mode
+            // (a nested run) finds them.
+            if !deferred.isEmpty { requeueFront(&deferred) }
+            entry.block()
+        }
+        if !deferred.isEmpty { requeueFront(&deferred) }
+    }
+
+    /// Puts skipped blocks back ahead of those posted meanwhile, and empties `skipped`.
+    private func requeueFront(_ skipped: inout [PendingBlock]) {
+        lock.withLock { blocks.insert(contentsOf: skipped, at: 0) }
+        skipped.removeAll(keepingCapacity: true)
     }
 
     private static func accepts(_ entry: PendingBlock, _ mode: Mode, _ modeIsCommon: Bool) -> Bool {

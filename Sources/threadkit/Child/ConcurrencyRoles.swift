@@ -127,3 +127,65 @@ enum GlobalExecutorRoles {
         },
     ]
 }
+
+// MARK: Executor misuse
+
+/// An actor whose executor is given at creation: a run loop, a loop's mode executor or a queue.
+actor PinnedCounter {
+    private let executor: UnownedSerialExecutor
+    private(set) var count = 0
+    init(_ executor: UnownedSerialExecutor) { self.executor = executor }
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor }
+    func increment() -> Int { count += 1; return count }
+}
+
+enum ExecutorMisuseRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "executor-concurrent-queue", usage: "(an actor on a concurrent TKDispatchQueue: misuse)") { _ in
+            let queue = TKDispatchQueue(label: "parallel", attributes: .concurrent)
+            let counter = PinnedCounter(queue.asUnownedSerialExecutor())
+            let done = TKDispatchSemaphore(value: 0)
+            Task { _ = await counter.increment(); done.signal() }
+            done.wait()
+            return 0
+        },
+        ChildRole(name: "executor-finished-loop", usage: "(an actor call sent to the loop of a finished thread: misuse)") { _ in
+            let box = SharedBox<TKRunLoop?>(nil)
+            let thread = TKThread { box.value = TKRunLoop.current }
+            thread.isDetached = false
+            thread.start()
+            thread.join()   // publishes box.value
+            let counter = PinnedCounter(box.value!.asUnownedSerialExecutor())
+            let done = TKDispatchSemaphore(value: 0)
+            Task { _ = await counter.increment(); done.signal() }
+            done.wait()
+            return 0
+        },
+        ChildRole(name: "executor-assume-off-loop", usage: "(assumeIsolated for a loop's actor on another thread: misuse)") { _ in
+            let loop = TKRunLoop.main   // this role runs on the main thread; the check runs elsewhere
+            let counter = PinnedCounter(loop.asUnownedSerialExecutor())
+            let t = TKThread { counter.assumeIsolated { _ = $0.count } }
+            t.isDetached = false
+            t.start()
+            t.join()
+            return 0
+        },
+        ChildRole(name: "executor-stalled-loop", usage: "(an actor call waits on a loop nobody runs: a warning, then exit 0)") { _ in
+            // Asked for before the first job: the delay is read once.
+            setenv("TK_EXECUTOR_STALL_MS", "100", 1)
+            let box = SharedBox<TKRunLoop?>(nil)
+            let ready = TKDispatchSemaphore(value: 0), release = TKDispatchSemaphore(value: 0)
+            let thread = TKThread(name: "idle-loop") {
+                box.value = TKRunLoop.current
+                ready.signal()
+                release.wait()   // never runs its loop
+            }
+            thread.start()
+            ready.wait()
+            let counter = PinnedCounter(box.value!.asUnownedSerialExecutor())
+            Task { _ = await counter.increment() }
+            TKThread.sleep(for: .seconds(2))   // the warning is due after 100 ms
+            return 0
+        },
+    ]
+}
