@@ -1,5 +1,7 @@
 // TKDispatchGroup: DispatchGroup (SPEC §6). Thread-safe. `state` is the one word enter and leave
-// touch; `generation` is the futex word waiters park on; `notifyLock` guards `notifications`.
+// touch; `generation` is the futex word waiters park on; `notifyLock` guards `notifications` and
+// the `finishWaiters` pointer (the tasks awaiting `finished()`, docs/Concurrency.md §4: made by the
+// first of them, kept). Lock order: notifyLock and the waiters' mutex are never held together.
 
 import Synchronization
 
@@ -9,7 +11,7 @@ import Synchronization
 /// |--------|----------------------------------------------------------------------|
 /// | 0–31   | the count: `enter()` minus `leave()`                                  |
 /// | 32     | `hasWaiters`: a thread may be parked in `wait` (cleared only at zero)  |
-/// | 33     | `hasNotify`: the notification list may be non-empty                   |
+/// | 33     | `hasNotify`: the notification list or `finishWaiters` may be non-empty |
 ///
 /// enter is one fetch-add; leave is one fetch-sub and, only when it brings the count to zero with
 /// a flag set, the slow path: bump `generation` (every waiter returns once it sees the generation
@@ -25,6 +27,7 @@ public final class TKDispatchGroup: @unchecked Sendable {
     private let generation = FutexWord(0)
     private let notifyLock = DispatchLock()
     private var notifications: [(TKDispatchQueue, @Sendable () -> Void)] = []   // guarded by notifyLock
+    private var finishWaiters: AsyncWaiters<Void>?                               // guarded by notifyLock
 
     public init() {}
 
@@ -69,10 +72,11 @@ public final class TKDispatchGroup: @unchecked Sendable {
         }
         generation.pointer.pointee.wrappingAdd(1, ordering: .sequentiallyConsistent)
         Parking.unparkAll(generation)
-        let due = notifyLock.withLock { () -> [(TKDispatchQueue, @Sendable () -> Void)] in
+        let (due, waiters) = notifyLock.withLock { () -> ([(TKDispatchQueue, @Sendable () -> Void)], AsyncWaiters<Void>?) in
             defer { notifications.removeAll() }
-            return notifications
+            return (notifications, finishWaiters)
         }
+        waiters?.resumeAll(returning: ())
         for (queue, work) in due { queue.async(execute: work) }
     }
 
@@ -101,6 +105,33 @@ public final class TKDispatchGroup: @unchecked Sendable {
         }
         return true
     }
+
+    /// Suspends the calling task until the count reaches zero, as `notify` waits: returns at once,
+    /// without suspending, if it is zero now; otherwise resumes at the next zero (even if the count
+    /// rises again at once). Never blocks a thread. A cancelled task stops waiting at once and
+    /// throws `CancellationError`.
+    public func finished() async throws {
+        if state.load(ordering: .sequentiallyConsistent) & TKDispatchGroup.countMask == 0 { return }
+        let waiters = notifyLock.withLock { () -> AsyncWaiters<Void> in
+            if let finishWaiters { return finishWaiters }
+            let made = AsyncWaiters<Void>()
+            finishWaiters = made
+            return made
+        }
+        // Admission under the waiters' mutex, which `reachedZero` takes to resume them: announce
+        // a waiter, then check the count (Dekker's pattern with `leave`, as in `wait`). A leave
+        // reaching zero after the flag went up runs `reachedZero`, whose resumeAll comes after this
+        // admission (it reads `finishWaiters` under notifyLock after the flag, which this task set
+        // after making the list) and finds this task queued; one reaching zero before it is seen as
+        // a count of zero here.
+        try await waiters.suspend(admit: { () -> Void? in
+            let s = state.bitwiseOr(TKDispatchGroup.hasNotify, ordering: .sequentiallyConsistent).oldValue
+            return s & TKDispatchGroup.countMask == 0 ? () : nil
+        })
+    }
+
+    /// Tasks waiting in `finished()` now (tests).
+    var asyncWaiterCount: Int { notifyLock.withLock { finishWaiters }?.count ?? 0 }
 
     /// Submits `work` to `queue` once the count is zero (at once if it is zero now).
     public func notify(queue: TKDispatchQueue, execute work: @escaping @Sendable () -> Void) {

@@ -1,7 +1,8 @@
 // TKDispatchWorkItem: DispatchWorkItem (SPEC §6). Thread-safe. `cancelled` is a flag any thread
-// sets; `finished` is the futex word `wait` parks on; `notifyLock` guards `notifications` and the
-// decision that the item has finished (so a notify races with the finish without being lost or run
-// twice). `block` and `flags` are immutable.
+// sets; `finished` is the futex word `wait` parks on; `notifyLock` guards `notifications`, the
+// tasks awaiting `finished()` (`finishWaiters`, made by the first of them, closed by the finish:
+// docs/Concurrency.md §4) and the decision that the item has finished (so a notify or an await
+// races with the finish without being lost or run twice). `block` and `flags` are immutable.
 import Synchronization
 
 public final class TKDispatchWorkItem: @unchecked Sendable {
@@ -13,6 +14,7 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
     private let notifyLock = DispatchLock()
     private var notifications: [(TKDispatchQueue, @Sendable () -> Void)] = []   // guarded by notifyLock
     private var hasFinished = false                                              // guarded by notifyLock
+    private var finishWaiters: AsyncWaiters<Void>?                               // guarded by notifyLock
 
     public init(flags: TKDispatchQueue.WorkFlags = [], block: @escaping @Sendable () -> Void) {
         self.flags = flags
@@ -40,6 +42,26 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
         _ = finished.wait(spinLimit: DispatchSpin.longWait, observed: true)
     }
 
+    /// Suspends the calling task until the item has finished: performed, or skipped by the queue
+    /// that reached it because it was cancelled (as `wait()`). Returns at once, without suspending,
+    /// if it has. Never blocks a thread. A cancelled task stops waiting at once and throws
+    /// `CancellationError`.
+    public func finished() async throws {
+        if finished.isSet { return }
+        let waiters = notifyLock.withLock { () -> AsyncWaiters<Void>? in
+            if hasFinished { return nil }
+            if let finishWaiters { return finishWaiters }
+            let made = AsyncWaiters<Void>()
+            finishWaiters = made
+            return made
+        }
+        guard let waiters else { return }
+        try await waiters.wait()
+    }
+
+    /// Tasks waiting in `finished()` now (tests).
+    var asyncWaiterCount: Int { notifyLock.withLock { finishWaiters }?.count ?? 0 }
+
     /// Submits `work` to `queue` when the item finishes (at once if it has).
     public func notify(queue: TKDispatchQueue, execute work: @escaping @Sendable () -> Void) {
         let now = notifyLock.withLock { () -> Bool in
@@ -57,15 +79,20 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
 
     /// Marks the item finished the first time; wakes waiters and submits notifications.
     private func finish() {
-        let due = notifyLock.withLock { () -> [(TKDispatchQueue, @Sendable () -> Void)]? in
+        let taken = notifyLock.withLock { () -> ([(TKDispatchQueue, @Sendable () -> Void)], AsyncWaiters<Void>?)? in
             if hasFinished { return nil }
             hasFinished = true
-            defer { notifications.removeAll() }
-            return notifications
+            defer {
+                notifications.removeAll()
+                finishWaiters = nil
+            }
+            return (notifications, finishWaiters)
         }
-        guard let due else { return }
+        guard let (due, waiters) = taken else { return }
         // Releasing: publishes the block's effects to waiters that see 1.
         finished.set()
+        // Tasks that took the list before `hasFinished` was set; later ones see it set.
+        waiters?.close(returning: ())
         for (queue, work) in due { queue.async(execute: work) }
     }
 }

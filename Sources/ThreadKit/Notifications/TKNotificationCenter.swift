@@ -84,6 +84,11 @@ public final class TKNotificationCenter: @unchecked Sendable {
     public func post(name: TKNotification.Name, object: AnyObject? = nil, userInfo: [String: any Sendable]? = nil) {
         post(TKNotification(name: name, object: object, userInfo: userInfo))
     }
+
+    /// The number of registered observers (tests).
+    var observerCount: Int {
+        registry.withLock { r in r.anyName.count + r.byName.values.reduce(0) { $0 + $1.count } }
+    }
 }
 
 /// The handle of one registration; equal only to itself. Keep it to remove the observer.

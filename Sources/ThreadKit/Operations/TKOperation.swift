@@ -5,8 +5,9 @@
 // - `state` (OperationState's word): any thread, atomic read-modify-writes only (see the table
 //   there). It carries the lifecycle (pending → executing → finished), the cancelled flag, the
 //   dependency count and the once-only events (resolved, dispatched, done).
-// - `lock` (a DispatchLock) guards `storedName`, `storedCompletion`, `finishedEvent`, `queue` and
-//   the dependency lists. `dependencyList` and `dependentList` are written only while
+// - `lock` (a DispatchLock) guards `storedName`, `storedCompletion`, `finishedEvent`,
+//   `finishWaiters` (tasks awaiting `finished()`, docs/Concurrency.md §4), `queue` and the
+//   dependency lists. `dependencyList` and `dependentList` are written only while
 //   DependencyGraph.lock is held as well, so the graph's cycle search reads them under that lock
 //   alone. Lock order: DependencyGraph.lock → TKOperation.lock → TKOperationQueue.lock.
 // - `queue` is written once, under `lock`, before the `enqueued` bit is set (releasing); threads
@@ -32,6 +33,7 @@ open class TKOperation: @unchecked Sendable {
     private var storedName: String?                           // guarded by lock
     private var storedCompletion: (@Sendable () -> Void)?      // guarded by lock
     private var finishedEvent: OperationEvent?                 // guarded by lock; made by the first waiter
+    private var finishWaiters: AsyncWaiters<Void>?             // guarded by lock; made by the first awaiting task
     /// The queue this operation was added to (never changes once set). See the header.
     private(set) var queue: TKOperationQueue?
     /// What this operation depends on (strong), and who depends on it (weak). Guarded by lock,
@@ -213,6 +215,28 @@ open class TKOperation: @unchecked Sendable {
         event.wait()
     }
 
+    /// Suspends the calling task until the operation has finished (cancelled or not) and its
+    /// completion block has run, as `waitUntilFinished()` waits. Returns at once, without
+    /// suspending, if it has. Never blocks a thread. A cancelled task stops waiting at once and
+    /// throws `CancellationError`. (Cancelling the task does not cancel the operation.)
+    public func finished() async throws {
+        if state.load(ordering: .acquiring) & OperationState.done != 0 { return }
+        lock.lock()
+        // The same handshake as waitUntilFinished: the finisher sees `hasWaiters` and takes the
+        // list under the lock, or this sees `done`.
+        if state.bitwiseOr(OperationState.hasWaiters, ordering: .acquiringAndReleasing).oldValue & OperationState.done != 0 {
+            lock.unlock()
+            return
+        }
+        let waiters = finishWaiters ?? AsyncWaiters<Void>()
+        finishWaiters = waiters
+        lock.unlock()
+        try await waiters.wait()
+    }
+
+    /// Tasks waiting in `finished()` now (tests).
+    var asyncWaiterCount: Int { lock.withLock { finishWaiters }?.count ?? 0 }
+
     private func checkWaitIsNotADeadlock(_ s: UInt64) {
         let context = OperationContext.existing
         if let running = context?.runningOperation, running === self {
@@ -316,8 +340,9 @@ open class TKOperation: @unchecked Sendable {
             completion?()
         }
         if state.bitwiseOr(OperationState.done, ordering: .acquiringAndReleasing).oldValue & OperationState.hasWaiters != 0 {
-            let event = lock.withLock { finishedEvent }
+            let (event, waiters) = lock.withLock { (finishedEvent, finishWaiters) }
             event?.set()
+            waiters?.close(returning: ())
         }
         if s & OperationState.enqueued != 0, inline == nil, let queue { queue.operationDidFinish(self) }
     }

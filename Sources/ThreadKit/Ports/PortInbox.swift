@@ -2,10 +2,18 @@
 // loops to wake when one arrives. Any thread pushes; the delivering loop thread takes the whole
 // queue at once (a swap, so a burst costs one lock round per batch on the receiving side).
 //
-// `mutex` guards `queue`, `closed`, `waitingSenders` and `receivers`. It is a leaf lock: nothing
-// else is locked while it is held, and loops are woken after it is released. Senders that find
-// the queue full wait on `space` (a RawCondition: Parking underneath) until the receiver takes a
-// batch, the port closes, or their deadline passes.
+// `mutex` guards `queue`, `head`, `closed`, `waitingSenders`, `receivers`, `consumers` and
+// `consumerWaiters`. It is a leaf lock: nothing else is locked while it is held, and loops are
+// woken after it is released. Senders that find the queue full wait on `space` (a RawCondition:
+// Parking underneath) until a receiver takes messages, the port closes, or their deadline passes.
+//
+// Consumers (docs/Concurrency.md §4, TKPort+Messages.swift): while `consumers` > 0 a `messages`
+// iteration is active and the inbox belongs to it: the delegate gets nothing (`take(into:)` takes
+// nothing, pushes wake no loop) and the iterations take the messages one at a time, in FIFO
+// order, waiting on `consumerWaiters`. The waiters' mutex is taken before this one (a consumer's
+// admission takes a message under it; a push hands messages to waiting consumers under it, after
+// releasing this one), never the reverse. When the last iteration ends, the messages it left are
+// the delegate's again and the loops are woken for them: nothing is lost.
 import Synchronization
 
 final class PortInbox: @unchecked Sendable {
@@ -15,11 +23,16 @@ final class PortInbox: @unchecked Sendable {
     let limit: Int
     private let mutex = RawMutex()
     private let space = RawCondition()
+    /// The messages are `queue[head...]`: consumers take from the front by moving `head`.
     private var queue: [TKPortMessage] = []          // guarded by mutex
+    private var head = 0                             // guarded by mutex
     private var closed = false                       // guarded by mutex
     private var waitingSenders = 0                   // guarded by mutex
     private var receivers: [WeakLoop] = []           // guarded by mutex
-    /// `queue.count` as last published, read without the lock by loops deciding whether to look.
+    /// Active `messages` iterations, and the list their `next()` calls wait on (made by the first).
+    private var consumers = 0                        // guarded by mutex
+    private var consumerWaiters: AsyncWaiters<TKPortMessage?>?   // guarded by mutex
+    /// `pending` as last published, read without the lock by loops deciding whether to look.
     /// Sequentially consistent on both sides, like the loop's `wakePending`: a sender stores it
     /// before its wakeUp() reads `wakePending`; the loop clears `wakePending` before reading it,
     /// so either the sender's wake-up write happens or the loop sees the count.
@@ -39,7 +52,10 @@ final class PortInbox: @unchecked Sendable {
     var mayHaveMessages: Bool { published.load(ordering: .sequentiallyConsistent) > 0 }
 
     /// The number of messages waiting.
-    var count: Int { mutex.withLock { queue.count } }
+    var count: Int { mutex.withLock { pending } }
+
+    /// Messages queued and not taken. Mutex held.
+    private var pending: Int { queue.count - head }
 
     /// Appends `message`, waiting for room until `deadline` (nil: never waits, and the limit is
     /// not enforced: a socket reader that already took the bytes off the wire must not drop them;
@@ -47,7 +63,7 @@ final class PortInbox: @unchecked Sendable {
     func push(_ message: TKPortMessage, deadline: ContinuousClock.Instant?) -> PushResult {
         let tid = mutex.lockInternal()
         if deadline != nil {
-            while !closed && queue.count >= limit {
+            while !closed && pending >= limit {
                 if let deadline, ContinuousClock.now >= deadline { break }
                 waitingSenders += 1
                 _ = space.wait(mutex, tid, deadline: deadline)
@@ -58,24 +74,33 @@ final class PortInbox: @unchecked Sendable {
             mutex.unlockInternal(tid)
             return .closed
         }
-        if deadline != nil && queue.count >= limit {
+        if deadline != nil && pending >= limit {
             mutex.unlockInternal(tid)
             return .full
         }
         queue.append(message)
-        published.store(queue.count, ordering: .sequentiallyConsistent)
-        let targets = receivers
+        published.store(pending, ordering: .sequentiallyConsistent)
+        // An active iteration takes the message: no loop needs waking, only a waiting consumer.
+        let targets = consumers > 0 ? [] : receivers
+        let waiting = consumers > 0 ? consumerWaiters : nil
         mutex.unlockInternal(tid)
         wake(targets, from: tid)
+        if let waiting { handOff(to: waiting) }
         return .queued
     }
 
     /// Whether the queue holds at least `limit` messages.
-    var isOverLimit: Bool { mutex.withLock { queue.count >= limit } }
+    var isOverLimit: Bool { mutex.withLock { pending >= limit } }
 
-    /// Moves every queued message into `batch` (which must be empty), in arrival order.
+    /// Moves every queued message into `batch` (which must be empty), in arrival order. Takes
+    /// nothing while a `messages` iteration is active: the messages are the iteration's.
     func take(into batch: inout [TKPortMessage]) {
         let wakeSenders = mutex.withLock { () -> Bool in
+            if consumers > 0 { return false }
+            if head > 0 {
+                queue.removeFirst(head)
+                head = 0
+            }
             swap(&queue, &batch)
             published.store(0, ordering: .sequentiallyConsistent)
             return waitingSenders > 0
@@ -84,16 +109,104 @@ final class PortInbox: @unchecked Sendable {
         if !batch.isEmpty { onDrained?() }
     }
 
-    /// Drops the queue and refuses further messages; waiting senders return `.closed`.
+    /// Drops the queue and refuses further messages; waiting senders return `.closed`, and
+    /// `messages` iterations end.
     func close() {
-        mutex.withLock {
+        let waiting = mutex.withLock { () -> AsyncWaiters<TKPortMessage?>? in
             closed = true
             queue.removeAll()
+            head = 0
             receivers.removeAll()
             published.store(0, ordering: .sequentiallyConsistent)
+            return consumerWaiters
         }
         space.broadcast()
+        // Consumers that admit themselves after this see `closed` (under this mutex, taken under
+        // theirs), so every one either is resumed here or never waits.
+        waiting?.resumeAll(returning: nil)
     }
+
+    // MARK: Consumers (`messages` iterations)
+
+    enum Taken { case message(TKPortMessage), empty, closed }
+
+    /// What taking a message leaves to do once no lock is held: senders waiting for room to wake,
+    /// and the drain hook to call (the queue went below its limit: a socket port reads again).
+    struct TakeAftermath {
+        var wakeSenders = false
+        var drained = false
+    }
+
+    /// An iteration begins: from now on the messages are taken by consumers, not the delegate.
+    /// Returns the list its `next()` calls wait on.
+    func beginConsuming() -> AsyncWaiters<TKPortMessage?> {
+        mutex.withLock {
+            consumers += 1
+            if let consumerWaiters { return consumerWaiters }
+            let made = AsyncWaiters<TKPortMessage?>()
+            consumerWaiters = made
+            return made
+        }
+    }
+
+    /// An iteration ended. The last one gives what is left back to the delegate: the loops are
+    /// woken to deliver it.
+    func endConsuming() {
+        let targets = mutex.withLock { () -> [WeakLoop] in
+            consumers -= 1
+            return consumers == 0 && pending > 0 ? receivers : []
+        }
+        wake(targets, from: SystemCall.currentThreadID)
+    }
+
+    /// Takes the oldest message for a consumer. Any thread, with or without the consumer
+    /// waiters' mutex held (it is taken before this one); call `finish(_:)` with `aftermath`
+    /// once no lock is held.
+    func takeOne(_ aftermath: inout TakeAftermath) -> Taken {
+        mutex.withLock {
+            if closed { return .closed }
+            guard head < queue.count else { return .empty }
+            let message = queue[head]
+            let wasAtLimit = pending >= limit
+            head += 1
+            if head == queue.count {
+                queue.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head >= 1024 && head * 2 >= queue.count {
+                queue.removeFirst(head)
+                head = 0
+            }
+            published.store(pending, ordering: .sequentiallyConsistent)
+            if waitingSenders > 0 { aftermath.wakeSenders = true }
+            if wasAtLimit && pending < limit { aftermath.drained = true }
+            return .message(message)
+        }
+    }
+
+    /// Runs what `takeOne` left to do. No lock held.
+    func finish(_ aftermath: TakeAftermath) {
+        if aftermath.wakeSenders { space.broadcast() }
+        if aftermath.drained { onDrained?() }
+    }
+
+    /// After a push while iterations are active: hands queued messages to waiting consumers, the
+    /// longest-waiting first, one message each, in FIFO order.
+    private func handOff(to waiting: AsyncWaiters<TKPortMessage?>) {
+        var aftermath = TakeAftermath()
+        let handed = waiting.withLock { () -> [(AsyncWaiters<TKPortMessage?>.Continuation, TKPortMessage)] in
+            var handed: [(AsyncWaiters<TKPortMessage?>.Continuation, TKPortMessage)] = []
+            while !waiting.isEmptyLocked, case .message(let message) = takeOne(&aftermath) {
+                handed.append((waiting.popFirstLocked()!, message))
+            }
+            return handed
+        }
+        finish(aftermath)
+        for (consumer, message) in handed { consumer.resume(returning: message) }
+    }
+
+    /// Active iterations and their waiting `next()` calls (tests).
+    var consumerCount: Int { mutex.withLock { consumers } }
+    var consumerWaiterCount: Int { mutex.withLock { consumerWaiters }?.count ?? 0 }
 
     func addReceiver(_ loop: TKRunLoop) {
         let hasMessages = mutex.withLock { () -> Bool in

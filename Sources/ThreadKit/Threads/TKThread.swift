@@ -5,8 +5,10 @@
 //
 // Threads: every public member is thread-safe except `threadDictionary`, which belongs to the
 // thread itself. `attributes` (name, QoS, priority, stack size, detached, lifecycle, pthread
-// handle and kernel id) is guarded by its Protected lock; `finished` and `started` are
-// ParkingEvents that joiners and early perform requests wait on. Lifecycle: created → starting
+// handle and kernel id, and the tasks awaiting its end) is guarded by its Protected lock;
+// `finished` and `started` are ParkingEvents that joiners and early perform requests wait on;
+// tasks awaiting `finished()` wait on an AsyncWaiters made by the first of them, closed right after
+// `finished` is set (docs/Concurrency.md §4). Lifecycle: created → starting
 // (start() called) → executing (set by the thread itself) → finished (set by the thread itself
 // after willExit was posted, or by start() when the OS refused to create it).
 import CThreadKit
@@ -42,6 +44,9 @@ open class TKThread: @unchecked Sendable {
         /// An object a higher layer attaches to the thread (its run loop), told when the thread
         /// finishes. Set while the thread runs; dropped when it finishes.
         var attachment: (any ThreadAttachment)?
+        /// Tasks awaiting the thread's end (`finished()`): made by the first, taken and closed by
+        /// the finish.
+        var finishWaiters: AsyncWaiters<Void>?
     }
 
     static let defaultStackSize = 512 * 1024
@@ -227,6 +232,26 @@ open class TKThread: @unchecked Sendable {
         return finished.wait(deadline: deadline, spinLimit: 0, observed: true)
     }
 
+    /// Suspends the calling task until the thread has finished (returned from `main`, called
+    /// `exit()`, or failed to start), whether it is detached or joinable; returns at once, without
+    /// suspending, if it has. Never blocks a thread. A cancelled task stops waiting at once and
+    /// throws `CancellationError`.
+    public func finished() async throws {
+        if finished.isSet { return }
+        let waiters = attributes.withLock { a -> AsyncWaiters<Void>? in
+            if a.lifecycle == .finished { return nil }
+            if let existing = a.finishWaiters { return existing }
+            let made = AsyncWaiters<Void>()
+            a.finishWaiters = made
+            return made
+        }
+        guard let waiters else { return }
+        try await waiters.wait()
+    }
+
+    /// Tasks waiting in `finished()` now (tests).
+    var asyncWaiterCount: Int { attributes.withLock { $0.finishWaiters }?.count ?? 0 }
+
     // MARK: Running (on the new thread)
 
     /// Runs on the new thread: publish the object, apply name and scheduling, run, finish.
@@ -254,18 +279,22 @@ open class TKThread: @unchecked Sendable {
     }
 
     private func markFinished() {
-        let (wasFinished, detached, attachment) = attributes.withLock { a -> (Bool, Bool, (any ThreadAttachment)?) in
+        let (wasFinished, detached, attachment, waiters) = attributes.withLock {
+            a -> (Bool, Bool, (any ThreadAttachment)?, AsyncWaiters<Void>?) in
             defer {
                 a.lifecycle = .finished
                 a.attachment = nil
+                a.finishWaiters = nil
             }
-            return (a.lifecycle == .finished, a.isDetached, a.attachment)
+            return (a.lifecycle == .finished, a.isDetached, a.attachment, a.finishWaiters)
         }
         if wasFinished { return }
         markStarted()   // a thread that failed to start never did; wake anyone waiting for it
         attachment?.threadDidFinish()
         // Only a parked joiner costs a wake syscall.
         finished.set()
+        // Tasks that took the list before `lifecycle` became finished; later ones see finished.
+        waiters?.close(returning: ())
         if !detached { JoinableThreads.shared.remove(self) }
     }
 
