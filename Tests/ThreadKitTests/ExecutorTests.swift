@@ -77,6 +77,7 @@ final class ExecutorTests: XCTestCase {
         XCTAssertTrue(result.standardOutput.contains("per submitter and path in order: true"))
         XCTAssertTrue(result.standardOutput.contains("one FIFO per submitter: true"))
         XCTAssertTrue(result.standardOutput.contains("MainActor.assumeIsolated in a TKRunLoop.main callout: true"))
+        XCTAssertTrue(result.standardOutput.contains("work queued before the loop first ran: 2 of 2"), result.standardOutput)
     }
 
     // MARK: A run loop as an actor's executor

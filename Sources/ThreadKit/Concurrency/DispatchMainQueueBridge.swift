@@ -23,10 +23,11 @@ final class DispatchMainQueueBridge: DescriptorWatcher, @unchecked Sendable {
 
     /// libdispatch's eventfd; owned by libdispatch (never closed here).
     let fd: Int32
-    /// libdispatch has poked the queue since the last drain. Starts true: work queued before the
-    /// main loop first ran (a `Task { @MainActor … }` at the top of main) is looked at in the
-    /// first pass. Main thread only.
-    private var signalled = true
+    /// libdispatch has poked the queue since the last drain. Main thread only. Starts false: work
+    /// queued before the main loop first ran (a `Task { @MainActor … }` at the top of main) has
+    /// already written the eventfd (libdispatch creates it on the first poke), and epoll reports a
+    /// descriptor that is readable when it is added, edge-triggered or not.
+    private var signalled = false
     /// Drains in progress on the main thread: a loop run from inside a main-queue block (nested)
     /// leaves the flag alone, since libdispatch's callback does nothing while its drain is on the
     /// stack (the main queue is serial) and the outer drain goes on when the block returns.

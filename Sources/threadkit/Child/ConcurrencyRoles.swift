@@ -36,6 +36,10 @@ enum ConcurrencyRoles {
         TKRunLoop.main.add(TKTimer(fireAt: .now, interval: .zero, repeats: false) { _ in
             MainActor.assumeIsolated { assumed.store(1) }
         }, forMode: .default)
+        // Work queued before the main loop ever ran is served too (and first: one FIFO).
+        let early = TKAtomicInt32(0)
+        DispatchQueue.main.async { early.increment() }
+        Task { @MainActor in early.increment() }
         var threads: [TKThread] = []
         for s in 0..<submitters {
             let t = TKThread {
@@ -53,6 +57,7 @@ enum ConcurrencyRoles {
         }
         TKRunLoop.main.run()
         for t in threads { t.join() }
+        Console.out("work queued before the loop first ran: \(early.load()) of 2")
         var ordered = true
         var fifoKept = true
         for s in 0..<submitters {
@@ -67,7 +72,7 @@ enum ConcurrencyRoles {
         Console.out("per submitter and path in order: \(ordered)")
         Console.out("Dispatch main queue + main actor one FIFO per submitter: \(fifoKept)")
         Console.out("MainActor.assumeIsolated in a TKRunLoop.main callout: \(assumed.load() == 1)")
-        return ledger.records.count == ledger.expected && ledger.offMain == 0 && ordered && fifoKept && assumed.load() == 1 ? 0 : 1
+        return ledger.records.count == ledger.expected && ledger.offMain == 0 && ordered && fifoKept && assumed.load() == 1 && early.load() == 2 ? 0 : 1
     }
 }
 

@@ -12,28 +12,39 @@ enum RunLoopScenarios {
         name: "observer-trace", title: "an observer prints every activity of a loop with a repeating timer",
         source: "CFRunLoop article: CFRunLoopObserver on kCFRunLoopAllActivities with a 0.5 s timer (here 50 ms)"
     ) { say in
-        let loop = TKRunLoop.current
-        let trace = SharedBox<[String]>([])   // loop thread only
-        let start = ContinuousClock.now
-        @Sendable func stamp() -> String { "+\(Int(((ContinuousClock.now - start) / .milliseconds(1)).rounded())) ms" }
-        let observer = TKRunLoopObserver(activities: .allActivities) { _, activity in
-            trace.value.append("\(activity)")
-            say.say("\(stamp()) observer: \(activity)")
+        // On a thread of its own: the main loop's default mode never runs out of work (it also
+        // serves Dispatch's main queue and the main actor, as CoreFoundation's does), so it would
+        // not return once the timer is gone.
+        let outcome = SharedBox<(trace: [String], result: TKRunLoop.RunResult?)>(([], nil))   // the thread's, until joined
+        let thread = TKThread(name: "observed") {
+            let loop = TKRunLoop.current
+            let trace = SharedBox<[String]>([])   // loop thread only
+            let start = ContinuousClock.now
+            @Sendable func stamp() -> String { "+\(Int(((ContinuousClock.now - start) / .milliseconds(1)).rounded())) ms" }
+            let observer = TKRunLoopObserver(activities: .allActivities) { _, activity in
+                trace.value.append("\(activity)")
+                say.say("\(stamp()) observer: \(activity)")
+            }
+            let fires = SharedBox(0)
+            let timer = TKTimer(interval: .milliseconds(50), repeats: true) { t in
+                fires.value += 1
+                trace.value.append("timer")
+                say.say("\(stamp()) timer fired (\(fires.value))")
+                if fires.value == 3 { t.invalidate() }
+            }
+            loop.add(observer, forMode: .default)
+            loop.add(timer, forMode: .default)
+            let result = loop.run(mode: .default, for: .seconds(10), returnAfterSourceHandled: false)
+            loop.remove(observer, forMode: .default)
+            outcome.value = (trace.value, result)
         }
-        let fires = SharedBox(0)
-        let timer = TKTimer(interval: .milliseconds(50), repeats: true) { t in
-            fires.value += 1
-            trace.value.append("timer")
-            say.say("\(stamp()) timer fired (\(fires.value))")
-            if fires.value == 3 { t.invalidate() }
-        }
-        loop.add(observer, forMode: .default)
-        loop.add(timer, forMode: .default)
-        let result = loop.run(mode: .default, for: .seconds(10), returnAfterSourceHandled: false)
-        loop.remove(observer, forMode: .default)
-        say.say("run returned .\(result) once the timer was invalidated")
+        thread.isDetached = false
+        thread.start()
+        thread.join()
+        let (trace, result) = outcome.value
+        say.say("run returned .\(result.map { "\($0)" } ?? "?") once the timer was invalidated")
         let pass = ["beforeTimers", "beforeSources", "beforeWaiting", "afterWaiting", "timer"]
-        try say.check(trace.value == ["entry"] + pass + pass + pass + ["exit"], "unexpected trace \(trace.value)")
+        try say.check(trace == ["entry"] + pass + pass + pass + ["exit"], "unexpected trace \(trace)")
         return "entry, then per pass beforeTimers → beforeSources → beforeWaiting → (sleep) → afterWaiting → timer, then exit"
     }
 
