@@ -295,3 +295,9 @@ final class ExecutorTests: XCTestCase {
         XCTAssertTrue(result.standardError.contains("which is not running"), result.standardError)
     }
 }
+
+extension ExecutorTests {
+    func testTheMainLoopServesDispatchsMainQueueHere() {
+        XCTAssertTrue(TKConcurrency.servesDispatchMainQueue, "libdispatch's run-loop entry points were not found")
+    }
+}

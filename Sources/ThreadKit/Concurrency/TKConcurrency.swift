@@ -15,6 +15,10 @@ public enum TKConcurrency {
     /// own priority's QoS.
     public static var taskExecutor: TKDispatchQueue { TKDispatchQueue.global() }
 
+    /// Whether the main run loop drains libdispatch's main queue (and with it Swift's main-actor
+    /// jobs): false only if libdispatch's run-loop entry points are missing from the process.
+    public static var servesDispatchMainQueue: Bool { DispatchMainQueueBridge.shared != nil }
+
     /// Whether `installGlobalExecutor()` has succeeded in this process.
     public static var isGlobalExecutorInstalled: Bool { installed.load(ordering: .acquiring) }
 

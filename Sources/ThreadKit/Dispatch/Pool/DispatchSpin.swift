@@ -11,6 +11,8 @@ enum DispatchSpin {
     /// for the threads being waited for.
     static let longWait = 64
     /// An idle worker: polls for the next submission briefly, which saves the wake-up (tens of
-    /// microseconds here) when work arrives in quick succession.
-    static let idleWorker = 256
+    /// microseconds here) when work arrives in quick succession. 1,000 (was 256): a task group's
+    /// children arrive a few microseconds apart, and at 256 a worker parked between two of them,
+    /// costing a futex wait and wake per task (docs/Concurrency.md §3).
+    static let idleWorker = 1_000
 }
