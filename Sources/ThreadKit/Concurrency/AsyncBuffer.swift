@@ -23,8 +23,7 @@ final class AsyncBuffer<Element: Sendable>: @unchecked Sendable {
     private let policy: Policy
     /// Waiting `next()` calls, and the mutex that guards the fields below.
     private let waiters = AsyncWaiters<Element?>()
-    private var elements: [Element] = []               // guarded by waiters' mutex
-    private var head = 0                               // guarded by waiters' mutex: first untaken index
+    private var elements = HeadArray<Element>()        // guarded by waiters' mutex
     private var terminated = false                     // guarded by waiters' mutex
     private var onTermination: (@Sendable () -> Void)? // guarded by waiters' mutex; runs once
 
@@ -40,7 +39,6 @@ final class AsyncBuffer<Element: Sendable>: @unchecked Sendable {
                 break
             case .newestOnly:
                 elements.removeAll(keepingCapacity: true)
-                head = 0
             }
             elements.append(element)
             return nil
@@ -81,7 +79,6 @@ final class AsyncBuffer<Element: Sendable>: @unchecked Sendable {
             if terminated { return nil }
             terminated = true
             elements.removeAll()
-            head = 0
             defer { onTermination = nil }
             return .some(onTermination)
         }
@@ -94,25 +91,14 @@ final class AsyncBuffer<Element: Sendable>: @unchecked Sendable {
     var waiterCount: Int { waiters.count }
 
     /// Elements buffered and not yet taken (tests).
-    var bufferedCount: Int { waiters.withLock { elements.count - head } }
+    var bufferedCount: Int { waiters.withLock { elements.count } }
 
     /// Whether the stream has ended (tests).
     var isTerminated: Bool { waiters.withLock { terminated } }
 
     /// `.some(element)`, `.some(nil)` at the end, or nil: nothing yet. Mutex held.
     private func takeLocked() -> Element?? {
-        if head < elements.count {
-            let element = elements[head]
-            head += 1
-            if head == elements.count {
-                elements.removeAll(keepingCapacity: true)
-                head = 0
-            } else if head >= 256 && head * 2 >= elements.count {
-                elements.removeFirst(head)
-                head = 0
-            }
-            return .some(element)
-        }
+        if let element = elements.popFirst() { return .some(element) }
         return terminated ? .some(nil) : nil
     }
 }

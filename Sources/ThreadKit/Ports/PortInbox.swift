@@ -2,7 +2,7 @@
 // loops to wake when one arrives. Any thread pushes; the delivering loop thread takes the whole
 // queue at once (a swap, so a burst costs one lock round per batch on the receiving side).
 //
-// `mutex` guards `queue`, `head`, `closed`, `waitingSenders`, `receivers`, `consumers` and
+// `mutex` guards `queue`, `closed`, `waitingSenders`, `receivers`, `consumers` and
 // `consumerWaiters`. It is a leaf lock: nothing else is locked while it is held, and loops are
 // woken after it is released. Senders that find the queue full wait on `space` (a RawCondition:
 // Parking underneath) until a receiver takes messages, the port closes, or their deadline passes.
@@ -23,9 +23,8 @@ final class PortInbox: @unchecked Sendable {
     let limit: Int
     private let mutex = RawMutex()
     private let space = RawCondition()
-    /// The messages are `queue[head...]`: consumers take from the front by moving `head`.
-    private var queue: [TKPortMessage] = []          // guarded by mutex
-    private var head = 0                             // guarded by mutex
+    /// The queued messages, oldest first: consumers take from the front one at a time.
+    private var queue = HeadArray<TKPortMessage>()   // guarded by mutex
     private var closed = false                       // guarded by mutex
     private var waitingSenders = 0                   // guarded by mutex
     private var receivers: [WeakLoop] = []           // guarded by mutex
@@ -55,7 +54,7 @@ final class PortInbox: @unchecked Sendable {
     var count: Int { mutex.withLock { pending } }
 
     /// Messages queued and not taken. Mutex held.
-    private var pending: Int { queue.count - head }
+    private var pending: Int { queue.count }
 
     /// Appends `message`, waiting for room until `deadline` (nil: never waits, and the limit is
     /// not enforced: a socket reader that already took the bytes off the wire must not drop them;
@@ -97,11 +96,7 @@ final class PortInbox: @unchecked Sendable {
     func take(into batch: inout [TKPortMessage]) {
         let wakeSenders = mutex.withLock { () -> Bool in
             if consumers > 0 { return false }
-            if head > 0 {
-                queue.removeFirst(head)
-                head = 0
-            }
-            swap(&queue, &batch)
+            queue.takeAll(into: &batch)
             published.store(0, ordering: .sequentiallyConsistent)
             return waitingSenders > 0
         }
@@ -115,7 +110,6 @@ final class PortInbox: @unchecked Sendable {
         let waiting = mutex.withLock { () -> AsyncWaiters<TKPortMessage?>? in
             closed = true
             queue.removeAll()
-            head = 0
             receivers.removeAll()
             published.store(0, ordering: .sequentiallyConsistent)
             return consumerWaiters
@@ -165,17 +159,8 @@ final class PortInbox: @unchecked Sendable {
     func takeOne(_ aftermath: inout TakeAftermath) -> Taken {
         mutex.withLock {
             if closed { return .closed }
-            guard head < queue.count else { return .empty }
-            let message = queue[head]
             let wasAtLimit = pending >= limit
-            head += 1
-            if head == queue.count {
-                queue.removeAll(keepingCapacity: true)
-                head = 0
-            } else if head >= 1024 && head * 2 >= queue.count {
-                queue.removeFirst(head)
-                head = 0
-            }
+            guard let message = queue.popFirst() else { return .empty }
             published.store(pending, ordering: .sequentiallyConsistent)
             if waitingSenders > 0 { aftermath.wakeSenders = true }
             if wasAtLimit && pending < limit { aftermath.drained = true }
