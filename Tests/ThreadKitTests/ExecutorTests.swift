@@ -265,6 +265,7 @@ final class ExecutorTests: XCTestCase {
         XCTAssertEqual(result.status, 0, result.standardOutput + result.standardError)
         XCTAssertTrue(result.standardOutput.contains("tasks run: \(n) of \(n); on pool workers: \(n)"), result.standardOutput)
         XCTAssertTrue(result.standardOutput.contains("slept at least 20 ms; resumed on the pool: true"), result.standardOutput)
+        XCTAssertTrue(result.standardOutput.contains("8 tasks blocked in a TKDispatchSemaphore wait all finished"), result.standardOutput)
     }
 
     func testInstallingTheGlobalExecutorTooLateIsRefused() throws {

@@ -108,6 +108,22 @@ enum GlobalExecutorRoles {
                         }
                     }
                 }
+                // Blocked-worker compensation covers tasks: 8 tasks (more than the cores) each block
+                // in a ThreadKit wait until the last one arrives; without another worker started
+                // for each blocked one, they would never all arrive.
+                let arrived = TKAtomicInt32(0), gate = TKDispatchSemaphore(value: 0), parties: Int32 = 8
+                await withTaskGroup(of: Void.self) { group in
+                    for _ in 0..<parties {
+                        group.addTask {
+                            if arrived.increment() == parties {
+                                for _ in 1..<parties { gate.signal() }
+                            } else {
+                                gate.wait()
+                            }
+                        }
+                    }
+                }
+                Console.out("\(parties) tasks blocked in a TKDispatchSemaphore wait all finished")
                 // Task.sleep waits on the pool's timers and resumes on the pool.
                 let before = ContinuousClock.now
                 try? await Task.sleep(for: .milliseconds(20))
