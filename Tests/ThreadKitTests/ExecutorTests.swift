@@ -302,3 +302,29 @@ extension ExecutorTests {
         XCTAssertTrue(TKConcurrency.servesDispatchMainQueue, "libdispatch's run-loop entry points were not found")
     }
 }
+
+extension ExecutorTests {
+    /// The seeds' table: the main loop's common modes are default, modal panel and event tracking;
+    /// a secondary loop starts with default only.
+    func testTheMainLoopsCommonModesIncludeTrackingAndModalPanelButASecondaryLoopsDoNot() {
+        for mode in [TKRunLoop.Mode.eventTracking, .modalPanel] {
+            let fired = Flag()
+            let timer = TKTimer(fireAt: .now, interval: .zero, repeats: false) { _ in fired.set(); TKRunLoop.main.stop() }
+            TKRunLoop.main.add(timer, forMode: .common)
+            let deadline = ContinuousClock.now + .seconds(30)
+            while !fired.isSet && ContinuousClock.now < deadline {
+                _ = TKRunLoop.main.run(mode: mode, before: deadline)
+            }
+            XCTAssertTrue(fired.isSet, "a common-mode timer did not fire while the main loop ran \(mode)")
+        }
+        let result = Shared<TKRunLoop.RunResult?>(nil)
+        let t = TKThread {
+            TKRunLoop.current.add(TKTimer(interval: .seconds(3600), repeats: false) { _ in }, forMode: .common)
+            result.value = TKRunLoop.current.run(mode: .eventTracking, for: .seconds(30), returnAfterSourceHandled: false)
+        }
+        t.isDetached = false
+        t.start()
+        XCTAssertTrue(t.join(until: .now + .seconds(30)))
+        XCTAssertEqual(result.value, .finished, "a secondary loop's eventTracking mode is not common")
+    }
+}

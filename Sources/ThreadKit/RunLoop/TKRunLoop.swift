@@ -19,7 +19,9 @@ public final class TKRunLoop: @unchecked Sendable {
 
     let lock = RawMutex()
     private var modes: [Mode: ModeItems] = [:]                      // guarded by lock
-    private var commonModes: Set<Mode> = [.default]                 // guarded by lock
+    /// The main loop starts with the seeds' three common modes, a secondary loop with `.default`
+    /// only (CFRunLoop on Apple's platforms).
+    private var commonModes: Set<Mode>                              // guarded by lock
     /// What was added to `.common`, so it joins modes added to the common set later.
     private let commonItems = ModeItems()                           // guarded by lock
     /// A queued perform block and the modes it may run in (`nil`: the common modes, the usual case,
@@ -71,6 +73,7 @@ public final class TKRunLoop: @unchecked Sendable {
 
     init(ownerThread: UInt32) {
         self.ownerThread = ownerThread
+        commonModes = ownerThread == TKRunLoop.mainThreadID ? [.default, .modalPanel, .eventTracking] : [.default]
     }
 
     deinit { lock.deallocate() }
