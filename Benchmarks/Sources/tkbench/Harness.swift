@@ -22,7 +22,9 @@ struct Row {
     let reference: String
     let target: String
 
-    enum Unit { case nanoseconds, microseconds, millisecondsPerSecond }
+    /// `tasksPerSecond` shows the median as a throughput and the ratio as throughput over the
+    /// incumbent's (higher is better).
+    enum Unit { case nanoseconds, microseconds, millisecondsPerSecond, tasksPerSecond }
 }
 
 @inline(never) func blackHole<T>(_ value: T) { withExtendedLifetime(value) {} }
@@ -56,7 +58,9 @@ struct Harness {
             let medians = samples.map { $0.sorted()[$0.count / 2] }
             let referenceIndex = row.contenders.firstIndex { $0.name == row.reference } ?? 0
             for (i, c) in row.contenders.enumerated() {
-                let ratio = i == referenceIndex ? "1.00" : String(format: "%.2f× %@", medians[i] / medians[referenceIndex], row.reference)
+                let ratio = i == referenceIndex ? "1.00"
+                    : row.unit == .tasksPerSecond ? String(format: "%.2f× %@'s throughput", medians[referenceIndex] / medians[i], row.reference)
+                    : String(format: "%.2f× %@", medians[i] / medians[referenceIndex], row.reference)
                 print("| \(i == 0 ? row.name : "") | \(c.name) | \(format(medians[i], row.unit)) | \(ratio) | \(i == 0 ? row.target : "") |")
             }
             fflush(nil)
@@ -68,6 +72,7 @@ struct Harness {
         case .nanoseconds: return String(format: "%.1f ns", ns)
         case .microseconds: return String(format: "%.1f µs", ns / 1000)
         case .millisecondsPerSecond: return String(format: "%.1f ms CPU/s", ns)
+        case .tasksPerSecond: return String(format: "%.2f M tasks/s (%.0f ns per task)", 1e3 / ns, ns)
         }
     }
 }

@@ -13,9 +13,16 @@ let groups: [(String, () -> [Row])] = [
     ("ports", PortBenchmarks.rows),
     ("dispatch", DispatchBenchmarks.rows),
     ("operations", OperationBenchmarks.rows),
+    ("concurrency", ConcurrencyBenchmarks.rows),
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())
+// The fresh processes of the concurrency group's child rows ("tasks-child tk" installs the global
+// executor, so it must run before anything here starts a thread).
+if arguments.count == 3, let n = Int(arguments[2]) {
+    if arguments[0] == "tasks-child" { exit(ConcurrencyBenchmarks.tasksChild(arguments[1], n)) }
+    if arguments[0] == "mainactor-child" { exit(ConcurrencyBenchmarks.mainActorChild(arguments[1], n)) }
+}
 // The other process of the cross-process port row.
 if arguments.first == "port-sender" { exit(PortBenchmarks.sender(Array(arguments.dropFirst()))) }
 // The fresh process of the "8 items blocking 1 s" row.
@@ -40,6 +47,9 @@ if arguments.isEmpty || arguments.contains("dispatch") {
 }
 if arguments.isEmpty || arguments.contains("operations") {
     OperationBenchmarks.blocking()
+}
+if arguments.isEmpty || arguments.contains("concurrency") {
+    ConcurrencyBenchmarks.millionTasks()
 }
 if arguments.isEmpty || arguments.contains("runloop") || arguments.contains("timers") {
     RunLoopBenchmarks.timerLateness(seconds: arguments.contains("--quick") ? 0.5 : 2)
