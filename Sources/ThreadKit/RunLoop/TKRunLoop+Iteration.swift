@@ -188,13 +188,32 @@ extension TKRunLoop {
             }
         }
         var wokenByPost = !block && !mustPoll
-        poll.wait(block: block) { token, events in
+        var wokenByDescriptor = false
+        func record(_ token: UInt64, _ events: UInt32) {
             switch token {
             case EventPoll.timerToken: armedWake = nil
             case EventPoll.wakeToken: wokenByPost = true
-            default: readyDescriptors.append((token, events))
+            default:
+                readyDescriptors.append((token, events))
+                wokenByDescriptor = true
             }
         }
+        // Likewise while descriptors keep becoming ready (the last sleep ended on one: a socket, or
+        // Dispatch's main queue, which carries main-actor jobs): poll epoll without sleeping for a
+        // few microseconds. A main-actor round trip's next job usually arrives within that window,
+        // and a loop that is not asleep costs its sender no kernel wakeup.
+        var caught = false
+        if block && spinOnDescriptors {
+            let until = ContinuousClock.now + TKRunLoop.descriptorSpin
+            repeat {
+                poll.wait(block: false) { token, events in
+                    caught = true
+                    record(token, events)
+                }
+            } while !caught && !wakePending.load(ordering: .relaxed) && ContinuousClock.now < until
+        }
+        if !caught { poll.wait(block: block, record) }
+        spinOnDescriptors = wokenByDescriptor
         spinBeforeSleep = wokenByPost
         setWaiting(false)
         // Cleared after the eventfd was drained and before the queues are looked at again, so a

@@ -53,6 +53,11 @@ public final class TKRunLoop: @unchecked Sendable {
     /// Whether the last sleep was ended by a cross-thread wake-up, so the next one spins briefly
     /// first (see `sleep`). Loop thread only.
     var spinBeforeSleep = false
+    /// Whether the last sleep ended on a ready descriptor, so the next one polls epoll briefly
+    /// first (see `sleep`). Loop thread only.
+    var spinOnDescriptors = false
+    /// How long a loop polls epoll without sleeping after a descriptor woke it.
+    static let descriptorSpin: Duration = .microseconds(50)
     /// Descriptors epoll reported ready in the last sleep, serviced after it. Loop thread only.
     var readyDescriptors: [(UInt64, UInt32)] = []
     /// Whether this loop's thread has had its timer slack reduced. Loop thread only.
