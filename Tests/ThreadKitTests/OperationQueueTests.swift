@@ -296,16 +296,27 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertEqual(ran.count, 10)
     }
 
-    func testCurrentIsTheRunningQueueAndNilOutside() {
+    func testCurrentIsTheRunningQueueMainOnTheMainThreadAndNilElsewhere() {
         let queue = TKOperationQueue()
         queue.name = "current-test"
-        XCTAssertNil(TKOperationQueue.current)
+        // XCTest runs this on the main thread: outside any operation, NSOperationQueue's
+        // currentQueue there is the main queue.
+        XCTAssertTrue(Thread.isMainThread)
+        XCTAssertTrue(TKOperationQueue.current === TKOperationQueue.main)
         let seen = Shared<String?>(nil)   // written by the operation, read after it finished
         let op = TKBlockOperation { seen.value = TKOperationQueue.current?.name }
         queue.addOperation(op)
         op.waitUntilFinished()
         XCTAssertEqual(seen.value, "current-test")
-        XCTAssertNil(TKOperationQueue.current)
+        XCTAssertTrue(TKOperationQueue.current === TKOperationQueue.main)
+        // On a secondary thread outside operations there is none (judged with Foundation's Thread).
+        let onThread = Shared<Bool?>(nil), done = DispatchSemaphore(value: 0)
+        Thread {
+            onThread.value = TKOperationQueue.current == nil
+            done.signal()
+        }.start()
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(onThread.value, true)
     }
 
     func testTheMainQueueRunsOperationsOnTheMainThread() {

@@ -72,6 +72,19 @@ final class PerformRequestTests: XCTestCase {
         XCTAssertFalse(ran.load(ordering: .relaxed), "ran in a mode it was not sent for")
     }
 
+    func testRequestsInNoModesAreRefused() throws {
+        let worker = LoopThread()
+        defer { worker.finish() }
+        let ran = Atomic<Bool>(false)
+        XCTAssertThrowsError(try worker.thread.perform(modes: []) { ran.store(true, ordering: .relaxed) }) { error in
+            XCTAssertEqual((error as? TKError)?.code, .invalidArgument)
+        }
+        XCTAssertThrowsError(try worker.thread.perform(waitUntilDone: true, modes: []) { ran.store(true, ordering: .relaxed) })
+        try worker.thread.perform(waitUntilDone: true, modes: [.default]) {}
+        XCTAssertFalse(ran.load(ordering: .relaxed))
+        try assertMisuse("runloop-perform-after-delay-no-modes", mentions: ["perform(afterDelay:", "inModes: [])", "Fix:"])
+    }
+
     func testARequestToAFinishedThreadThrows() {
         let t = TKThread {}
         t.start()

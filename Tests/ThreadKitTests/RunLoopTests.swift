@@ -188,6 +188,41 @@ final class RunLoopTests: XCTestCase {
         keep.invalidate()
     }
 
+    func testAnObserverWatchesOneLoopAtATime() throws {
+        // CFRunLoopObserver belongs to one loop: a second loop is refused while the first has it...
+        try assertMisuse("runloop-observer-second-loop", mentions: ["TKRunLoopObserver added to the run loop of thread",
+                                                                    "observes the loop of thread", "Fix:"])
+        // ...and accepted once it was removed from every mode of the first.
+        let observer = TKRunLoopObserver(activities: .entry) { _, _ in }
+        let loop = TKRunLoop.current
+        loop.add(observer, forMode: custom)
+        loop.add(observer, forMode: "second")
+        loop.remove(observer, forMode: custom)
+        loop.remove(observer, forMode: "second")
+        let entered = DispatchSemaphore(value: 0)
+        let counted = TKRunLoopObserver(activities: .entry) { _, _ in entered.signal() }
+        let other = Workers.start {
+            let here = TKRunLoop.current
+            here.add(observer, forMode: .default)
+            here.add(counted, forMode: .default)
+            let source = TKRunLoopSource {}   // something to handle, so the run returns after it
+            here.add(source, forMode: .default)
+            source.signal()
+            here.run(mode: .default, before: .now + .seconds(30))
+            source.invalidate()
+        }
+        XCTAssertEqual(entered.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(other.wait(timeout: .now() + 30), .success)
+        observer.invalidate()
+        counted.invalidate()
+    }
+
+    func testPerformInNoModesIsRefused() throws {
+        // A block that may run in no mode would never run: refused, not silently kept forever.
+        try assertMisuse("runloop-perform-no-modes", mentions: ["perform(inModes: [])", "never runs", "Fix:"])
+        try assertMisuse("runloop-main-perform-no-modes", mentions: ["performOnMainThread(modes: []) on TKRunLoop.main", "Fix:"])
+    }
+
     func testObserversRunInOrder() {
         let loop = TKRunLoop.current
         let log = Shared<[Int]>([])

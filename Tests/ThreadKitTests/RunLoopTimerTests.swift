@@ -73,6 +73,23 @@ final class RunLoopTimerTests: XCTestCase {
         repeating.invalidate()
     }
 
+    func testANonRepeatingTimerReportsAZeroInterval() {
+        // NSTimer's timeInterval: "If the receiver is a non-repeating timer, returns 0 (even if a
+        // time interval was set)"; a repeating one keeps its interval.
+        let due = ContinuousClock.now + .seconds(60)
+        let oneShot = TKTimer(fireAt: due, interval: .seconds(5), repeats: false) { _ in }
+        XCTAssertEqual(oneShot.interval, .zero)
+        XCTAssertEqual(oneShot.fireDate, due, "the fire date still comes from the argument")
+        XCTAssertEqual(TKTimer(interval: .seconds(5), repeats: false) { _ in }.interval, .zero)
+        XCTAssertEqual(TKTimer(interval: .seconds(5), repeats: true) { _ in }.interval, .seconds(5))
+        XCTAssertEqual(TKTimer(interval: .zero, repeats: true) { _ in }.interval, .microseconds(100))
+    }
+
+    func testATimerBelongsToOneLoop() throws {
+        try assertMisuse("runloop-timer-second-loop", mentions: ["TKTimer added to the run loop of thread",
+                                                                 "a timer belongs to one run loop", "Fix:"])
+    }
+
     func testInvalidatedTimersNeverFire() {
         let loop = TKRunLoop.current
         let fired = Shared(false)

@@ -30,8 +30,13 @@ public final class TKOperationQueue: @unchecked Sendable {
     /// `TKDispatchQueue.main`.
     public static var main: TKOperationQueue { mainQueue }
 
-    /// The queue whose operation is running on the calling thread; nil outside operations.
-    public static var current: TKOperationQueue? { OperationContext.existing?.queue }
+    /// The queue whose operation is running on the calling thread; on the main thread outside any
+    /// operation, `main` (as NSOperationQueue's `currentQueue`); nil on other threads outside
+    /// operations.
+    public static var current: TKOperationQueue? {
+        if let queue = OperationContext.existing?.queue { return queue }
+        return TKThread.isMainThread ? mainQueue : nil
+    }
 
     /// Everything guarded by `lock`.
     struct Core {

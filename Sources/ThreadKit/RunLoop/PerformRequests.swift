@@ -61,9 +61,14 @@ extension TKThread {
     /// Runs `block` on this thread's run loop, after the requests sent before it, during a pass
     /// in one of `modes`. With `waitUntilDone` the caller blocks until it has run; called on this
     /// thread itself it runs at once. Throws `.threadFinished` if the thread has finished, or
-    /// finishes before running it; `.invalidArgument` if the thread has not been started.
+    /// finishes before running it; `.invalidArgument` if the thread has not been started or
+    /// `modes` is empty (the block could never run).
     public func perform(waitUntilDone wait: Bool = false, modes: [TKRunLoop.Mode] = [.common],
                         _ block: @escaping @Sendable () -> Void) throws {
+        if modes.isEmpty {
+            throw TKError(.invalidArgument, "TKThread \(describe()).perform(modes: []): a request that may run in no mode "
+                          + "never runs. Fix: pass the modes it may run in, e.g. [.default] or [.common].")
+        }
         if wait && self === TKThread.currentIfKnown {
             block()
             return
@@ -88,9 +93,11 @@ extension TKThread {
         }
     }
 
-    /// Runs `block` on the main thread (when its run loop runs in one of `modes`).
+    /// Runs `block` on the main thread (when its run loop runs in one of `modes`). An empty
+    /// `modes` is a misuse: the block could never run.
     public static func performOnMainThread(waitUntilDone wait: Bool = false, modes: [TKRunLoop.Mode] = [.common],
                                            _ block: @escaping @Sendable () -> Void) {
+        if modes.isEmpty { TKRunLoop.main.refuseNoModes("performOnMainThread(modes: [])") }
         // The main thread's loop lives as long as the process: this cannot throw.
         try? TKThread.main.perform(waitUntilDone: wait, modes: modes, block)
     }
@@ -127,10 +134,12 @@ extension TKRunLoop {
     // MARK: Delayed requests
 
     /// Runs `block` on this loop after `delay` (never earlier), in one of `modes`. With a
-    /// `target` (and `key`), `cancelPreviousPerformRequests` can withdraw it before it runs.
+    /// `target` (and `key`), `cancelPreviousPerformRequests` can withdraw it before it runs. An
+    /// empty `modes` is a misuse: the block could never run.
     public func perform(afterDelay delay: Duration, inModes modes: [Mode] = [.default],
                         target: AnyObject? = nil, key: AnyHashable? = nil,
                         _ block: @escaping @Sendable () -> Void) {
+        if modes.isEmpty { refuseNoModes("perform(afterDelay: \(delay), inModes: [])") }
         let entry = DelayedRequest(target: target, key: key)
         let timer = TKTimer(fireAt: .now + max(delay, .zero), interval: .zero, repeats: false) { [weak self] _ in
             self?.lock.withLock { self?.delayedRequests.removeAll { $0 === entry } }

@@ -98,7 +98,7 @@ public final class TKRunLoop: @unchecked Sendable {
     /// The loop of the process's initial thread.
     public static var main: TKRunLoop { mainLoop }
 
-    private static let mainThreadID = UInt32(getpid())
+    static let mainThreadID = UInt32(getpid())
     private static let mainLoop = TKRunLoop(ownerThread: mainThreadID)
     private static let currentSlot = TKThreadLocal<TKRunLoop>()
 
@@ -190,21 +190,42 @@ public final class TKRunLoop: @unchecked Sendable {
 
     // MARK: Observers
 
+    /// Adds `observer` to `mode`. An observer watches one loop at a time (it may be in several of
+    /// its modes), as CFRunLoopObserver: adding it to a second loop while it is still in a mode of
+    /// the first is a misuse.
     public func add(_ observer: TKRunLoopObserver, forMode mode: Mode) {
         guard observer.isValid else { return }
-        let added: [Mode] = lock.withLock {
-            if mode == .common { _ = ModeItems.insertSorted(observer, into: &commonItems.observers, order: { $0.order }) }
-            return expand(mode).filter { ModeItems.insertSorted(observer, into: &items($0).observers, order: { $0.order }) }
+        let targetModes = lock.withLock { expand(mode) }
+        // Claimed before the loop sees it, under the observer's own lock (no loop lock held), so
+        // two threads adding one observer to two loops cannot both succeed.
+        let other = observer.memberships.withLock { list -> TKRunLoop? in
+            if let other = list.lazy.compactMap(\.loop).first(where: { $0 !== self }) { return other }
+            for m in targetModes where !list.contains(where: { $0.loop === self && $0.mode == m }) {
+                list.append(RunLoopMembership(loop: self, mode: m))
+            }
+            return nil
         }
-        observer.memberships.withLock { list in
-            for m in added { list.append(RunLoopMembership(loop: self, mode: m)) }
+        if let other {
+            misuse("TKRunLoopObserver added to the run loop of thread \(ownerThread) while it observes the loop of thread "
+                   + "\(other.ownerThread): an observer watches one run loop. Fix: remove it from the first loop (or "
+                   + "invalidate it), or create a separate TKRunLoopObserver per loop.")
+        }
+        lock.withLock {
+            if mode == .common { _ = ModeItems.insertSorted(observer, into: &commonItems.observers, order: { $0.order }) }
+            for m in targetModes { _ = ModeItems.insertSorted(observer, into: &items(m).observers, order: { $0.order }) }
         }
     }
 
+    /// Removes `observer` from `mode`; once it is in no mode of this loop it may join another loop.
     public func remove(_ observer: TKRunLoopObserver, forMode mode: Mode) {
-        lock.withLock {
+        let removed: [Mode] = lock.withLock {
             if mode == .common { _ = ModeItems.remove(observer, from: &commonItems.observers) }
-            for m in expand(mode) { _ = ModeItems.remove(observer, from: &items(m).observers) }
+            let targetModes = expand(mode)
+            for m in targetModes { _ = ModeItems.remove(observer, from: &items(m).observers) }
+            return targetModes
+        }
+        observer.memberships.withLock { list in
+            list.removeAll { $0.loop === self && removed.contains($0.mode) }
         }
     }
 
@@ -322,7 +343,9 @@ public final class TKRunLoop: @unchecked Sendable {
 
     /// Runs `block` on the loop's thread during a pass in one of `modes` (`.common`: any common
     /// mode), after the blocks queued before it. From another thread this also wakes the loop.
+    /// An empty `modes` is a misuse: no pass could ever run the block.
     public func perform(inModes modes: [Mode] = [.common], _ block: @escaping @Sendable () -> Void) {
+        if modes.isEmpty { refuseNoModes("perform(inModes: [])") }
         enqueue(PendingBlock(modes: modes.count == 1 && modes[0] == .common ? nil : modes, block: block))
     }
 
@@ -330,6 +353,13 @@ public final class TKRunLoop: @unchecked Sendable {
     /// and the one a trailing-closure call `loop.perform { … }` resolves to.
     public func perform(_ block: @escaping @Sendable () -> Void) {
         enqueue(PendingBlock(modes: nil, block: block))
+    }
+
+    /// Stops the process for a request with no modes: it could never run.
+    func refuseNoModes(_ call: String) -> Never {
+        let loop = ownerThread == TKRunLoop.mainThreadID ? "TKRunLoop.main" : "the TKRunLoop of thread \(ownerThread)"
+        misuse("\(call) on \(loop): a block that may run in no mode never runs. Fix: pass the modes it may run in, "
+               + "e.g. [.default] or [.common].")
     }
 
     /// A block for a loop whose thread has finished is dropped: nothing would ever run it.

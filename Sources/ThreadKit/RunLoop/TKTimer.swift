@@ -19,7 +19,8 @@ public final class TKTimer: @unchecked Sendable {
     }
 
     /// A repeating timer fires every `interval`. Repeating intervals below 0.1 ms (including zero
-    /// and negative ones) become 0.1 ms, as in Foundation.
+    /// and negative ones) become 0.1 ms, as in Foundation. A non-repeating timer reports zero
+    /// whatever interval it was created with, as NSTimer's `timeInterval` does.
     public let interval: Duration
     let repeats: Bool
     let block: @Sendable (TKTimer) -> Void
@@ -27,7 +28,7 @@ public final class TKTimer: @unchecked Sendable {
 
     public init(fireAt date: ContinuousClock.Instant, interval: Duration, repeats: Bool,
                 block: @escaping @Sendable (TKTimer) -> Void) {
-        self.interval = repeats ? max(interval, .microseconds(100)) : interval
+        self.interval = repeats ? max(interval, .microseconds(100)) : .zero
         self.repeats = repeats
         self.block = block
         state = Protected(State(fireDate: date))

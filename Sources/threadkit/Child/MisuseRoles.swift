@@ -73,5 +73,35 @@ enum RunLoopMisuseRoles {
             t.join()
             return 0
         },
+        ChildRole(name: "runloop-perform-no-modes", usage: "(perform(inModes: []) on a loop)") { _ in
+            TKRunLoop.current.perform(inModes: []) {}
+            return 0
+        },
+        ChildRole(name: "runloop-perform-after-delay-no-modes", usage: "(perform(afterDelay:inModes: []) on a loop)") { _ in
+            TKRunLoop.current.perform(afterDelay: .milliseconds(1), inModes: []) {}
+            return 0
+        },
+        ChildRole(name: "runloop-main-perform-no-modes", usage: "(performOnMainThread(modes: []))") { _ in
+            TKThread.performOnMainThread(modes: []) {}
+            return 0
+        },
+        ChildRole(name: "runloop-timer-second-loop", usage: "(add one TKTimer to the loops of two threads)") { _ in
+            let timer = TKTimer(interval: .seconds(60), repeats: false) { _ in }
+            TKRunLoop.main.add(timer, forMode: .default)
+            let t = TKThread { TKRunLoop.current.add(timer, forMode: .default) }
+            t.isDetached = false
+            t.start()
+            t.join()
+            return 0
+        },
+        ChildRole(name: "runloop-observer-second-loop", usage: "(add one TKRunLoopObserver to the loops of two threads)") { _ in
+            let observer = TKRunLoopObserver(activities: .allActivities) { _, _ in }
+            TKRunLoop.main.add(observer, forMode: .default)
+            let t = TKThread { TKRunLoop.current.add(observer, forMode: .default) }
+            t.isDetached = false
+            t.start()
+            t.join()
+            return 0
+        },
     ]
 }
