@@ -151,6 +151,35 @@ final class ThreadTests: XCTestCase {
         started.join()
     }
 
+    func testTheMainThreadsStackSizeIsTheProcessStackLimit() throws {
+        var limit = rlimit()
+        XCTAssertEqual(getrlimit(__rlimit_resource_t(RLIMIT_STACK.rawValue), &limit), 0)
+        guard limit.rlim_cur != ~rlim_t(0) else { throw XCTSkip("unlimited stack: TKThread.main reports Int.max") }
+        XCTAssertEqual(TKThread.main.stackSize, Int(limit.rlim_cur))
+        // The same from another thread (the object may be asked about from anywhere).
+        XCTAssertEqual(onThread { TKThread.main.stackSize }, Int(limit.rlim_cur))
+    }
+
+    func testAForeignThreadsStackSizeIsItsRealStack() {
+        // A pthread made here with a 1 MiB stack (the judge: the size asked of pthread_create).
+        final class Box: @unchecked Sendable { var size = 0 }
+        let box = Box()
+        var attr = pthread_attr_t()
+        pthread_attr_init(&attr)
+        defer { pthread_attr_destroy(&attr) }
+        pthread_attr_setstacksize(&attr, 1 << 20)
+        var handle = pthread_t()
+        let context = Unmanaged.passRetained(box).toOpaque()
+        XCTAssertEqual(pthread_create(&handle, &attr, { raw in
+            let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+            box.size = TKThread.current.stackSize
+            return nil
+        }, context), 0)
+        XCTAssertEqual(pthread_join(handle, nil), 0)
+        XCTAssertGreaterThanOrEqual(box.size, 1 << 20)
+        XCTAssertLessThan(box.size, (1 << 20) + (64 << 10), "the thread's own stack, not ThreadKit's 512 KiB default")
+    }
+
     func testAThreadTheOSCannotCreateReportsATKError() {
         let reported = Shared<(TKThread, TKError)?>(nil)
         let previous = TKThread.uncaughtErrorHandler
@@ -328,6 +357,25 @@ final class ThreadTests: XCTestCase {
         release.signal()
         for j in joiners { XCTAssertEqual(j.wait(timeout: .now() + 30), .success) }
         XCTAssertTrue(thread.join(until: .now))
+    }
+
+    func testJoinReturnsAfterEveryThreadLocalDestructorRan() {
+        // pthread_join's guarantee: the thread has really ended, its thread-specific destructors
+        // included. The second destructor sets a third local, which needs another round.
+        for _ in 0..<200 {
+            let ran = JudgedCounter()
+            let third = TKThreadLocal<Int> { _ in sched_yield(); ran.add() }
+            let first = TKThreadLocal<Int> { _ in sched_yield(); ran.add() }
+            let second = TKThreadLocal<Int> { _ in ran.add(); third.value = 3 }
+            let thread = TKThread {
+                first.value = 1
+                second.value = 2
+            }
+            thread.start()
+            thread.join()
+            XCTAssertEqual(ran.count, 3, "join() returned before the thread's destructors ran")
+            if ran.count != 3 { break }
+        }
     }
 
     func testJoinableThreadsAreJoinedBeforeTheProcessExits() throws {

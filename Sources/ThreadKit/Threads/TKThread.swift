@@ -45,8 +45,11 @@ open class TKThread: @unchecked Sendable {
         /// finishes. Set while the thread runs; dropped when it finishes.
         var attachment: (any ThreadAttachment)?
         /// Tasks awaiting the thread's end (`finished()`): made by the first, taken and closed by
-        /// the finish.
+        /// the end.
         var finishWaiters: AsyncWaiters<Void>?
+        /// The thread has really ended (its thread-local destructors ran): joiners are released.
+        /// Set after `lifecycle` became `.finished`.
+        var ended = false
     }
 
     static let defaultStackSize = 512 * 1024
@@ -60,6 +63,8 @@ open class TKThread: @unchecked Sendable {
     /// sent between start() and the thread's first step wait on it for the thread's tid.
     private let started = ParkingEvent()
     private let cancelled = Atomic<Bool>(false)
+    /// Rounds of thread-local destructors seen at the thread's exit. The exiting thread only.
+    private var exitRounds = 0
 
     /// The thread's own dictionary. Owned by the thread itself: read and write it only there.
     public var threadDictionary: [String: Any] = [:]
@@ -86,10 +91,22 @@ open class TKThread: @unchecked Sendable {
         self.init(name: name, body: .throwing(block))
     }
 
-    /// The object of a thread ThreadKit did not create (see `current`).
+    /// The object of a thread ThreadKit did not create (see `current`), made on that thread: its
+    /// stack size is the one the thread really has (pthread_getattr_np).
     private init(adoptingCurrentThread tid: UInt32) {
         body = .subclass
-        attributes = Protected(Attributes(lifecycle: .executing, tid: tid, adopted: true))
+        attributes = Protected(Attributes(lifecycle: .executing, stackSize: Int(tk_current_stack_size()), tid: tid, adopted: true))
+    }
+
+    /// The main thread's object, which may be made on any thread: its stack size is the process's
+    /// stack limit (RLIMIT_STACK), which is what the main thread's stack may grow to; `Int.max`
+    /// when the limit is unlimited.
+    private init(mainThread tid: UInt32) {
+        body = .subclass
+        var limit = rlimit()
+        let size = getrlimit(__rlimit_resource_t(RLIMIT_STACK.rawValue), &limit) == 0 && limit.rlim_cur != ~rlim_t(0)
+            ? Int(clamping: limit.rlim_cur) : Int.max
+        attributes = Protected(Attributes(lifecycle: .executing, stackSize: size, tid: tid, adopted: true))
     }
 
     deinit {
@@ -131,7 +148,10 @@ open class TKThread: @unchecked Sendable {
         }
     }
 
-    /// The stack size in bytes: 512 KiB unless set with `setStackSize` before `start()`.
+    /// The stack size in bytes. For a thread ThreadKit starts: 512 KiB unless set with
+    /// `setStackSize` before `start()`. For the main thread: the process's stack limit
+    /// (RLIMIT_STACK; `Int.max` if unlimited). For a thread ThreadKit did not create: the size of
+    /// its stack (pthread_getattr_np).
     public var stackSize: Int { attributes.current.stackSize }
 
     /// Sets the stack size for a thread not yet started. Throws `.invalidArgument` unless `bytes` is
@@ -208,12 +228,14 @@ open class TKThread: @unchecked Sendable {
             try Self.spawn(self, stackSize: stackSize)
         } catch {
             markFinished()
+            markEnded()
             TKThread.reportUncaught(error, on: self)
         }
     }
 
-    /// Waits until the thread has finished (returned from `main`, or called `exit()`).
-    /// Works for detached and joinable threads alike; a thread joining itself is a misuse.
+    /// Waits until the thread has ended: returned from `main` (or called `exit()`), and run its
+    /// TKThreadLocal destructors, as pthread_join promises. Works for detached and joinable
+    /// threads alike; a thread joining itself is a misuse.
     public func join() {
         _ = join(deadline: nil)
     }
@@ -239,7 +261,7 @@ open class TKThread: @unchecked Sendable {
     public func finished() async throws {
         if finished.isSet { return }
         let waiters = attributes.withLock { a -> AsyncWaiters<Void>? in
-            if a.lifecycle == .finished { return nil }
+            if a.ended { return nil }
             if let existing = a.finishWaiters { return existing }
             let made = AsyncWaiters<Void>()
             a.finishWaiters = made
@@ -272,31 +294,66 @@ open class TKThread: @unchecked Sendable {
         finishCurrentThread()
     }
 
-    /// Posts willExit on the exiting thread, then marks it finished and wakes its joiners.
+    /// Posts willExit on the exiting thread, then marks it finished. Its joiners are woken later,
+    /// when its thread-local destructors have run (`threadLocalsDidExit`).
     fileprivate func finishCurrentThread() {
         TKNotificationCenter.default.post(name: TKThread.willExitNotification, object: self)
         markFinished()
     }
 
+    /// `isFinished` turns true and the attachment (the run loop) refuses further requests. Joiners
+    /// are not woken yet: see `markEnded`.
     private func markFinished() {
-        let (wasFinished, detached, attachment, waiters) = attributes.withLock {
-            a -> (Bool, Bool, (any ThreadAttachment)?, AsyncWaiters<Void>?) in
+        let (wasFinished, attachment) = attributes.withLock { a -> (Bool, (any ThreadAttachment)?) in
             defer {
                 a.lifecycle = .finished
                 a.attachment = nil
-                a.finishWaiters = nil
             }
-            return (a.lifecycle == .finished, a.isDetached, a.attachment, a.finishWaiters)
+            return (a.lifecycle == .finished, a.attachment)
         }
         if wasFinished { return }
         markStarted()   // a thread that failed to start never did; wake anyone waiting for it
         attachment?.threadDidFinish()
+    }
+
+    /// The thread has really ended: wakes its joiners and the tasks awaiting `finished()`, and
+    /// drops it from the threads the process waits for at exit. Once.
+    private func markEnded() {
+        let (wasEnded, detached, waiters) = attributes.withLock { a -> (Bool, Bool, AsyncWaiters<Void>?) in
+            defer {
+                a.ended = true
+                a.finishWaiters = nil
+            }
+            return (a.ended, a.isDetached, a.finishWaiters)
+        }
+        if wasEnded { return }
         // Only a parked joiner costs a wake syscall.
         finished.set()
-        // Tasks that took the list before `lifecycle` became finished; later ones see finished.
+        // Tasks that took the list before `ended` was set; later ones see it.
         waiters?.close(returning: ())
         if !detached { JoinableThreads.shared.remove(self) }
     }
+
+    /// The thread's last step, run by the C library at thread exit as the destructor of
+    /// `currentSlot` (which every thread with an object holds). glibc runs the destructors of the
+    /// keys holding values in rounds, in key order, and starts another round (up to
+    /// PTHREAD_DESTRUCTOR_ITERATIONS, 4) while destructors set values. Until no other TKThreadLocal
+    /// holds a value on this thread, this one sets itself again (so `TKThread.current` still
+    /// answers inside the others' destructors) and waits for the next round; then the thread is
+    /// ended: joiners see every TKThreadLocal destructor done, as pthread_join promises. In the
+    /// last round it ends the thread in any case (values set then are dropped by glibc unrun).
+    fileprivate func threadLocalsDidExit() {
+        if attributes.current.adopted { markFinished() }
+        exitRounds += 1
+        if exitRounds < TKThread.destructorRounds && ThreadLocalKeys.anyValueSet(except: TKThread.currentSlot.key) {
+            TKThread.currentSlot.value = self
+            return
+        }
+        markEnded()
+    }
+
+    /// glibc's PTHREAD_DESTRUCTOR_ITERATIONS.
+    private static let destructorRounds = 4
 
     /// Releasing: publishes the thread's tid and lifecycle to waiters.
     private func markStarted() { started.set() }
@@ -418,11 +475,11 @@ extension TKThread {
     public static let willBecomeMultiThreadedNotification: TKNotification.Name = "TKWillBecomeMultiThreadedNotification"
     public static let willExitNotification: TKNotification.Name = "TKThreadWillExitNotification"
 
-    private static let mainThread = TKThread(adoptingCurrentThread: UInt32(getpid()))
+    private static let mainThread = TKThread(mainThread: UInt32(getpid()))
 
-    /// Each thread's object. Adopted threads are marked finished when their thread exits.
+    /// Each thread's object. Its destructor is the thread's last step (see `threadLocalsDidExit`).
     fileprivate static let currentSlot = TKThreadLocal<TKThread> { thread in
-        if thread.attributes.current.adopted { thread.markFinished() }
+        thread.threadLocalsDidExit()
     }
 
     /// The calling thread's object if it has one already (never creates one).

@@ -1,7 +1,8 @@
 // TKThreadLocal: a per-thread value on a POSIX thread-specific key. The TKThreadLocal object is
 // thread-safe; each thread's slot is read and written only by that thread. At thread exit the
 // C library calls the key's destructor on the exiting thread, which releases the boxed value and
-// runs the user's destructor with it.
+// runs the user's destructor with it. `ThreadLocalKeys.live` lists every live key (guarded by its
+// lock), so a thread's exit can tell when all of its TKThreadLocal destructors have run.
 import Glibc
 
 /// One value per thread (pthread_key_create/pthread_setspecific). A thread's value starts as nil;
@@ -24,9 +25,11 @@ public final class TKThreadLocal<Value>: @unchecked Sendable {
         }
         self.key = key
         self.destructor = destructor
+        ThreadLocalKeys.live.withLock { $0.append(key) }
     }
 
     deinit {
+        ThreadLocalKeys.live.withLock { keys in keys.removeAll { $0 == key } }
         pthread_key_delete(key)
     }
 
@@ -63,4 +66,18 @@ public final class TKThreadLocal<Value>: @unchecked Sendable {
 @usableFromInline
 class ThreadLocalSlot {
     func threadDidExit() {}
+}
+
+/// The keys of every live TKThreadLocal. A thread's exit (TKThread's end, joiners woken) waits
+/// until none of them holds a value on it: every TKThreadLocal destructor has run (pthread_join's
+/// guarantee). Guarded by the Protected lock; taken only at key creation and deletion and in a
+/// thread's exit, never under another ThreadKit lock.
+enum ThreadLocalKeys {
+    static let live = Protected<[pthread_key_t]>([])
+
+    /// Whether the calling thread still holds a value in a TKThreadLocal other than `key` (whose
+    /// destructor glibc has not run yet in this round, or that a destructor set again).
+    static func anyValueSet(except key: pthread_key_t) -> Bool {
+        live.withLock { keys in keys.contains { $0 != key && pthread_getspecific($0) != nil } }
+    }
 }
