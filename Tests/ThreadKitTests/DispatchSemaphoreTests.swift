@@ -1,9 +1,10 @@
-// TKDispatchSemaphore: counting, wake order independence, timed waits never early, signal's
-// return value, and a ping-pong between two threads counted exactly.
+// TKDispatchSemaphore: counting, FIFO service of parked waiters (threads and tasks in one order),
+// timed waits never early, signal's return value, and a ping-pong between two threads counted
+// exactly.
 import Dispatch
 import Foundation
 import Synchronization
-import ThreadKit
+@testable import ThreadKit
 import XCTest
 
 final class DispatchSemaphoreTests: XCTestCase {
@@ -30,6 +31,59 @@ final class DispatchSemaphoreTests: XCTestCase {
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { waiter.isParked })
         XCTAssertEqual(s.signal(), 1)
         XCTAssertTrue(waiter.join())
+    }
+
+    func testParkedWaitersAreServedInTheOrderTheyArrived() {
+        let s = TKDispatchSemaphore(value: 0)
+        let served = Guarded<[Int]>([])
+        let count = 8
+        var waiters: [TestThread] = []
+        for i in 0..<count {
+            let waiter = TestThread("waiter-\(i)") {
+                s.wait()
+                served.withLock { $0.append(i) }
+            }
+            // Judged from /proc: asleep in the kernel before the next one arrives.
+            XCTAssertTrue(waitUntil(.now + .seconds(30)) { waiter.isParked })
+            waiters.append(waiter)
+        }
+        for i in 0..<count {
+            XCTAssertEqual(s.signal(), 1)
+            XCTAssertTrue(waitUntil(.now + .seconds(30)) { served.withLock { $0.count } == i + 1 })
+            XCTAssertEqual(served.withLock { $0.last }, i, "signal \(i) woke someone other than the \(i)th waiter")
+        }
+        XCTAssertTrue(joinAll(waiters))
+    }
+
+    func testParkedThreadsAndSuspendedTasksShareOneOrder() {
+        let s = TKDispatchSemaphore(value: 0)
+        let served = Guarded<[String]>([])
+        let first = TestThread("thread-0") { s.wait(); served.withLock { $0.append("thread 0") } }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { first.isParked })
+        let task = Task.detached { try await s.acquire(); served.withLock { $0.append("task 1") } }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { s.asyncWaiterCount == 1 })
+        let third = TestThread("thread-2") { s.wait(); served.withLock { $0.append("thread 2") } }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { third.isParked })
+        for i in 0..<3 {
+            s.signal()
+            XCTAssertTrue(waitUntil(.now + .seconds(30)) { served.withLock { $0.count } == i + 1 })
+        }
+        XCTAssertEqual(served.withLock { $0 }, ["thread 0", "task 1", "thread 2"])
+        XCTAssertTrue(joinAll([first, third]))
+        let done = DispatchSemaphore(value: 0)
+        Task.detached { _ = try? await task.value; done.signal() }
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+    }
+
+    func testATimedOutParkedWaiterLeavesTheQueue() {
+        let s = TKDispatchSemaphore(value: 0)
+        let timedOut = TestThread("impatient") { _ = s.wait(until: .now + .milliseconds(20)) }
+        XCTAssertTrue(timedOut.join())
+        XCTAssertEqual(s.threadWaiterCount, 0)
+        let patient = TestThread("patient") { s.wait() }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { patient.isParked })
+        XCTAssertEqual(s.signal(), 1, "the unit goes to the waiter still there")
+        XCTAssertTrue(patient.join())
     }
 
     func testPingPongBetweenTwoThreadsIsExact() {

@@ -34,6 +34,8 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
     private final class Waiter: @unchecked Sendable {
         enum Stage { case arriving, queued, cancelled, resumed }
         var stage = Stage.arriving
+        /// The owner's ordering ticket, given when it was queued (see `suspend`'s `ticket`).
+        var ticket: UInt64 = 0
         var continuation: Continuation?
         var next: Waiter?
         /// Held strongly by its predecessor's `next` (or `head`) while queued.
@@ -59,8 +61,11 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
     ///
     /// Both hooks run with the mutex held. `admit`: a value to return at once instead of waiting
     /// (nil: wait). `withdraw`: runs once if the task leaves because of cancellation, to undo what
-    /// the caller claimed before suspending (a semaphore's decrement).
-    func suspend(admit: () -> Value? = { nil }, withdraw: @Sendable () -> Void = {}) async throws -> Value {
+    /// the caller claimed before suspending (a semaphore's decrement). `ticket`: runs once, with
+    /// the mutex held, as the task is queued; the owner's order among its own waiters of several
+    /// kinds (`firstTicketLocked`).
+    func suspend(admit: () -> Value? = { nil }, withdraw: @Sendable () -> Void = {},
+                 ticket: () -> UInt64 = { 0 }) async throws -> Value {
         let waiter = Waiter()
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: Continuation) in
@@ -79,6 +84,7 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
                     return
                 }
                 waiter.continuation = continuation
+                waiter.ticket = ticket()
                 waiter.stage = .queued
                 append(waiter)
                 mutex.unlockInternal(tid)
@@ -149,6 +155,9 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
         unlink(first)
         return take(first)
     }
+
+    /// The ticket of the longest-waiting waiter, nil if none waits. Mutex held.
+    var firstTicketLocked: UInt64? { head?.ticket }
 
     /// Whether nobody waits. Mutex held.
     var isEmptyLocked: Bool { head == nil }
