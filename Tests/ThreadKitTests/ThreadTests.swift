@@ -128,6 +128,30 @@ final class ThreadTests: XCTestCase {
         XCTAssertEqual(onThread({ $0.qualityOfService = .userInteractive }) { getpriority(__priority_which_t(0), 0) }, -10)
     }
 
+    func testSetThreadPrioritySaysWhetherTheOSHonouredIt() throws {
+        // Privileged (as these tests usually run): raising is honoured and reads back.
+        if geteuid() == 0 {
+            let (ok, nice, priority) = onThread { () -> (Bool, Int32, Double) in
+                let ok = TKThread.setThreadPriority(1.0)
+                return (ok, getpriority(__priority_which_t(0), 0), TKThread.current.threadPriority)
+            }
+            XCTAssertTrue(ok)
+            XCTAssertEqual(nice, -10)
+            XCTAssertEqual(priority, 1.0)
+        }
+        // Unprivileged (a child that gave up root and RLIMIT_NICE): raising is refused, says so,
+        // and the priority reads what is really in force (the kernel's nice value is the judge).
+        let result = try ChildProcess.run("thread-priority-unprivileged")
+        XCTAssertEqual(result.status, 0, result.standardError)
+        let lines = result.standardOutput.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines, [
+            "raise-to-1.0 ok=false priority=0.5 nice=0",
+            "lower-to-0.25 ok=true priority=0.25 nice=5",
+            "raise-to-0.5 ok=false priority=0.25 nice=5",
+            "qos-userInteractive ok=true priority=0.25 nice=5",
+        ], result.standardOutput)
+    }
+
     // MARK: Stack size
 
     func testInvalidStackSizesAreRefused() {
@@ -376,6 +400,85 @@ final class ThreadTests: XCTestCase {
             XCTAssertEqual(ran.count, 3, "join() returned before the thread's destructors ran")
             if ran.count != 3 { break }
         }
+    }
+
+    // MARK: Joinable threads with a value (pthread_exit / pthread_join)
+
+    func testAJoinableThreadHandsItsValueToEveryJoiner() {
+        let release = DispatchSemaphore(value: 0)
+        let thread = TKJoinableThread(name: "sum") { () -> [Int] in
+            release.wait()
+            return [1, 2, 3]
+        }
+        XCTAssertFalse(thread.isDetached, "joinable from the start")
+        thread.start()
+        XCTAssertNil(thread.value, "no value while it runs")
+        let got = Guarded<[[Int]?]>([])
+        let joiners = (0..<3).map { _ in Workers.start { let v = thread.joinValue(); got.withLock { $0.append(v) } } }
+        release.signal()
+        for j in joiners { XCTAssertEqual(j.wait(timeout: .now() + 30), .success) }
+        XCTAssertEqual(got.withLock { $0 }, [[1, 2, 3], [1, 2, 3], [1, 2, 3]])
+        XCTAssertEqual(thread.joinValue(), [1, 2, 3], "joined again")
+        XCTAssertEqual(thread.value, [1, 2, 3])
+    }
+
+    func testExitWithAValueEndsTheThreadThere() {
+        let after = Atomic<Bool>(false)
+        @Sendable func deep(_ n: Int) -> Int {
+            if n == 0 { TKJoinableThread<String>.exit(with: "left early") }
+            return deep(n - 1)
+        }
+        let thread = TKJoinableThread<String> {
+            _ = deep(5)
+            after.store(true, ordering: .relaxed)
+            return "returned"
+        }
+        thread.start()
+        XCTAssertEqual(thread.joinValue(), "left early")
+        XCTAssertFalse(after.load(ordering: .relaxed), "nothing after pthread_exit runs")
+        XCTAssertTrue(thread.isFinished)
+    }
+
+    func testJoinValueWithADeadlineAndAThreadThatEndsWithoutAValue() {
+        let release = DispatchSemaphore(value: 0)
+        let thread = TKJoinableThread<Int> {
+            release.wait()
+            TKThread.exit()   // pthread_exit(NULL): no value
+        }
+        thread.start()
+        let deadline = ContinuousClock.now + .milliseconds(20)
+        guard case .timedOut = thread.joinValue(until: deadline) else { return XCTFail("joined a running thread") }
+        XCTAssertGreaterThanOrEqual(ContinuousClock.now, deadline)
+        release.signal()
+        guard case .ended(let value) = thread.joinValue(until: .now + .seconds(30)) else { return XCTFail("did not end") }
+        XCTAssertNil(value)
+    }
+
+    func testExitWithAValueOnAnotherKindOfThreadStopsTheProcess() throws {
+        try assertMisuse("joinable-exit-elsewhere", mentions: ["TKJoinableThread<Int>.exit(with:)", "not a TKJoinableThread<Int>",
+                                                               "Fix:"])
+    }
+
+    // MARK: Detaching after start (pthread_detach)
+
+    func testDetachingAStartedJoinableThreadLetsTheProcessExit() throws {
+        let result = try ChildProcess.run("thread-detach-after-start", timeout: .seconds(60))
+        XCTAssertEqual(result.status, 0, result.standardError)
+        XCTAssertTrue(result.standardOutput.contains("detached=true"), result.standardOutput)
+        // In this process: a detached thread can still be joined.
+        let release = DispatchSemaphore(value: 0)
+        let thread = TKThread { release.wait() }
+        thread.isDetached = false
+        thread.start()
+        thread.isDetached = true
+        XCTAssertTrue(thread.isDetached)
+        release.signal()
+        XCTAssertTrue(thread.join(until: .now + .seconds(30)))
+        thread.isDetached = true   // unchanged: no-op after the end too
+    }
+
+    func testMakingAStartedDetachedThreadJoinableStopsTheProcess() throws {
+        try assertMisuse("thread-rejoin-after-start", mentions: ["TKThread \"worker\".isDetached = false after start()", "Fix:"])
     }
 
     func testJoinableThreadsAreJoinedBeforeTheProcessExits() throws {

@@ -15,9 +15,11 @@
 // round((0.5 - p) * 20) under SCHED_OTHER: 1.0 → -10, 0.5 → 0, 0.0 → 10. Values outside the
 // range are clamped (NaN counts as 0.5). Whichever of the two was set last decides.
 //
+// Back from nice to a priority: p = 0.5 - nice / 20, clamped (so nice 10, background's, reads 0.0).
+//
 // Lowering priority always works. Raising it (a negative nice, or leaving SCHED_BATCH) needs
 // CAP_SYS_NICE or RLIMIT_NICE headroom; without them the OS refuses and the thread keeps its
-// previous scheduling, as SPEC §1 allows ("raising may be refused by the OS without error").
+// previous scheduling: `apply` says so (false), and `inForce(of:)` reads what the thread has.
 import CThreadKit
 import Glibc
 
@@ -41,15 +43,34 @@ struct SchedulingClass: Equatable {
     }
 
     init(priority: Double) {
-        let p = priority.isNaN ? 0.5 : min(max(priority, 0), 1)
-        self.init(policy: SCHED_OTHER, nice: Int32(((0.5 - p) * 20).rounded()))
+        self.init(policy: SCHED_OTHER, nice: Int32(((0.5 - SchedulingClass.clamped(priority)) * 20).rounded()))
     }
 
-    /// Applies this class to kernel thread `tid`. Refusals (EPERM/EACCES) are expected when raising
-    /// priority without privilege and are ignored; a thread that has exited (ESRCH) is ignored too.
-    func apply(to tid: UInt32) {
+    /// A priority brought into 0.0 ... 1.0 (NaN: 0.5).
+    static func clamped(_ priority: Double) -> Double {
+        priority.isNaN ? 0.5 : min(max(priority, 0), 1)
+    }
+
+    /// The NSThread priority this class stands for: 0.5 - nice / 20, clamped.
+    var priority: Double { SchedulingClass.clamped(0.5 - Double(nice) / 20) }
+
+    /// Applies this class to kernel thread `tid`. False when the OS refused part of it (EPERM or
+    /// EACCES: raising priority without privilege) or the thread has exited (ESRCH).
+    @discardableResult
+    func apply(to tid: UInt32) -> Bool {
         var param = sched_param(sched_priority: 0)
-        _ = sched_setscheduler(pid_t(tid), policy, &param)
-        _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(tid), nice)
+        let policySet = sched_setscheduler(pid_t(tid), policy, &param) == 0
+        let niceSet = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(tid), nice) == 0
+        return policySet && niceSet
+    }
+
+    /// The policy and nice value kernel thread `tid` has now; nil if it cannot be read (exited).
+    static func inForce(of tid: UInt32) -> SchedulingClass? {
+        let policy = sched_getscheduler(pid_t(tid))
+        guard policy >= 0 else { return nil }
+        errno = 0   // getpriority may return -1 as a value
+        let nice = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(tid))
+        guard errno == 0 else { return nil }
+        return SchedulingClass(policy: policy & ~0x4000_0000, nice: nice)   // without SCHED_RESET_ON_FORK
     }
 }

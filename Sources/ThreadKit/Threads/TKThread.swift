@@ -27,6 +27,7 @@ open class TKThread: @unchecked Sendable {
 
     struct Attributes {
         var lifecycle: Lifecycle
+        // Scheduling fields: see TKThread+Scheduling.swift.
         var name: String?
         var stackSize = TKThread.defaultStackSize
         var qualityOfService: TKQualityOfService = .default
@@ -95,7 +96,7 @@ open class TKThread: @unchecked Sendable {
     /// stack size is the one the thread really has (pthread_getattr_np).
     private init(adoptingCurrentThread tid: UInt32) {
         body = .subclass
-        attributes = Protected(Attributes(lifecycle: .executing, stackSize: Int(tk_current_stack_size()), tid: tid, adopted: true))
+        attributes = Protected(TKThread.adopted(tid, stackSize: Int(tk_current_stack_size())))
     }
 
     /// The main thread's object, which may be made on any thread: its stack size is the process's
@@ -106,7 +107,18 @@ open class TKThread: @unchecked Sendable {
         var limit = rlimit()
         let size = getrlimit(__rlimit_resource_t(RLIMIT_STACK.rawValue), &limit) == 0 && limit.rlim_cur != ~rlim_t(0)
             ? Int(clamping: limit.rlim_cur) : Int.max
-        attributes = Protected(Attributes(lifecycle: .executing, stackSize: size, tid: tid, adopted: true))
+        attributes = Protected(TKThread.adopted(tid, stackSize: size))
+    }
+
+    /// The attributes of a running thread ThreadKit did not start: its scheduling is what it has.
+    private static func adopted(_ tid: UInt32, stackSize: Int) -> Attributes {
+        var a = Attributes(lifecycle: .executing, stackSize: stackSize, tid: tid, adopted: true)
+        if let inForce = SchedulingClass.inForce(of: tid) {
+            a.scheduling = inForce
+            a.inherited = inForce
+            a.threadPriority = inForce.priority
+        }
+        return a
     }
 
     deinit {
@@ -170,29 +182,29 @@ open class TKThread: @unchecked Sendable {
         }
     }
 
-    /// The thread's quality of service, applied to its OS scheduling (see `SchedulingClass`).
-    public var qualityOfService: TKQualityOfService {
-        get { attributes.current.qualityOfService }
-        set { setScheduling { $0.qualityOfService = newValue; $0.scheduling = SchedulingClass(newValue) } }
-    }
-
-    /// NSThread's priority, 0.0 ... 1.0 (default 0.5), applied as a nice value (see `SchedulingClass`).
-    public var threadPriority: Double {
-        get { attributes.current.threadPriority }
-        set { setScheduling { $0.threadPriority = newValue; $0.scheduling = SchedulingClass(priority: newValue) } }
-    }
-
     /// True (the default) for a detached thread; false makes it joinable: the process then waits for
-    /// it before exiting normally.
+    /// it before exiting normally. Set before `start()`, either way. After `start()`, setting true
+    /// detaches the running thread as pthread_detach does (process exit no longer waits for it; it
+    /// can still be joined); setting a detached thread back to false is a misuse (a detached
+    /// pthread cannot be made joinable again).
     public var isDetached: Bool {
         get { attributes.current.isDetached }
-        set { attributes.withLock { $0.isDetached = newValue } }
-    }
-
-    private func setScheduling(_ change: (inout Attributes) -> Void) {
-        attributes.withLock { a in
-            change(&a)
-            if a.lifecycle == .executing { a.scheduling.apply(to: a.tid) }
+        set {
+            let refused = attributes.withLock { a -> String? in
+                if a.lifecycle == .created || a.isDetached == newValue {
+                    a.isDetached = newValue
+                    return nil
+                }
+                guard newValue else { return describe(a) }
+                a.isDetached = true
+                // Lock order: attributes, then the joinable set (as in start()).
+                JoinableThreads.shared.remove(self)
+                return nil
+            }
+            if let name = refused {
+                misuse("TKThread \(name).isDetached = false after start(): a started detached thread cannot be made "
+                       + "joinable again (pthread_detach cannot be undone). Fix: set isDetached = false before start().")
+            }
         }
     }
 
@@ -213,17 +225,18 @@ open class TKThread: @unchecked Sendable {
     /// Starts the thread. Calling it a second time is a misuse that stops the process.
     public func start() {
         let inherited = TKThread.current.attributes.current.scheduling
-        let (stackSize, detached) = attributes.withLock { a -> (Int, Bool) in
+        let stackSize = attributes.withLock { a -> Int in
             guard a.lifecycle == .created else {
                 misuse("TKThread \(describe(a)).start() called again: a thread runs once. "
                        + "Fix: create a new TKThread for each run.")
             }
             a.lifecycle = .starting
             a.inherited = inherited
-            return (a.stackSize, a.isDetached)
+            // Under the lock, so `isDetached = true` from another thread cannot slip in between.
+            if !a.isDetached { JoinableThreads.shared.add(self) }
+            return a.stackSize
         }
         TKThread.becomeMultiThreaded()
-        if !detached { JoinableThreads.shared.add(self) }
         do {
             try Self.spawn(self, stackSize: stackSize)
         } catch {
@@ -253,6 +266,9 @@ open class TKThread: @unchecked Sendable {
         }
         return finished.wait(deadline: deadline, spinLimit: 0, observed: true)
     }
+
+    /// Whether the thread has ended (what `join` waits for). Acquiring: sees what the thread did.
+    var isEnded: Bool { finished.isSet }
 
     /// Suspends the calling task until the thread has finished (returned from `main`, called
     /// `exit()`, or failed to start), whether it is detached or joinable; returns at once, without
@@ -287,7 +303,7 @@ open class TKThread: @unchecked Sendable {
             a.tid = tid
             a.lifecycle = .executing
             if a.name != nil { TKThread.applyOSName(a.name, to: tid) }
-            if a.scheduling != a.inherited { a.scheduling.apply(to: tid) }
+            if a.scheduling != a.inherited { applySchedulingLocked(&a) }
         }
         markStarted()
         main()
@@ -415,7 +431,7 @@ open class TKThread: @unchecked Sendable {
 
     func describe() -> String { attributes.withLock { describe($0) } }
 
-    private func describe(_ a: Attributes) -> String {
+    func describe(_ a: Attributes) -> String {
         if let name = a.name { return "\"\(name)\"" }
         return a.tid != 0 ? "(thread \(a.tid))" : "\(ObjectIdentifier(self))"
     }

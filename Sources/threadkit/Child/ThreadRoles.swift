@@ -1,6 +1,7 @@
 // ThreadRoles: child processes for the TKThread behaviours that only a whole process shows:
 // exit-time joining of joinable threads, the once-per-process multithreading notification, the
-// default uncaught-error report, and start() twice.
+// default uncaught-error report, start() twice, detaching after start, a joinable thread's value
+// handed to nobody, and priorities refused to an unprivileged process.
 import Glibc
 import ThreadKit
 
@@ -56,6 +57,45 @@ enum ThreadRoles {
             let worker = TKThread(name: "worker") {}
             worker.start()
             worker.start()
+            return 0
+        },
+        ChildRole(name: "thread-detach-after-start", usage: "(a joinable thread blocking forever is detached after start; main returns)") { _ in
+            let blocked = TKThread(name: "blocked") { TKThread.sleep(for: .seconds(3600)) }
+            blocked.isDetached = false
+            blocked.start()
+            blocked.isDetached = true   // pthread_detach: exit no longer waits for it
+            Console.out("detached=\(blocked.isDetached)")
+            return 0
+        },
+        ChildRole(name: "thread-rejoin-after-start", usage: "(isDetached = false on a started detached thread: misuse)") { _ in
+            let worker = TKThread(name: "worker") { TKThread.sleep(for: .seconds(3600)) }
+            worker.start()
+            worker.isDetached = false
+            return 0
+        },
+        ChildRole(name: "joinable-exit-elsewhere", usage: "(TKJoinableThread<Int>.exit(with:) on a plain thread: misuse)") { _ in
+            TKJoinableThread<Int>.exit(with: 1)
+        },
+        ChildRole(name: "thread-priority-unprivileged", usage: "(drops privilege, then raises and lowers a thread's priority)") { _ in
+            // Without CAP_SYS_NICE (leave root) and without RLIMIT_NICE headroom, raising is refused.
+            if geteuid() == 0 && setuid(65534) != 0 { Console.err("setuid failed"); return 3 }
+            var none = rlimit(rlim_cur: 0, rlim_max: 0)
+            _ = setrlimit(__rlimit_resource_t(__RLIMIT_NICE.rawValue), &none)
+            let lines = SharedBox<[String]>([])   // written by the thread, read after join
+            let thread = TKThread(name: "prio") {
+                func line(_ what: String, _ ok: Bool) {
+                    let nice = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+                    lines.value.append("\(what) ok=\(ok) priority=\(TKThread.current.threadPriority) nice=\(nice)")
+                }
+                line("raise-to-1.0", TKThread.setThreadPriority(1.0))
+                line("lower-to-0.25", TKThread.current.setThreadPriority(0.25))
+                line("raise-to-0.5", TKThread.setThreadPriority(0.5))
+                TKThread.current.qualityOfService = .userInteractive
+                line("qos-userInteractive", true)
+            }
+            thread.start()
+            thread.join()
+            for l in lines.value { Console.out(l) }
             return 0
         },
     ]
