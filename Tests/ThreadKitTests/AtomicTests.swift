@@ -58,6 +58,114 @@ final class AtomicTests: XCTestCase {
     func testOperationsReturnTheNewValueInt32() { checkNewValueReturns(Int32.self) }
     func testOperationsReturnTheNewValueInt64() { checkNewValueReturns(Int64.self) }
     func testOperationsReturnTheNewValueUInt32() { checkNewValueReturns(UInt32.self) }
+    func testOperationsReturnTheNewValueUInt64() { checkNewValueReturns(UInt64.self) }
+    func testOperationsReturnTheNewValuePointerSized() {
+        checkNewValueReturns(Int.self)
+        checkNewValueReturns(UInt.self)
+    }
+
+    func testUnsignedAndPointerSizedValuesKeepTheirWholeRange() {
+        XCTAssertEqual(TKAtomicUInt64(0).decrement(), .max)
+        XCTAssertEqual(TKAtomicUInt64(.max).add(2, barrier: false), 1)
+        let big = TKAtomicUInt64(1 << 63)
+        XCTAssertEqual(big.load(), 1 << 63, "above Int64.max")
+        XCTAssertTrue(big.compareAndSwap(expected: 1 << 63, desired: .max))
+        XCTAssertEqual(big.or(0), .max)
+        XCTAssertEqual(TKAtomicInt(.max).increment(), .min)
+        XCTAssertEqual(TKAtomicUInt(0).decrement(barrier: false), .max)
+        XCTAssertEqual(Int.bitWidth, MemoryLayout<UnsafeRawPointer>.size * 8, "pointer-sized")
+        let wide = TKAtomicUInt64(0)
+        XCTAssertFalse(wide.testAndSet(bit: 63))
+        XCTAssertEqual(wide.load(), 0x0100_0000_0000_0000)
+        XCTAssertTrue(wide.testAndClear(bit: 63, barrier: false))
+    }
+
+    // MARK: Pointers (OSAtomicCompareAndSwapPtr)
+
+    func testPointerCompareAndSwap() {
+        let a = UnsafeMutablePointer<Int>.allocate(capacity: 1), b = UnsafeMutablePointer<Int>.allocate(capacity: 1)
+        defer { a.deallocate(); b.deallocate() }
+        let slot = TKAtomicPointer<UnsafeMutablePointer<Int>>(nil)
+        XCTAssertNil(slot.load())
+        XCTAssertTrue(slot.compareAndSwap(expected: nil, desired: a))
+        XCTAssertFalse(slot.compareAndSwap(expected: nil, desired: b), "stale expectation")
+        XCTAssertEqual(slot.load(), a)
+        XCTAssertTrue(slot.compareAndSwap(expected: a, desired: b, barrier: false))
+        slot.store(nil)
+        XCTAssertNil(slot.load())
+        let raw = TKAtomicPointer<UnsafeMutableRawPointer>(UnsafeMutableRawPointer(a))
+        XCTAssertTrue(raw.compareAndSwap(expected: UnsafeMutableRawPointer(a), desired: nil))
+    }
+
+    func testALockFreeStackOnPointerCASLosesNoPush() {
+        // Treiber push only (no pops, so no ABA): every node pushed by every thread is on the list.
+        struct Node { var next: UnsafeMutablePointer<Node>?; let value: Int }
+        let head = TKAtomicPointer<UnsafeMutablePointer<Node>>(nil)
+        let threads = 4, perThread = stress(50_000)
+        let workers = TestThread.spawn(threads, "push") { t in
+            for i in 0..<perThread {
+                let node = UnsafeMutablePointer<Node>.allocate(capacity: 1)
+                node.initialize(to: Node(next: nil, value: t * perThread + i))
+                repeat { node.pointee.next = head.load() } while !head.compareAndSwap(expected: node.pointee.next, desired: node)
+            }
+        }
+        XCTAssertTrue(joinAll(workers, until: .now + .seconds(120)))
+        var seen = Set<Int>(), next = head.load()
+        while let node = next {
+            seen.insert(node.pointee.value)
+            next = node.pointee.next
+            node.deallocate()
+        }
+        XCTAssertEqual(seen.count, threads * perThread)
+    }
+
+    // MARK: Bits of a byte buffer of any length (OSAtomicTestAndSet on memory)
+
+    func testBufferBitsFollowOSAtomicNumberingAndReturnTheOldBit() {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 5, alignment: 1)   // odd length on purpose
+        defer { buffer.deallocate() }
+        buffer.initializeMemory(as: UInt8.self, repeating: 0)
+        for (bit, byte, mask) in [(0, 0, 0x80), (7, 0, 0x01), (9, 1, 0x40), (33, 4, 0x40), (39, 4, 0x01)] as [(Int, Int, UInt8)] {
+            XCTAssertFalse(TKAtomicTestAndSet(bit: bit, in: buffer))
+            XCTAssertEqual(buffer[byte] & mask, mask, "bit \(bit) is \(mask) of byte \(byte)")
+            XCTAssertTrue(TKAtomicTestAndSet(bit: bit, in: buffer, barrier: false), "already set")
+        }
+        XCTAssertEqual(Array(buffer), [0x81, 0x40, 0x00, 0x00, 0x41], "no other bit touched")
+        XCTAssertTrue(TKAtomicTestAndClear(bit: 33, in: buffer.baseAddress!))
+        XCTAssertFalse(TKAtomicTestAndClear(bit: 33, in: buffer, barrier: false))
+        XCTAssertEqual(buffer[4], 0x01)
+        // The same numbering as a TKAtomicUInt32's bits over the same four bytes (little-endian).
+        let word = TKAtomicUInt32(0)
+        buffer.initializeMemory(as: UInt8.self, repeating: 0)
+        for bit in [0, 5, 12, 31] {
+            word.testAndSet(bit: bit)
+            TKAtomicTestAndSet(bit: bit, in: buffer)
+        }
+        XCTAssertEqual(buffer.load(as: UInt32.self), word.load())
+    }
+
+    func testBufferBitsClaimedConcurrentlyGoToExactlyOneThreadEach() {
+        // Four threads race to claim every bit of a 3-byte buffer: each bit's old value is false
+        // for exactly one of them (judged by a mutex-protected count).
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 3, alignment: 1)
+        defer { buffer.deallocate() }
+        let base = UInt(bitPattern: buffer.baseAddress!)
+        for _ in 0..<stress(2_000) {
+            buffer.initializeMemory(as: UInt8.self, repeating: 0)
+            let claimed = JudgedCounter()
+            let workers = TestThread.spawn(4, "claim") { t in
+                let memory = UnsafeMutableRawPointer(bitPattern: base)!
+                for bit in 0..<24 where !TKAtomicTestAndSet(bit: (bit + t * 6) % 24, in: memory) { claimed.add() }
+            }
+            XCTAssertTrue(joinAll(workers))
+            XCTAssertEqual(claimed.count, 24)
+            XCTAssertEqual(Array(buffer), [0xFF, 0xFF, 0xFF])
+        }
+    }
+
+    func testABufferBitOutsideTheBufferStopsTheProcess() throws {
+        try assertMisuse("atomic-bad-buffer-bit", mentions: ["TKAtomicTestAndSet(bit: 24, in: a 3-byte buffer)", "0..<24", "Fix:"])
+    }
 
     func testTestAndSetAndClearReturnTheOldBit() {
         let value = TKAtomicUInt32(0)

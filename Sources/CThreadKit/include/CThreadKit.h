@@ -75,6 +75,16 @@ extern __thread void *tk_park_observer;
 static inline void *tk_park_observer_get(void) { return tk_park_observer; }
 static inline void tk_park_observer_set(void *observer) { tk_park_observer = observer; }
 
+/// Atomic OR / AND on one byte of any memory (Swift's Atomic cannot be laid over memory it did
+/// not allocate), for TKAtomicTestAndSet/Clear on byte buffers. Return the byte's old value.
+/// `barrier` nonzero: sequentially consistent; zero: relaxed.
+static inline uint8_t tk_atomic_fetch_or_u8(uint8_t *address, uint8_t mask, int barrier) {
+    return barrier ? __atomic_fetch_or(address, mask, __ATOMIC_SEQ_CST) : __atomic_fetch_or(address, mask, __ATOMIC_RELAXED);
+}
+static inline uint8_t tk_atomic_fetch_and_u8(uint8_t *address, uint8_t mask, int barrier) {
+    return barrier ? __atomic_fetch_and(address, mask, __ATOMIC_SEQ_CST) : __atomic_fetch_and(address, mask, __ATOMIC_RELAXED);
+}
+
 /// A spin-wait hint to the CPU (PAUSE on x86, YIELD on arm64): lets the sibling hyperthread run
 /// and saves power while a lock word is polled.
 static inline void tk_cpu_relax(void) {

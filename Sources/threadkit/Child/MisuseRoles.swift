@@ -61,6 +61,11 @@ enum MisuseRoles {
             TKAtomicInt32(0).testAndSet(bit: 32)
             return 0
         },
+        ChildRole(name: "atomic-bad-buffer-bit", usage: "(TKAtomicTestAndSet bit 24 of a 3-byte buffer)") { _ in
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 3, alignment: 1)
+            TKAtomicTestAndSet(bit: 24, in: buffer)
+            return 0
+        },
     ]
 }
 
