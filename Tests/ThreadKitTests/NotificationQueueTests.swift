@@ -68,6 +68,41 @@ final class NotificationQueueTests: XCTestCase {
         XCTAssertEqual(log.value, ["Ping 3", "Pong 2", "Done"], "the queued Ping was coalesced into the .now one")
     }
 
+    func testNowPostsOnlyWhenTheRunningLoopIsInOneOfItsModes() {
+        let loop = TKRunLoop.current, custom = self.custom
+        let log = Shared<[String]>([])
+        let queue = TKNotificationQueue(notificationCenter: loggingCenter(log))
+        // No loop running on this thread: posts whatever the modes.
+        queue.enqueue(note(ping, nil, 0), postingStyle: .now, forModes: [custom])
+        // Inside a run of `custom` (a perform block runs during the pass): only notifications for
+        // `custom` (or .common, when `custom` is a common mode) post; the default is [.default].
+        keepRunnable(custom)
+        let done = Flag()
+        loop.perform(inModes: [custom]) {
+            queue.enqueue(note(ping, nil, 1), postingStyle: .now)                          // [.default]: not posted
+            queue.enqueue(note(ping, nil, 2), postingStyle: .now, forModes: [custom])      // posted
+            queue.enqueue(note(ping, nil, 3), postingStyle: .now, forModes: [.common])     // custom is not common
+            queue.enqueue(note(ping, nil, 4), postingStyle: .now, forModes: [.default, custom])
+            done.set()
+            TKRunLoop.current.stop()
+        }
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: false), .stopped)
+        XCTAssertTrue(done.isSet)
+        XCTAssertEqual(log.value, ["Ping 0", "Ping 2", "Ping 4"])
+        // In the default mode, which is a common mode, .common posts.
+        keepRunnable(.default)
+        let inDefault = Flag()
+        loop.perform(inModes: [.default]) {
+            queue.enqueue(note(ping, nil, 5), postingStyle: .now, forModes: [.common])
+            queue.enqueue(note(ping, nil, 6), postingStyle: .now, forModes: [custom])       // not posted
+            inDefault.set()
+            TKRunLoop.current.stop()
+        }
+        XCTAssertEqual(loop.run(mode: .default, for: .seconds(30), returnAfterSourceHandled: false), .stopped)
+        XCTAssertTrue(inDefault.isSet)
+        XCTAssertEqual(log.value, ["Ping 0", "Ping 2", "Ping 4", "Ping 5"])
+    }
+
     func testAsapPostsAtTheEndOfThePassNotSynchronously() {
         let loop = TKRunLoop.current
         let log = Shared<[String]>([])

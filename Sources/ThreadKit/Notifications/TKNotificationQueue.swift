@@ -45,7 +45,8 @@ public final class TKNotificationQueue: @unchecked Sendable {
         case whenIdle
         /// At the end of the owner loop's current pass (or its next pass if it is not running).
         case asap
-        /// At once, on the calling thread, after coalescing.
+        /// At once, on the calling thread, after coalescing, if that thread's loop is not running
+        /// or runs one of the notification's modes (otherwise not at all, as in Foundation).
         case now
     }
 
@@ -120,22 +121,24 @@ public final class TKNotificationQueue: @unchecked Sendable {
     /// the matching queued ones are removed and `notification` is posted. `[]`: no coalescing.
     ///
     /// `modes` (nil or empty: `[.default]`) are the modes of the owner loop in which a queued
-    /// notification may post; `.now` posts regardless of modes. Any thread; from another thread
+    /// notification may post. `.now`, as Foundation's: posts only if the calling thread's loop is
+    /// not running or runs one of `modes` now (`.common`: any of its common modes); otherwise it is
+    /// not posted (the matching queued ones are still removed). Any thread; from another thread
     /// the owner loop is woken.
     public func enqueue(_ notification: TKNotification, postingStyle: PostingStyle,
                         coalesceMask: Coalescing = [.onName, .onSender], forModes modes: [TKRunLoop.Mode]? = nil) {
+        var wanted: [TKRunLoop.Mode] = []
+        for mode in modes ?? [] where !wanted.contains(mode) { wanted.append(mode) }
+        if wanted.isEmpty { wanted = [.default] }
         if postingStyle == .now {
             let released = state.withLock { s in
                 s.pending.removeAll { Self.matches($0.notification, notification, coalesceMask) }
                 return releaseIfEmpty(&s)
             }
             withExtendedLifetime(released) {}
-            center.post(notification)
+            if Self.callingLoopAccepts(wanted) { center.post(notification) }
             return
         }
-        var wanted: [TKRunLoop.Mode] = []
-        for mode in modes ?? [] where !wanted.contains(mode) { wanted.append(mode) }
-        if wanted.isEmpty { wanted = [.default] }
         let loop = self.loop
         let onOwner = SystemCall.currentThreadID == ownerThread
         let (observer, newModes, wake) = state.withLock { s -> (TKRunLoopObserver?, [TKRunLoop.Mode], Bool) in
@@ -171,6 +174,13 @@ public final class TKNotificationQueue: @unchecked Sendable {
             return releaseIfEmpty(&s)
         }
         withExtendedLifetime(released) {}
+    }
+
+    /// Whether a `.now` notification for `modes` posts: the calling thread's loop is not running,
+    /// or runs one of them (NSNotificationQueue checks the current loop's current mode).
+    private static func callingLoopAccepts(_ modes: [TKRunLoop.Mode]) -> Bool {
+        guard let loop = TKRunLoop.currentIfMade, let mode = loop.currentMode else { return true }
+        return modes.contains(mode) || (modes.contains(.common) && loop.notificationQueueIsCommon(mode))
     }
 
     /// Whether `a` and `b` match under `mask`; an empty mask matches nothing.

@@ -98,6 +98,12 @@ public final class TKRunLoop: @unchecked Sendable {
     /// The loop of the process's initial thread.
     public static var main: TKRunLoop { mainLoop }
 
+    /// The calling thread's loop if it has been made (never makes one): a loop that runs was made.
+    static var currentIfMade: TKRunLoop? {
+        if let loop = currentSlot.value { return loop }
+        return SystemCall.currentThreadID == mainThreadID ? main : nil
+    }
+
     static let mainThreadID = UInt32(getpid())
     private static let mainLoop = TKRunLoop(ownerThread: mainThreadID)
     private static let currentSlot = TKThreadLocal<TKRunLoop>()
