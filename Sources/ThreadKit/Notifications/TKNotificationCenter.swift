@@ -3,8 +3,11 @@
 // which is never held while an observer's block runs: `post` snapshots the matching observers
 // under the lock and calls them after releasing it. Each observation carries an atomic `active`
 // flag that removeObserver clears, so once removeObserver has returned no call of that block
-// starts (a call already running on another thread may finish). An observer with a queue gets
-// an operation per matching post; the operation checks the flag again when it runs.
+// starts (a call already running on another thread may finish). An observer with a queue runs
+// inline when the post is made on that queue (TKOperationQueue.current, which is `.main` on the
+// main thread outside operations); otherwise it gets an operation per matching post, which checks
+// the flag again when it runs, and the posting thread waits (parked) until that operation finished:
+// posting is synchronous for every observer, as Apple's is.
 import Synchronization
 
 /// Delivers notifications to the observers registered for their name and/or sender.
@@ -31,9 +34,12 @@ public final class TKNotificationCenter: @unchecked Sendable {
         addObserver(forName: name, object: object, queue: nil, using: block)
     }
 
-    /// As above; with a `queue`, each matching post adds an operation running `block` to that
-    /// queue (`.main`: on the main thread) and returns without waiting for it. An operation that
-    /// starts after `removeObserver` returned does not call the block.
+    /// As above; with a `queue`, the block runs on that queue (`.main`: on the main thread) and
+    /// `post` still returns only after it ran, as Apple's: inline when the post is made on that
+    /// queue (from one of its operations, or on the main thread for `.main`), so a serial queue's
+    /// operation can post to its own observers without deadlock; otherwise as an operation added
+    /// to that queue, which the posting thread waits for. An operation that starts after
+    /// `removeObserver` returned does not call the block.
     @discardableResult
     public func addObserver(forName name: TKNotification.Name?, object: AnyObject?, queue: TKOperationQueue?,
                             using block: @escaping @Sendable (TKNotification) -> Void) -> TKObservationToken {
@@ -60,8 +66,9 @@ public final class TKNotificationCenter: @unchecked Sendable {
         }
     }
 
-    /// Delivers `notification` to every matching observer, in registration order: on this thread,
-    /// or, for an observer with a queue, by adding an operation to that queue (not waited for).
+    /// Delivers `notification` to every matching observer, in registration order, and returns
+    /// when all have run: on this thread, or, for an observer with a queue that is not the current
+    /// one, as an operation on that queue that this thread waits for (a ThreadKit wait).
     public func post(_ notification: TKNotification) {
         let matching = registry.withLock { r -> [TKObservationToken] in
             let named = r.byName[notification.name] ?? []
@@ -73,8 +80,10 @@ public final class TKNotificationCenter: @unchecked Sendable {
             // Observers removed meanwhile (by an earlier observer of this post, or another thread)
             // are skipped.
             guard token.active.load(ordering: .acquiring) else { continue }
-            if let queue = token.queue {
-                queue.addOperation { if token.active.load(ordering: .acquiring) { token.block(notification) } }
+            if let queue = token.queue, queue !== TKOperationQueue.current {
+                let delivery = TKBlockOperation { if token.active.load(ordering: .acquiring) { token.block(notification) } }
+                queue.addOperation(delivery)
+                delivery.waitUntilFinished()
             } else {
                 token.block(notification)
             }
@@ -100,7 +109,8 @@ public final class TKObservationToken: Hashable, @unchecked Sendable {
     private let matchesAnyObject: Bool
     fileprivate let sequence: UInt64
     fileprivate let block: @Sendable (TKNotification) -> Void
-    /// Where the block runs: nil, synchronously in `post`; else as an operation on this queue.
+    /// Where the block runs: nil, in `post` on the posting thread; else on this queue (inline when
+    /// posted from it), with `post` waiting for it.
     fileprivate let queue: TKOperationQueue?
     /// Cleared by removeObserver; checked right before each call.
     fileprivate let active = Atomic<Bool>(true)
