@@ -2,7 +2,7 @@
 // during a post (from inside a delivery and from other threads), weakly held senders.
 import Foundation
 import Synchronization
-import ThreadKit
+@testable import ThreadKit
 import XCTest
 
 private let ping: TKNotification.Name = "Ping", pong: TKNotification.Name = "Pong"
@@ -144,6 +144,25 @@ final class NotificationCenterTests: XCTestCase {
         sender = nil
         for _ in 0..<100 { center.post(name: ping, object: Sender()) }   // may reuse the old address
         XCTAssertEqual(calls.value, 1)
+    }
+
+    func testRemovedObserversAndWhatTheirBlocksCapturedAreFreed() {
+        let center = TKNotificationCenter()
+        let alive = Freed.alive { freed in
+            let captured = Sender()
+            let queue = TKOperationQueue()
+            let plain = center.addObserver(forName: ping, object: nil) { _ in _ = captured }
+            let queued = center.addObserver(forName: ping, object: captured, queue: queue) { _ in _ = captured }
+            freed.watch("token", plain)
+            freed.watch("token with a queue", queued)
+            freed.watch("object captured by the blocks", captured)
+            freed.watch("observer queue", queue)
+            center.post(name: ping, object: captured)
+            center.removeObserver(plain)
+            center.removeObserver(queued)
+        }
+        XCTAssertEqual(alive, [])
+        XCTAssertEqual(center.observerCount, 0)
     }
 
     func testDefaultIsOneSharedCenter() {

@@ -319,6 +319,26 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertEqual(onThread.value, true)
     }
 
+    func testAQueueDroppedWhileItsFinishedOperationsAreHeldIsFreed() {
+        // Foundation lets go of an operation's queue when it finishes: held finished operations
+        // do not keep their queue alive, and a queue nobody holds lives until its work is done.
+        var kept: [TKOperation] = []
+        let alive = Freed.alive { freed in
+            let queue = TKOperationQueue()
+            freed.watch("queue", queue)
+            let release = DispatchSemaphore(value: 0)
+            let blocked = TKBlockOperation { release.wait() }
+            let quick = TKBlockOperation {}
+            let dependent = TKBlockOperation {}
+            try? dependent.addDependency(blocked)
+            queue.addOperations([blocked, quick, dependent], waitUntilFinished: false)
+            kept = [blocked, quick, dependent]
+            release.signal()
+        }
+        XCTAssertEqual(alive, [], "a finished operation kept its queue alive")
+        XCTAssertTrue(kept.allSatisfy(\.isFinished), "the queue ran everything before it went")
+    }
+
     func testTheMainQueueRunsOperationsOnTheMainThread() {
         let onMain = Shared<Bool?>(nil), current = Shared<Bool?>(nil)   // written on the main thread
         let finished = Flag()

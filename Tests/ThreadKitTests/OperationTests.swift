@@ -45,6 +45,23 @@ private final class Fetch: TKOperation, @unchecked Sendable {
 }
 
 final class OperationTests: XCTestCase {
+    func testFinishedOperationsAreFreedWhenDropped() {
+        let alive = Freed.alive { freed in
+            let queue = TKOperationQueue()
+            let first = TKBlockOperation {}, second = TKBlockOperation {}
+            try? second.addDependency(first)
+            second.completionBlock = { _ = second.isFinished }   // a block that captures its operation
+            freed.watch("first", first)
+            freed.watch("second", second)
+            freed.watch("queue", queue)
+            queue.addOperations([first, second], waitUntilFinished: true)
+            let byHand = TKBlockOperation {}
+            byHand.start()
+            freed.watch("started by hand", byHand)
+        }
+        XCTAssertEqual(alive, [])
+    }
+
     func testASynchronousOperationGoesFromReadyToExecutingToFinished() {
         let log = EventLog()
         let op = Probe("a", log)

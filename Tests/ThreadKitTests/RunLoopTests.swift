@@ -223,6 +223,50 @@ final class RunLoopTests: XCTestCase {
         try assertMisuse("runloop-main-perform-no-modes", mentions: ["performOnMainThread(modes: []) on TKRunLoop.main", "Fix:"])
     }
 
+    func testTheLoopOfAFinishedThreadAndWhatItHeldAreFreed() {
+        let alive = Freed.alive { freed in
+            let thread = TKThread {
+                let loop = TKRunLoop.current
+                freed.watch("loop", loop)
+                let observer = TKRunLoopObserver(activities: .allActivities) { _, _ in }
+                let source = TKRunLoopSource {}
+                let timer = TKTimer(interval: .seconds(3600), repeats: true) { _ in }
+                freed.watch("observer", observer)
+                freed.watch("source", source)
+                freed.watch("timer", timer)
+                loop.add(observer, forMode: .default)
+                loop.add(source, forMode: .common)
+                loop.add(timer, forMode: .common)
+                loop.perform { TKRunLoop.current.stop() }
+                loop.run(mode: .default, for: .seconds(30), returnAfterSourceHandled: false)
+                // Left scheduled: the thread's end releases them with its loop.
+            }
+            freed.watch("thread", thread)
+            thread.start()
+            thread.join()
+        }
+        XCTAssertEqual(alive, [])
+    }
+
+    func testAnInvalidatedObserverIsFreed() {
+        let loop = TKRunLoop.current
+        let keep = TKRunLoopSource {}
+        loop.add(keep, forMode: custom)
+        defer { keep.invalidate() }
+        let alive = Freed.alive { freed in
+            let observer = TKRunLoopObserver(activities: .entry) { observer, _ in _ = observer.isValid }
+            let once = TKRunLoopObserver(activities: .entry, repeats: false) { _, _ in }
+            freed.watch("observer", observer)
+            freed.watch("non-repeating observer after its call", once)
+            loop.add(observer, forMode: .common)
+            loop.add(observer, forMode: custom)
+            loop.add(once, forMode: custom)
+            loop.run(mode: custom, for: .zero, returnAfterSourceHandled: false)
+            observer.invalidate()
+        }
+        XCTAssertEqual(alive, [])
+    }
+
     func testObserversRunInOrder() {
         let loop = TKRunLoop.current
         let log = Shared<[Int]>([])

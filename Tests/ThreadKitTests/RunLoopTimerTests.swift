@@ -90,6 +90,34 @@ final class RunLoopTimerTests: XCTestCase {
                                                                  "a timer belongs to one run loop", "Fix:"])
     }
 
+    func testFiredAndInvalidatedTimersAreFreed() {
+        let loop = TKRunLoop.current
+        let alive = Freed.alive { freed in
+            let fired = Flag()
+            let oneShot = TKTimer(interval: .milliseconds(1), repeats: false) { _ in fired.set() }
+            let repeating = TKTimer(interval: .milliseconds(1), repeats: true) { timer in timer.invalidate() }
+            let invalidatedEarly = TKTimer(interval: .seconds(3600), repeats: true) { _ in }
+            let delayed = TKTimer(interval: .seconds(3600), repeats: false) { _ in }
+            freed.watch("one-shot timer after its fire", oneShot)
+            freed.watch("repeating timer that invalidated itself", repeating)
+            freed.watch("timer invalidated before its fire date", invalidatedEarly)
+            freed.watch("timer whose fire date moved", delayed)
+            loop.add(oneShot, forMode: custom)
+            loop.add(repeating, forMode: custom)
+            loop.add(invalidatedEarly, forMode: .common)
+            loop.add(invalidatedEarly, forMode: custom)
+            loop.add(delayed, forMode: custom)
+            delayed.fireDate = .now + .seconds(7200)
+            invalidatedEarly.invalidate()
+            delayed.invalidate()
+            let deadline = ContinuousClock.now + .seconds(30)
+            while (!fired.isSet || repeating.isValid) && ContinuousClock.now < deadline {
+                loop.run(mode: custom, for: .milliseconds(10), returnAfterSourceHandled: false)
+            }
+        }
+        XCTAssertEqual(alive, [])
+    }
+
     func testInvalidatedTimersNeverFire() {
         let loop = TKRunLoop.current
         let fired = Shared(false)

@@ -481,6 +481,29 @@ final class ThreadTests: XCTestCase {
         try assertMisuse("thread-rejoin-after-start", mentions: ["TKThread \"worker\".isDetached = false after start()", "Fix:"])
     }
 
+    func testFinishedThreadsAreFreed() {
+        let alive = Freed.alive { freed in
+            // (A thread that ends with TKThread.exit() is left out: as Apple's +exit and
+            // pthread_exit, it skips the releases its frames owed, its own object's included.)
+            let plain = TKThread { _ = TKRunLoop.current }
+            let joinable = TKJoinableThread { [1, 2, 3] }
+            let requested = TKThread {
+                let loop = TKRunLoop.current
+                loop.perform { TKRunLoop.current.stop() }
+                loop.run(mode: .default, for: .seconds(30), returnAfterSourceHandled: false)
+            }
+            for (name, thread) in [("plain", plain), ("joinable", joinable), ("with a perform request", requested)] as [(String, TKThread)] {
+                freed.watch(name, thread)
+                thread.start()
+            }
+            let detached = TKThread.detachNewThread {}
+            freed.watch("detached", detached)
+            for thread in [plain, joinable, requested, detached] { thread.join() }
+            XCTAssertEqual(joinable.joinValue(), [1, 2, 3])
+        }
+        XCTAssertEqual(alive, [])
+    }
+
     func testJoinableThreadsAreJoinedBeforeTheProcessExits() throws {
         let path = NSTemporaryDirectory() + "tk-joinable-\(getpid()).txt"
         defer { unlink(path) }

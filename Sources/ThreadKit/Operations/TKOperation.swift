@@ -6,12 +6,14 @@
 //   there). It carries the lifecycle (pending → executing → finished), the cancelled flag, the
 //   dependency count and the once-only events (resolved, dispatched, done).
 // - `lock` (a DispatchLock) guards `storedName`, `storedCompletion`, `finishedEvent`,
-//   `finishWaiters` (tasks awaiting `finished()`, docs/Concurrency.md §4), `queue` and the
-//   dependency lists. `dependencyList` and `dependentList` are written only while
+//   `finishWaiters` (tasks awaiting `finished()`, docs/Concurrency.md §4), `queue`,
+//   `queueWhileUnfinished` and the dependency lists. `dependencyList` and `dependentList` are written only while
 //   DependencyGraph.lock is held as well, so the graph's cycle search reads them under that lock
 //   alone. Lock order: DependencyGraph.lock → TKOperation.lock → TKOperationQueue.lock.
-// - `queue` is written once, under `lock`, before the `enqueued` bit is set (releasing); threads
-//   that read it first see `enqueued` with an acquiring load.
+// - `queue` (weak) is written once, under `lock`, before the `enqueued` bit is set (releasing);
+//   threads that read it first see `enqueued` with an acquiring load. `queueWhileUnfinished` holds
+//   the queue strongly from then until the operation finishes, when the finishing thread drops it
+//   (under `lock`): a finished operation does not keep its queue alive.
 // - `queueNext`, `queuePrev`, `epoch`, `isBarrier`: the owning queue's, under its lock.
 // - `priorityRaw`, `qosRaw`: relaxed atomics; a value read when the operation is dispatched.
 import Synchronization
@@ -34,8 +36,13 @@ open class TKOperation: @unchecked Sendable {
     private var storedCompletion: (@Sendable () -> Void)?      // guarded by lock
     private var finishedEvent: OperationEvent?                 // guarded by lock; made by the first waiter
     private var finishWaiters: AsyncWaiters<Void>?             // guarded by lock; made by the first awaiting task
-    /// The queue this operation was added to (never changes once set). See the header.
-    private(set) var queue: TKOperationQueue?
+    /// The queue this operation was added to (never changes once set; weak, so safe to read from
+    /// any thread). See the header.
+    private(set) weak var queue: TKOperationQueue?
+    /// The same queue, held until this operation finishes, as Foundation's operation holds its
+    /// queue: a queue nobody else holds lives while it has unfinished operations, and a finished
+    /// operation no longer keeps it alive. Guarded by lock.
+    private var queueWhileUnfinished: TKOperationQueue?
     /// What this operation depends on (strong), and who depends on it (weak). Guarded by lock,
     /// written only under DependencyGraph.lock too.
     var dependencyList: [TKOperation] = []
@@ -344,7 +351,13 @@ open class TKOperation: @unchecked Sendable {
             event?.set()
             waiters?.close(returning: ())
         }
-        if s & OperationState.enqueued != 0, inline == nil, let queue { queue.operationDidFinish(self) }
+        guard s & OperationState.enqueued != 0 else { return }
+        // Let go of the queue (a token running this operation inline holds it meanwhile).
+        let owner = lock.withLock { () -> TKOperationQueue? in
+            defer { queueWhileUnfinished = nil }
+            return queueWhileUnfinished
+        }
+        if inline == nil, let owner { owner.operationDidFinish(self) }
     }
 
     /// Tells the dependents that this operation no longer holds them back (once). Takes the lock:
@@ -402,7 +415,10 @@ open class TKOperation: @unchecked Sendable {
         default: return .finished
         }
         self.queue = queue
-        return register() ? nil : .started
+        queueWhileUnfinished = queue
+        if register() { return nil }
+        queueWhileUnfinished = nil
+        return .started
     }
 }
 

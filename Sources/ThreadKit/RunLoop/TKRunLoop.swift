@@ -288,10 +288,14 @@ public final class TKRunLoop: @unchecked Sendable {
         if SystemCall.currentThreadID != ownerThread { wakeUp() }
     }
 
+    /// Called by the timer's `invalidate()`: drops it from `mode`, heap entries included, so the
+    /// loop no longer holds it (an invalidated timer is freed once its users let go).
     func detach(_ timer: TKTimer, from mode: Mode) {
         lock.withLock {
             commonTimers.removeAll { $0 === timer }
-            _ = items(mode).timers.remove(ObjectIdentifier(timer))
+            let target = items(mode)
+            _ = target.timers.remove(ObjectIdentifier(timer))
+            target.timerHeap.removeAll { $0.timer === timer }
         }
     }
 

@@ -3,7 +3,7 @@
 // min-heap keyed by (deadline, sequence), so entries due at the same instant fire in the order
 // they were scheduled. Entries are never updated in place: a rescheduled timer pushes a new entry
 // with a new generation, and stale ones are dropped when they reach the top (`top(where:)`) or
-// skipped when they fire. Guarded by its owner's lock (a run loop's, the manager's).
+// skipped when they fire; `removeAll(where:)` drops a removed item's entries at once. Guarded by its owner's lock (a run loop's, the manager's).
 
 struct DeadlineHeap<Payload> {
     struct Entry {
@@ -55,7 +55,21 @@ struct DeadlineHeap<Payload> {
     mutating func pop() -> Entry {
         entries.swapAt(0, entries.count - 1)
         let last = entries.removeLast()
-        var parent = 0
+        siftDown(from: 0)
+        return last
+    }
+
+    /// Drops every entry `matches` accepts at once (not when it reaches the top), so that what the
+    /// payloads hold is released now: O(n), for removals (an invalidated timer), not for firing.
+    mutating func removeAll(where matches: (Entry) -> Bool) {
+        let before = entries.count
+        entries.removeAll(where: matches)
+        guard entries.count != before else { return }
+        for parent in stride(from: entries.count / 2 - 1, through: 0, by: -1) { siftDown(from: parent) }
+    }
+
+    private mutating func siftDown(from start: Int) {
+        var parent = start
         while true {
             let left = 2 * parent + 1, right = left + 1
             var smallest = parent
@@ -65,6 +79,5 @@ struct DeadlineHeap<Payload> {
             entries.swapAt(parent, smallest)
             parent = smallest
         }
-        return last
     }
 }

@@ -532,9 +532,11 @@ extension TKThread {
 
     /// Ends the calling thread: posts willExit on it, marks it finished, and exits the OS thread
     /// (pthread_exit). Called on the main thread, the process lives on until its other threads end.
+    /// As Apple's `+exit` warns, the thread's frames are not unwound: what they hold (this thread's
+    /// own object, retained by the frame that runs it, included) is never released; thread-local
+    /// values are.
     public static func exit() -> Never {
-        let thread = current
-        thread.finishCurrentThread()
+        current.finishCurrentThread()   // no local: this frame holds nothing when the thread ends
         pthread_exit(nil)
     }
 

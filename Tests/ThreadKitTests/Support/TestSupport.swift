@@ -155,3 +155,22 @@ enum KernelThread {
         try? String(contentsOfFile: path, encoding: .utf8)
     }
 }
+
+/// Lifetime checks: `make` builds the objects under test, hands the ones that must go away to
+/// `watch` (held weakly), and drops its own references when it returns; the returned strings name
+/// the watched objects still alive after `deadline` (release may happen on another thread, e.g. as
+/// a thread exits, so it is awaited, never slept for).
+final class Freed: @unchecked Sendable {
+    private let watched = Guarded<[(String, () -> AnyObject?)]>([])
+
+    func watch(_ name: String, _ object: AnyObject) {
+        watched.withLock { [weak object] in $0.append((name, { object })) }
+    }
+
+    static func alive(until deadline: ContinuousClock.Instant = .now + .seconds(30), _ make: (Freed) -> Void) -> [String] {
+        let freed = Freed()
+        make(freed)
+        _ = waitUntil(deadline) { freed.watched.withLock { $0.allSatisfy { $0.1() == nil } } }
+        return freed.watched.withLock { $0.filter { $0.1() != nil }.map(\.0) }
+    }
+}
