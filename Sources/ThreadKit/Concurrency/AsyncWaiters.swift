@@ -31,21 +31,19 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
     typealias Continuation = UnsafeContinuation<Value, any Error>
 
     /// One task in `suspend`. Every field is guarded by the list's mutex.
-    private final class Waiter: @unchecked Sendable {
+    private final class Waiter: LinkedNode, @unchecked Sendable {
         enum Stage { case arriving, queued, cancelled, resumed }
         var stage = Stage.arriving
         /// The owner's ordering ticket, given when it was queued (see `suspend`'s `ticket`).
         var ticket: UInt64 = 0
         var continuation: Continuation?
         var next: Waiter?
-        /// Held strongly by its predecessor's `next` (or `head`) while queued.
+        /// Held strongly by its predecessor's `next` (or the list's `first`) while queued.
         unowned(unsafe) var previous: Waiter?
     }
 
     private let mutex = RawMutex()
-    private var head: Waiter?                  // guarded by mutex
-    private unowned(unsafe) var tail: Waiter?  // guarded by mutex; held by the list through `head`
-    private var queued = 0                     // guarded by mutex
+    private var list = LinkedNodeList<Waiter>()   // guarded by mutex
     /// Set by `close`, never cleared: later waiters get it at once.
     private var closedValue: Value?            // guarded by mutex
 
@@ -151,47 +149,35 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
 
     /// Takes the longest-waiting waiter out of the list. Mutex held; resume it after unlocking.
     func popFirstLocked() -> Continuation? {
-        guard let first = head else { return nil }
+        guard let first = list.first else { return nil }
         unlink(first)
         return take(first)
     }
 
     /// The ticket of the longest-waiting waiter, nil if none waits. Mutex held.
-    var firstTicketLocked: UInt64? { head?.ticket }
+    var firstTicketLocked: UInt64? { list.first?.ticket }
 
     /// Whether nobody waits. Mutex held.
-    var isEmptyLocked: Bool { head == nil }
+    var isEmptyLocked: Bool { list.isEmpty }
 
     /// The number of tasks waiting now (tests use it to check that no waiter is left behind).
-    var count: Int { withLock { queued } }
+    var count: Int { withLock { list.count } }
 
     // MARK: The list (mutex held)
 
     private func takeAllLocked() -> [Continuation] {
         var taken: [Continuation] = []
-        taken.reserveCapacity(queued)
-        while let first = head {
+        taken.reserveCapacity(list.count)
+        while let first = list.first {
             unlink(first)
             taken.append(take(first))
         }
         return taken
     }
 
-    private func append(_ waiter: Waiter) {
-        waiter.previous = tail
-        if let tail { tail.next = waiter } else { head = waiter }
-        tail = waiter
-        queued += 1
-    }
+    private func append(_ waiter: Waiter) { list.append(waiter) }
 
-    private func unlink(_ waiter: Waiter) {
-        let next = waiter.next
-        if let previous = waiter.previous { previous.next = next } else { head = next }
-        if let next { next.previous = waiter.previous } else { tail = waiter.previous }
-        waiter.next = nil
-        waiter.previous = nil
-        queued -= 1
-    }
+    private func unlink(_ waiter: Waiter) { list.remove(waiter) }
 
     /// Marks an unlinked waiter resumed and hands its continuation to the caller, who resumes it.
     private func take(_ waiter: Waiter) -> Continuation {

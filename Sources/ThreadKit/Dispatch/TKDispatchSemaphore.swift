@@ -54,7 +54,7 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
     /// Suspended `acquire()` calls; its mutex also guards `threads`, `debt` and `tickets`.
     private let asyncWaiters = AsyncWaiters<Void>()
     /// Threads parked in `wait`, first come first: each waits on its node's word.
-    private var threads = ThreadWaiterQueue()   // guarded by asyncWaiters' mutex
+    private var threads = LinkedNodeList<ThreadWaiter>()   // guarded by asyncWaiters' mutex
     /// Withdrawn waiters that a signal had already counted: the next grants give their units back.
     private var debt = 0   // guarded by asyncWaiters' mutex
     /// The next queue ticket, shared by threads and tasks so that they are served in one order.
@@ -226,7 +226,7 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
 }
 
 /// A thread queued in `TKDispatchSemaphore.wait`: parks on `word` until a signal grants it a unit.
-final class ThreadWaiter: @unchecked Sendable {
+final class ThreadWaiter: LinkedNode, @unchecked Sendable {
     static let waiting: UInt32 = 0, granted: UInt32 = 1
     let word = FutexWord(ThreadWaiter.waiting)
     let ticket: UInt64
@@ -239,27 +239,4 @@ final class ThreadWaiter: @unchecked Sendable {
 
     /// Acquiring: pairs with the signal's releasing store of `granted`.
     var isGranted: Bool { word.pointer.pointee.load(ordering: .acquiring) == ThreadWaiter.granted }
-}
-
-/// The FIFO of queued threads, linked through the nodes (no allocation beyond the node).
-struct ThreadWaiterQueue {
-    private(set) var first: ThreadWaiter?
-    private unowned(unsafe) var last: ThreadWaiter?
-    private(set) var count = 0
-
-    mutating func append(_ waiter: ThreadWaiter) {
-        waiter.previous = last
-        if let last { last.next = waiter } else { first = waiter }
-        last = waiter
-        count += 1
-    }
-
-    mutating func remove(_ waiter: ThreadWaiter) {
-        let next = waiter.next
-        if let previous = waiter.previous { previous.next = next } else { first = next }
-        if let next { next.previous = waiter.previous } else { last = waiter.previous }
-        waiter.next = nil
-        waiter.previous = nil
-        count -= 1
-    }
 }
