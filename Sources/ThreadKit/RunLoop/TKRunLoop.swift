@@ -29,6 +29,10 @@ public final class TKRunLoop: @unchecked Sendable {
     struct PendingBlock {
         let modes: [Mode]?
         let block: @Sendable () -> Void
+        /// A perform request (performSelector:onThread: and kin), which Cocoa delivers through a
+        /// version-0 source: running it counts as a handled source, so `run(mode:before:)`
+        /// returns after it. A plain `perform` block (CFRunLoopPerformBlock) does not.
+        var isRequest = false
     }
 
     /// Pending perform blocks in order of arrival. Guarded by lock.
@@ -323,13 +327,18 @@ public final class TKRunLoop: @unchecked Sendable {
     /// Runs `block` on the loop's thread during a pass in one of `modes` (`.common`: any common
     /// mode), after the blocks queued before it. From another thread this also wakes the loop.
     public func perform(inModes modes: [Mode] = [.common], _ block: @escaping @Sendable () -> Void) {
-        enqueue(PendingBlock(modes: modes.count == 1 && modes[0] == .common ? nil : modes, block: block))
+        enqueue(PendingBlock(modes: Self.blockModes(modes), block: block))
     }
 
     /// `perform(inModes: [.common], block)` without building the modes array: the common case,
     /// and the one a trailing-closure call `loop.perform { … }` resolves to.
     public func perform(_ block: @escaping @Sendable () -> Void) {
         enqueue(PendingBlock(modes: nil, block: block))
+    }
+
+    /// A block's modes as stored: nil for "the common modes", the usual case.
+    static func blockModes(_ modes: [Mode]) -> [Mode]? {
+        modes.count == 1 && modes[0] == .common ? nil : modes
     }
 
     /// A block for a loop whose thread has finished is dropped: nothing would ever run it.
@@ -352,7 +361,9 @@ public final class TKRunLoop: @unchecked Sendable {
     /// the others stay queued, ahead of blocks posted meanwhile. Loop thread only. Re-entrant: a
     /// block may run the loop again (a nested run drains into a batch of its own; the spare buffer
     /// `draining` is lent to the outermost drain only).
-    func drainBlocks(for mode: Mode) {
+    /// True if a perform request (a source, for `run(mode:before:)`) ran.
+    @discardableResult
+    func drainBlocks(for mode: Mode) -> Bool {
         var batch: [PendingBlock] = []
         let lent = drainingLent
         if !lent { swap(&batch, &draining) }   // reuse the spare buffer's capacity
@@ -367,9 +378,10 @@ public final class TKRunLoop: @unchecked Sendable {
                 drainingLent = false
             }
         }
-        guard !batch.isEmpty else { return }
+        guard !batch.isEmpty else { return false }
         drainingLent = true
         var deferred: [PendingBlock] = []
+        var ranRequest = false
         for entry in batch {
             guard Self.accepts(entry, mode, common) else {
                 deferred.append(entry)
@@ -379,8 +391,10 @@ public final class TKRunLoop: @unchecked Sendable {
             // (a nested run) finds them.
             if !deferred.isEmpty { requeueFront(&deferred) }
             entry.block()
+            ranRequest = ranRequest || entry.isRequest
         }
         if !deferred.isEmpty { requeueFront(&deferred) }
+        return ranRequest
     }
 
     /// Puts skipped blocks back ahead of those posted meanwhile, and empties `skipped`.
