@@ -270,6 +270,16 @@ final class ThreadTests: XCTestCase {
         XCTAssertEqual(lines.last, "after multithreaded=true")
     }
 
+    /// create-threads' fourth form: performInBackground runs the block on a new, detached thread,
+    /// and starting it makes the process multithreaded.
+    func testPerformInBackgroundRunsOnANewDetachedThreadAndMakesTheProcessMultiThreaded() throws {
+        let result = try ChildProcess.run("perform-in-background")
+        XCTAssertEqual(result.status, 0, result.standardError)
+        let lines = result.standardOutput.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines, ["before multithreaded=false", "background onMainPthread=false name=performInBackground",
+                               "detached=true", "after multithreaded=true"])
+    }
+
     // MARK: Sleeping, call stacks, errors
 
     func testSleepNeverReturnsEarly() {

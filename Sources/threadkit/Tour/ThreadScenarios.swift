@@ -9,9 +9,12 @@ enum ThreadScenarios {
     static let all: [Scenario] = [createThreads, detachedPitfall, threadDictionary, qualityOfService, threadError]
 
     static let createThreads = Scenario(
-        name: "create-threads", title: "three ways to create a thread: detach, object + start, subclass with two arguments",
-        source: "CSDN NSThread article: detachNewThreadSelector, initWithTarget + start, NSThread subclass"
+        name: "create-threads", title: "four ways to create a thread: detach, object + start, subclass with two arguments, performInBackground",
+        source: "CSDN NSThread article: detachNewThreadSelector, initWithTarget + start, NSThread subclass, performSelectorInBackground; isMultiThreaded"
     ) { say in
+        let before = TKThread.isMultiThreaded()
+        say.say("TKThread.isMultiThreaded() before any thread is started → \(before)"
+                + (before && !say.runsFirst ? " (an earlier scenario of this run started threads)" : ""))
         let done = TKCondition()
         let ran = SharedBox<[String]>([])   // guarded by done
         @Sendable func report(_ line: String) {
@@ -42,9 +45,20 @@ enum ThreadScenarios {
         let subclass = Downloader(url: "https://example.com/a.png", retries: 2) { report($0) }
         subclass.start()
         subclass.join()
+        say.say("First event in Main Thread.")
+        let background = TKThread.performInBackground {
+            report("4. performInBackground: \"I am a event, perform in Background Thread.\" on \"\(TKThread.current.name ?? "?")\", "
+                   + "main thread? \(TKThread.isMainThread)")
+        }
+        done.withLock { while ran.value.count < 4 { done.wait() } }
+        say.say("Second event in Main Thread. (performInBackground's thread is detached: \(background.isDetached))")
+        let after = TKThread.isMultiThreaded()
+        say.say("TKThread.isMultiThreaded() after → \(after)")
         let count = done.withLock { ran.value.count }
-        try say.check(count == 3, "expected 3 threads to run, saw \(count)")
-        return "all three forms ran their code on their own, named threads"
+        try say.check(count == 4, "expected 4 threads to run, saw \(count)")
+        try say.check(background.isDetached && done.withLock { ran.value[3].hasSuffix("main thread? false") }, "performInBackground did not run on a detached secondary thread")
+        try say.check(after && (!before || !say.runsFirst), "isMultiThreaded() was \(before) before and \(after) after the first threads")
+        return "all four forms ran their code on their own, named threads; isMultiThreaded() went \(before) → \(after)"
     }
 
     static let detachedPitfall = Scenario(
