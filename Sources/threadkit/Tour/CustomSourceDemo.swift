@@ -50,6 +50,9 @@ final class CustomSourceDemo: @unchecked Sendable {
             })
         }
 
+        /// Marks the source with nothing in its buffer: its loop's run returns after a no-op perform.
+        func poke() { source.signal() }
+
         /// Appends a command, marks the source and wakes its loop (the seed's
         /// commandBuffer.append + signalSourceAndWakeUpRunloop).
         func send(_ command: Command, to loop: TKRunLoop) {
@@ -122,8 +125,11 @@ final class CustomSourceDemo: @unchecked Sendable {
                     record("unregister secondary", 0)
                     secondaryContext = nil
                     finished = true
-                    // A perform request is not a source: end the main loop's run explicitly.
-                    TKRunLoop.current.stop()
+                    // A perform request is not a source, so the main loop's run(mode:before:)
+                    // would not return for it: signal the main source (an empty buffer) so it
+                    // does. (stop() could outlive this run if the pass also handled a source,
+                    // and end the next scenario's run.)
+                    mainContext?.source.poke()
                 }
             }, perform: { [self] me, commands in
                 performSecondaryTask(me, commands)
