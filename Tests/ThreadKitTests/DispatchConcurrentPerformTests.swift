@@ -22,10 +22,17 @@ final class DispatchConcurrentPerformTests: XCTestCase {
     func testIterationsRunOnMoreThanOneThread() {
         let threads = Shared(Set<Int32>())
         let lock = NSLock()
+        // Each iteration holds its thread until a second thread has taken part (or a generous
+        // deadline passes), so a caller that gets through all 64 before a worker wakes on a
+        // loaded machine cannot make this pass or fail by timing.
+        let deadline = ContinuousClock.now + .seconds(30)
         TKDispatchQueue.concurrentPerform(iterations: 64) { _ in
-            let end = ContinuousClock.now + .microseconds(500)
-            while ContinuousClock.now < end {}
             lock.lock(); threads.value.insert(KernelThread.currentID()); lock.unlock()
+            while ContinuousClock.now < deadline {
+                lock.lock(); let seen = threads.value.count; lock.unlock()
+                if seen > 1 { break }
+                sched_yield()
+            }
         }
         XCTAssertGreaterThan(threads.value.count, 1)
     }

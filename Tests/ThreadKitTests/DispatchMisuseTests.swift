@@ -8,6 +8,21 @@ final class DispatchMisuseTests: XCTestCase {
         try assertMisuse("dispatch-sync-current", mentions: ["TKDispatchQueue \"photos\".sync", "deadlock", "Fix:"])
     }
 
+    /// The tour's gcd-sync-deadlock scenario narrates the child's diagnostic line, not the crash
+    /// report the runtime adds after it (the tour itself runs with the backtracer enabled).
+    func testTheSyncDeadlockTourScenarioShowsTheDiagnosticNotTheBacktrace() throws {
+        let result = try ChildProcess.runCommand(["tour", "gcd-sync-deadlock"], backtracer: true)
+        XCTAssertEqual(result.status, 0, "tour failed: \(result.standardOutput)")
+        XCTAssertTrue(result.standardOutput.contains("verdict: PASS"), result.standardOutput)
+        let diagnostic = result.standardOutput.split(separator: "\n").filter { $0.contains("ThreadKit misuse:") }
+        XCTAssertEqual(diagnostic.count, 1, "the diagnostic should be narrated once: \(result.standardOutput)")
+        XCTAssertTrue(diagnostic.first?.contains("TKDispatchQueue \"photos\".sync") ?? false, result.standardOutput)
+        for crashReport in ["Backtracing", "Program crashed", "Registers:", "Fatal error", "Thread 0"] {
+            XCTAssertFalse(result.standardOutput.contains(crashReport) || result.standardError.contains(crashReport),
+                           "the child's crash report reached the tour's output (\(crashReport)): \(result.standardOutput)\n\(result.standardError)")
+        }
+    }
+
     func testSyncOntoAQueueWhoseTargetIsCurrentStopsTheProcess() throws {
         try assertMisuse("dispatch-sync-target", mentions: ["TKDispatchQueue \"child\".sync", "TKDispatchQueue \"parent\"", "target chain"])
     }

@@ -71,6 +71,68 @@ final class LockTests: XCTestCase {
         XCTAssertTrue(got.load(ordering: .relaxed))
     }
 
+    /// The guide's NSLock example: a thread that cannot take the lock at once keeps computing and
+    /// updates the shared display when tryLock succeeds; lock(before:) alike, one increment per
+    /// timeout. No result is lost and the display is never touched while another thread holds it.
+    func testKeepComputingUntilTheLockIsFree() {
+        let lock = TKLock()
+        let display = Guarded(0)
+        let holderInside = Atomic<Bool>(false)
+        let touchedWhileHeld = Atomic<Int>(0)
+        let busy = Atomic<Int>(0)
+        let increments = 2_000
+        lock.lock()
+        holderInside.store(true, ordering: .relaxed)
+        let worker = Workers.start {
+            var pending = 0
+            for n in 1...increments {
+                pending += n
+                if lock.tryLock() {
+                    if holderInside.load(ordering: .relaxed) { touchedWhileHeld.wrappingAdd(1, ordering: .relaxed) }
+                    display.withLock { $0 += pending }
+                    pending = 0
+                    lock.unlock()
+                } else {
+                    busy.wrappingAdd(1, ordering: .relaxed)
+                }
+            }
+            lock.lock()
+            display.withLock { $0 += pending }
+            lock.unlock()
+        }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { busy.load(ordering: .relaxed) >= 5 }, "the worker blocked instead of computing")
+        holderInside.store(false, ordering: .relaxed)
+        lock.unlock()
+        XCTAssertEqual(worker.wait(timeout: .now() + 30), .success)
+        XCTAssertGreaterThanOrEqual(busy.load(ordering: .relaxed), 5)
+        XCTAssertEqual(touchedWhileHeld.load(ordering: .relaxed), 0, "tryLock succeeded while another thread held the lock")
+        XCTAssertEqual(display.withLock { $0 }, increments * (increments + 1) / 2, "a result never reached the display")
+
+        lock.lock()
+        holderInside.store(true, ordering: .relaxed)
+        let timeouts = Atomic<Int>(0), early = Atomic<Int>(0), acquiredWhileHeld = Atomic<Bool>(true)
+        let patient = Workers.start {
+            var computed = 0
+            while true {
+                let deadline = ContinuousClock.now + .milliseconds(2)
+                if lock.lock(before: deadline) { break }
+                if ContinuousClock.now < deadline { early.wrappingAdd(1, ordering: .relaxed) }
+                computed += 1
+                timeouts.wrappingAdd(1, ordering: .relaxed)
+            }
+            acquiredWhileHeld.store(holderInside.load(ordering: .relaxed), ordering: .relaxed)
+            display.withLock { $0 += computed }
+            lock.unlock()
+        }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { timeouts.load(ordering: .relaxed) >= 3 })
+        holderInside.store(false, ordering: .relaxed)
+        lock.unlock()
+        XCTAssertEqual(patient.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(early.load(ordering: .relaxed), 0, "lock(before:) gave up before its deadline")
+        XCTAssertFalse(acquiredWhileHeld.load(ordering: .relaxed), "lock(before:) acquired a lock another thread held")
+        XCTAssertEqual(display.withLock { $0 }, increments * (increments + 1) / 2 + timeouts.load(ordering: .relaxed))
+    }
+
     func testNameIsKept() {
         let lock = TKLock()
         XCTAssertNil(lock.name)

@@ -46,6 +46,37 @@ final class PerformRequestTests: XCTestCase {
         }
     }
 
+    func testARequestMakesRunModeBeforeReturnButAPlainBlockDoesNot() throws {
+        // Seed 004's resident thread: `while (shouldKeepRunning && [loop runMode:beforeDate:])`
+        // comes round once per performSelector:onThread: (a version-0 source in Cocoa), so the
+        // flag is seen without waiting for the date. A CFRunLoopPerformBlock block is not a
+        // source: the run goes on after it.
+        let returns = Atomic<Int>(0)
+        let keepRunning = Atomic<Bool>(true)
+        let thread = TKThread {
+            let loop = TKRunLoop.current
+            loop.add(TKRunLoopSource {}, forMode: .default)
+            while keepRunning.load(ordering: .acquiring) && loop.run(mode: .default, before: .now + .seconds(600)) {
+                returns.add(1, ordering: .releasing)
+            }
+        }
+        thread.start()
+        let blockRan = DispatchSemaphore(value: 0)
+        try thread.perform(waitUntilDone: true) {}   // the loop runs; this request made it return once
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { returns.load(ordering: .acquiring) == 1 })
+        TKRunLoop.loop(of: thread)!.perform { blockRan.signal() }
+        XCTAssertEqual(blockRan.wait(timeout: .now() + 30), .success)
+        try thread.perform(waitUntilDone: true) {}
+        // The plain block ran in the same run as the next request or in the run before it, which
+        // did not return: either way, one more return only.
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { returns.load(ordering: .acquiring) == 2 })
+        XCTAssertEqual(returns.load(ordering: .acquiring), 2)
+        keepRunning.store(false, ordering: .releasing)
+        try thread.perform {}   // the run in progress returns; the flag ends the loop
+        XCTAssertTrue(thread.join(until: .now + .seconds(30)))
+        XCTAssertEqual(returns.load(ordering: .acquiring), 3)
+    }
+
     func testTenThousandWaitingRoundTrips() throws {
         let worker = LoopThread()
         defer { worker.finish() }

@@ -389,6 +389,39 @@ final class RunLoopTests: XCTestCase {
         XCTAssertLessThanOrEqual(writes, 1, "\(writes) eventfd writes for 2,000 wake-ups while the loop was busy")
     }
 
+    /// The seed's two-source demo in a child whose main thread runs the main loop: each source's
+    /// schedule callback registers it on the main thread (the secondary one waiting until done),
+    /// commands go main → secondary → main through the buffers, a one-shot timer on the main loop
+    /// sends each next round (never early), and a stop command cancels the secondary source, whose
+    /// loop then finishes.
+    func testTheSeedsTwoSourceDemoTradesCommandsBetweenTheMainAndASecondaryThread() throws {
+        let rounds = 3, intervalMicroseconds = 100_000
+        let result = try ChildProcess.run("custom-source-demo", ["\(rounds)", "\(intervalMicroseconds / 1_000)"])
+        XCTAssertEqual(result.status, 0, result.standardError)
+        struct Event: Equatable { let what: String; let round: Int; let main: Bool; let at: Int }
+        let lines = result.standardOutput.split(separator: "\n").map(String.init)
+        let events: [Event] = lines.filter { $0.hasPrefix("event ") }.compactMap { line in
+            let fields = line.split(separator: " ").map(String.init)
+            func value(_ key: String) -> String? { fields.first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) } }
+            guard fields.count == 5, let round = value("round").flatMap(Int.init), let main = value("main"),
+                  let at = value("at_us").flatMap(Int.init) else { return nil }
+            return Event(what: fields[1], round: round, main: main == "true", at: at)
+        }
+        func first(_ what: String, _ round: Int = 0) -> Int? { events.firstIndex { $0.what == what && $0.round == round } }
+        let order = events.map { "\($0.what)#\($0.round)@\($0.main ? "main" : "secondary")" }
+        var expected = ["register-main#0@main", "register-secondary#0@main", "send#1@main", "schedule-returned#0@secondary",
+                        "secondary-perform#1@secondary", "main-perform#1@main"]
+        for round in 2...rounds { expected += ["send#\(round)@main", "secondary-perform#\(round)@secondary", "main-perform#\(round)@main"] }
+        expected += ["stop#0@secondary", "cancel-secondary#0@secondary", "unregister-secondary#0@main", "cancel-main#0@main"]
+        XCTAssertEqual(order, expected, result.standardOutput)
+        for round in 2...rounds {
+            guard let send = first("send", round), let previous = first("main-perform", round - 1) else { continue }
+            XCTAssertGreaterThanOrEqual(events[send].at - events[previous].at, intervalMicroseconds - 1,
+                                        "round \(round) was sent before the timer armed by round \(round - 1) was due")
+        }
+        XCTAssertEqual(lines.last, "exit finished", "the secondary loop should end as empty once its source is cancelled")
+    }
+
     func testRunningAnotherThreadsLoopStopsTheProcess() throws {
         let result = try ChildProcess.run("runloop-foreign-run")
         XCTAssertTrue(result.signalled || result.status != 0)

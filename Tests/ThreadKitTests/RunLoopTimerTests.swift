@@ -1,5 +1,6 @@
 // TKTimer on TKRunLoop: never early, deadline order, skipped (not caught-up) repeats, fire(),
-// invalidate(), fire-date changes, several modes, tolerance, cross-thread rescheduling.
+// invalidate(), fire-date changes, several modes, tolerance, cross-thread rescheduling, a timer
+// handed to a thread subclass (the seed's CustomThread), userInfo.
 import Foundation
 import Synchronization
 import ThreadKit
@@ -180,6 +181,74 @@ final class RunLoopTimerTests: XCTestCase {
         t.start()
         XCTAssertTrue(t.join(until: .now + .seconds(30)))
         XCTAssertTrue(fired.value)
+    }
+
+    /// The seed's CustomThread (times scaled by 1/10): a repeating timer created on this thread is
+    /// handed to a TKThread subclass, added there in the common modes, and fires on that thread
+    /// while its loop runs run(until:), never before its fire date or its slot; run(until:) runs
+    /// to its deadline.
+    func testATimerHandedToAThreadSubclassFiresThereWhileItsLoopRunsUntilADate() {
+        final class CustomThread: TKThread, @unchecked Sendable {
+            let myTimer: TKTimer
+            let runFor: Duration
+            let ranFor = Guarded<Duration?>(nil)
+            let pthread = Guarded<pthread_t?>(nil)
+            let finished = DispatchSemaphore(value: 0)
+            init(myTimer: TKTimer, runFor: Duration) {
+                self.myTimer = myTimer
+                self.runFor = runFor
+                super.init()
+            }
+            override func main() {
+                pthread.withLock { $0 = pthread_self() }
+                let loop = TKRunLoop.current
+                loop.add(myTimer, forMode: .common)
+                let start = ContinuousClock.now
+                loop.run(until: start + runFor)
+                ranFor.withLock { $0 = ContinuousClock.now - start }
+                finished.signal()
+            }
+        }
+        let created = ContinuousClock.now
+        let fireDate = created + .milliseconds(100), interval = Duration.milliseconds(50)
+        let fires = Guarded<[(at: ContinuousClock.Instant, thread: pthread_t)]>([])
+        let timer = TKTimer(fireAt: fireDate, interval: interval, repeats: true) { _ in
+            fires.withLock { $0.append((.now, pthread_self())) }
+        }
+        let thread = CustomThread(myTimer: timer, runFor: .milliseconds(500))
+        thread.start()
+        XCTAssertEqual(thread.finished.wait(timeout: .now() + 30), .success)
+        timer.invalidate()
+        let recorded = fires.withLock { $0 }
+        let threadID = thread.pthread.withLock { $0 }
+        XCTAssertFalse(recorded.isEmpty, "the timer never fired on the thread it was handed to")
+        XCTAssertLessThanOrEqual(recorded.count, 9, "more fires than slots between 100 and 500 ms")
+        for (slot, fire) in recorded.enumerated() {
+            XCTAssertGreaterThanOrEqual(fire.at, fireDate + interval * slot, "fire \(slot) came before its slot")
+            XCTAssertTrue(threadID.map { pthread_equal($0, fire.thread) != 0 } ?? false, "fire \(slot) ran off the subclass's thread")
+        }
+        XCTAssertGreaterThanOrEqual(thread.ranFor.withLock { $0 } ?? .zero, .milliseconds(500), "run(until:) returned before its date")
+    }
+
+    /// NSTimer's userInfo: what the creator hands the timer, read by the block through the timer.
+    func testAScheduledTimerCarriesUserInfoToItsBlock() {
+        let seen = Guarded<[String]>([])
+        let timerBox = Guarded<TKTimer?>(nil)
+        let t = TKThread {
+            let timer = TKTimer.scheduledTimer(withInterval: .milliseconds(1), repeats: true, userInfo: "This is a arg") { sender in
+                let count = seen.withLock { $0.append(sender.userInfo as? String ?? "nil"); return $0.count }
+                if count == 3 { sender.invalidate() }
+            }
+            timerBox.withLock { $0 = timer }
+            TKRunLoop.current.run(until: .now + .seconds(30))
+        }
+        t.start()
+        XCTAssertTrue(t.join(until: .now + .seconds(30)))
+        XCTAssertEqual(seen.withLock { $0 }, ["This is a arg", "This is a arg", "This is a arg"])
+        XCTAssertEqual(timerBox.withLock { $0 }?.userInfo as? String, "This is a arg", "userInfo is readable from another thread")
+        XCTAssertNil(TKTimer(interval: .seconds(1), repeats: false) { _ in }.userInfo, "userInfo defaults to nil")
+        let info = TKTimer(fireAt: .now, interval: .zero, repeats: false, userInfo: 42) { _ in }.userInfo
+        XCTAssertEqual(info as? Int, 42)
     }
 
     func testRescheduleFromAnotherThreadWakesTheLoop() {

@@ -323,6 +323,71 @@ final class ThreadTests: XCTestCase {
         XCTAssertEqual(lines.last, "after multithreaded=true")
     }
 
+    /// Listing 2-3: a worker runs its loop with an immediate deadline after each chunk of work; a
+    /// custom input source signalled from another thread sets ThreadShouldExitNow in the worker's
+    /// thread dictionary during that brief run, and the worker stops right after it.
+    func testListing2_3AWorkerExitsThroughAnInputSourceAndItsThreadDictionary() {
+        let chunksDone = Atomic<Int>(0)
+        let loopBox = Guarded<TKRunLoop?>(nil)
+        let scheduled = DispatchSemaphore(value: 0)
+        let performed = Guarded<(onWorker: Bool, afterChunk: Int)?>(nil)
+        let workerPthread = Guarded<pthread_t?>(nil)
+        let outcome = Guarded<(chunks: Int, exitNow: Bool)?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        let source = TKRunLoopSource(schedule: { loop, _ in
+            loopBox.withLock { $0 = loop }
+            scheduled.signal()
+        }, perform: {
+            TKThread.current.threadDictionary["ThreadShouldExitNow"] = true
+            let onWorker = workerPthread.withLock { $0.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+            performed.withLock { $0 = (onWorker, chunksDone.load(ordering: .relaxed)) }
+        })
+        let total = 10_000_000
+        let worker = TKThread(name: "listing-2-3") {
+            workerPthread.withLock { $0 = pthread_self() }
+            TKThread.current.threadDictionary["ThreadShouldExitNow"] = false
+            let loop = TKRunLoop.current
+            loop.add(source, forMode: .default)
+            var exitNow = false, chunks = 0
+            while chunks < total && !exitNow {
+                var x: UInt64 = 1
+                for i in 0..<1_000 { x = x &* 6_364_136_223_846_793_005 &+ UInt64(i) }
+                if x == 42 { print("unlikely") }
+                chunks += 1
+                chunksDone.store(chunks, ordering: .relaxed)
+                loop.run(until: .now)
+                exitNow = TKThread.current.threadDictionary["ThreadShouldExitNow"] as? Bool ?? false
+            }
+            outcome.withLock { $0 = (chunks, exitNow) }
+            finished.signal()
+        }
+        worker.start()
+        XCTAssertEqual(scheduled.wait(timeout: .now() + 30), .success, "the source was never scheduled")
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { chunksDone.load(ordering: .relaxed) >= 10 })
+        let requestedAfter = chunksDone.load(ordering: .relaxed)
+        source.signal()
+        loopBox.withLock { $0 }?.wakeUp()
+        XCTAssertEqual(finished.wait(timeout: .now() + 30), .success, "the worker never left its loop")
+        let (chunks, exitNow) = outcome.withLock { $0 } ?? (0, false)
+        let handled = performed.withLock { $0 }
+        XCTAssertTrue(exitNow, "the worker ran out of work instead of reading ThreadShouldExitNow")
+        XCTAssertEqual(handled?.onWorker, true, "the source's handler ran off the worker thread")
+        XCTAssertGreaterThanOrEqual(handled?.afterChunk ?? -1, requestedAfter)
+        XCTAssertEqual(chunks, handled?.afterChunk, "the worker did more work after the handler asked it to stop")
+        XCTAssertLessThan(chunks, total)
+        XCTAssertTrue(worker.join(until: .now + .seconds(30)))
+    }
+
+    /// create-threads' fourth form: performInBackground runs the block on a new, detached thread,
+    /// and starting it makes the process multithreaded.
+    func testPerformInBackgroundRunsOnANewDetachedThreadAndMakesTheProcessMultiThreaded() throws {
+        let result = try ChildProcess.run("perform-in-background")
+        XCTAssertEqual(result.status, 0, result.standardError)
+        let lines = result.standardOutput.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines, ["before multithreaded=false", "background onMainPthread=false name=performInBackground",
+                               "detached=true", "after multithreaded=true"])
+    }
+
     // MARK: Sleeping, call stacks, errors
 
     func testSleepNeverReturnsEarly() {

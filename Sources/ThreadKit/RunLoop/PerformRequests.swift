@@ -123,12 +123,12 @@ extension TKRunLoop {
             throw TKError(.threadFinished, "TKThread \(thread.describe()).perform: the thread has finished. "
                           + "Fix: send requests only to running threads.")
         }
-        perform(inModes: modes) { [weak self] in
+        _ = enqueueUnlessClosed(PendingBlock(modes: Self.blockModes(modes), block: { [weak self] in
             guard let request, let id else { return block() }
             guard self?.lock.withLock({ self?.waitingRequests.removeValue(forKey: id) }) != nil else { return }
             block()
             _ = request.settle(PerformRequest.done)
-        }
+        }, isRequest: true))
     }
 
     // MARK: Delayed requests

@@ -126,11 +126,12 @@ extension TKRunLoop {
     }
 
     /// Runs the perform blocks queued for `mode`, in order of arrival; on the main loop in a common
-    /// mode, then one batch of the main dispatch queue. True if main-queue work ran (a handled source).
+    /// mode, then one batch of the main dispatch queue. True if a perform request or main-queue
+    /// work ran (each a handled source, as in Cocoa).
     @discardableResult
     private func runBlocks(_ mode: Mode) -> Bool {
-        drainBlocks(for: mode)
-        return drainMainQueue(mode)
+        let ranRequest = drainBlocks(for: mode)
+        return drainMainQueue(mode) || ranRequest
     }
 
     /// Performs the signalled version-0 sources of `mode` in `order`. True if any ran.

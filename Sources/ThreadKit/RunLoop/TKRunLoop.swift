@@ -29,6 +29,10 @@ public final class TKRunLoop: @unchecked Sendable {
     struct PendingBlock {
         let modes: [Mode]?
         let block: @Sendable () -> Void
+        /// A perform request (performSelector:onThread: and kin), which Cocoa delivers through a
+        /// version-0 source: running it counts as a handled source, so `run(mode:before:)`
+        /// returns after it. A plain `perform` block (CFRunLoopPerformBlock) does not.
+        var isRequest = false
     }
 
     /// Pending perform blocks in order of arrival. Guarded by lock.
@@ -356,7 +360,7 @@ public final class TKRunLoop: @unchecked Sendable {
     /// An empty `modes` is a misuse: no pass could ever run the block.
     public func perform(inModes modes: [Mode] = [.common], _ block: @escaping @Sendable () -> Void) {
         if modes.isEmpty { refuseNoModes("perform(inModes: [])") }
-        enqueue(PendingBlock(modes: modes.count == 1 && modes[0] == .common ? nil : modes, block: block))
+        enqueue(PendingBlock(modes: Self.blockModes(modes), block: block))
     }
 
     /// `perform(inModes: [.common], block)` without building the modes array: the common case,
@@ -370,6 +374,11 @@ public final class TKRunLoop: @unchecked Sendable {
         let loop = ownerThread == TKRunLoop.mainThreadID ? "TKRunLoop.main" : "the TKRunLoop of thread \(ownerThread)"
         misuse("\(call) on \(loop): a block that may run in no mode never runs. Fix: pass the modes it may run in, "
                + "e.g. [.default] or [.common].")
+    }
+
+    /// A block's modes as stored: nil for "the common modes", the usual case.
+    static func blockModes(_ modes: [Mode]) -> [Mode]? {
+        modes.count == 1 && modes[0] == .common ? nil : modes
     }
 
     /// A block for a loop whose thread has finished is dropped: nothing would ever run it.
@@ -392,7 +401,9 @@ public final class TKRunLoop: @unchecked Sendable {
     /// the others stay queued, ahead of blocks posted meanwhile. Loop thread only. Re-entrant: a
     /// block may run the loop again (a nested run drains into a batch of its own; the spare buffer
     /// `draining` is lent to the outermost drain only).
-    func drainBlocks(for mode: Mode) {
+    /// True if a perform request (a source, for `run(mode:before:)`) ran.
+    @discardableResult
+    func drainBlocks(for mode: Mode) -> Bool {
         var batch: [PendingBlock] = []
         let lent = drainingLent
         if !lent { swap(&batch, &draining) }   // reuse the spare buffer's capacity
@@ -407,9 +418,10 @@ public final class TKRunLoop: @unchecked Sendable {
                 drainingLent = false
             }
         }
-        guard !batch.isEmpty else { return }
+        guard !batch.isEmpty else { return false }
         drainingLent = true
         var deferred: [PendingBlock] = []
+        var ranRequest = false
         for entry in batch {
             guard Self.accepts(entry, mode, common) else {
                 deferred.append(entry)
@@ -419,8 +431,10 @@ public final class TKRunLoop: @unchecked Sendable {
             // (a nested run) finds them.
             if !deferred.isEmpty { requeueFront(&deferred) }
             entry.block()
+            ranRequest = ranRequest || entry.isRequest
         }
         if !deferred.isEmpty { requeueFront(&deferred) }
+        return ranRequest
     }
 
     /// Puts skipped blocks back ahead of those posted meanwhile, and empties `skipped`.

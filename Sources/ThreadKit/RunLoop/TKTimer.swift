@@ -23,26 +23,30 @@ public final class TKTimer: @unchecked Sendable {
     /// whatever interval it was created with, as NSTimer's `timeInterval` does.
     public let interval: Duration
     let repeats: Bool
+    /// What the creator handed the timer for its block to read (NSTimer's `userInfo`). Immutable.
+    public let userInfo: (any Sendable)?
     let block: @Sendable (TKTimer) -> Void
     let state: Protected<State>
 
-    public init(fireAt date: ContinuousClock.Instant, interval: Duration, repeats: Bool,
+    public init(fireAt date: ContinuousClock.Instant, interval: Duration, repeats: Bool, userInfo: (any Sendable)? = nil,
                 block: @escaping @Sendable (TKTimer) -> Void) {
         self.interval = repeats ? max(interval, .microseconds(100)) : .zero
         self.repeats = repeats
+        self.userInfo = userInfo
         self.block = block
         state = Protected(State(fireDate: date))
     }
 
-    public convenience init(interval: Duration, repeats: Bool, block: @escaping @Sendable (TKTimer) -> Void) {
-        self.init(fireAt: .now + max(interval, .zero), interval: interval, repeats: repeats, block: block)
+    public convenience init(interval: Duration, repeats: Bool, userInfo: (any Sendable)? = nil,
+                            block: @escaping @Sendable (TKTimer) -> Void) {
+        self.init(fireAt: .now + max(interval, .zero), interval: interval, repeats: repeats, userInfo: userInfo, block: block)
     }
 
     /// Creates a timer and adds it to the current thread's run loop in the default mode.
     @discardableResult
-    public static func scheduledTimer(withInterval interval: Duration, repeats: Bool,
+    public static func scheduledTimer(withInterval interval: Duration, repeats: Bool, userInfo: (any Sendable)? = nil,
                                       block: @escaping @Sendable (TKTimer) -> Void) -> TKTimer {
-        let timer = TKTimer(interval: interval, repeats: repeats, block: block)
+        let timer = TKTimer(interval: interval, repeats: repeats, userInfo: userInfo, block: block)
         TKRunLoop.current.add(timer, forMode: .default)
         return timer
     }

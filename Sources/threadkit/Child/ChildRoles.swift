@@ -11,7 +11,7 @@ struct ChildRole: Sendable {
 }
 
 enum ChildRoles {
-    static let all: [ChildRole] = MisuseRoles.all + RunLoopMisuseRoles.all + ThreadRoles.all + DistributedLockRoles.all + PortRoles.all
+    static let all: [ChildRole] = MisuseRoles.all + RunLoopMisuseRoles.all + RunLoopRoles.all + ThreadRoles.all + DistributedLockRoles.all + PortRoles.all
         + DispatchMisuseRoles.all + DispatchMainRoles.all + OperationMisuseRoles.all + ConcurrencyRoles.all + GlobalExecutorRoles.all + ExecutorMisuseRoles.all
 
     static func main(_ arguments: [String]) -> Int32 {

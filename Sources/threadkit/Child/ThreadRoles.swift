@@ -1,7 +1,8 @@
 // ThreadRoles: child processes for the TKThread behaviours that only a whole process shows:
-// exit-time joining of joinable threads, the once-per-process multithreading notification, the
-// default uncaught-error report, start() twice, detaching after start, a joinable thread's value
-// handed to nobody, and priorities refused to an unprivileged process.
+// exit-time joining of joinable threads, the once-per-process multithreading notification (and
+// performInBackground as the first thread), the default uncaught-error report, start() twice,
+// detaching after start, a joinable thread's value handed to nobody, and priorities refused to an
+// unprivileged process.
 import Glibc
 import ThreadKit
 
@@ -43,6 +44,24 @@ enum ThreadRoles {
             for t in threads { t.join() }
             lock.withLock { log.value.append("after multithreaded=\(TKThread.isMultiThreaded())") }
             for line in log.value { Console.out(line) }
+            return 0
+        },
+        ChildRole(name: "perform-in-background", usage: "(performInBackground as the process's first thread; prints isMultiThreaded before and after)") { _ in
+            let mainThread = pthread_self()
+            let ran = TKCondition()
+            let seen = SharedBox<String?>(nil)   // guarded by ran
+            Console.out("before multithreaded=\(TKThread.isMultiThreaded())")
+            let thread = TKThread.performInBackground {
+                let line = "background onMainPthread=\(pthread_equal(pthread_self(), mainThread) != 0) name=\(TKThread.current.name ?? "-")"
+                ran.withLock { seen.value = line; ran.signal() }
+            }
+            let line = ran.withLock { () -> String in
+                while seen.value == nil { ran.wait() }
+                return seen.value!
+            }
+            Console.out(line)
+            Console.out("detached=\(thread.isDetached)")
+            Console.out("after multithreaded=\(TKThread.isMultiThreaded())")
             return 0
         },
         ChildRole(name: "uncaught-default", usage: "(a throwing thread's error goes to the default handler)") { _ in

@@ -209,10 +209,18 @@ enum DispatchScenarios {
         name: "gcd-sync-deadlock", title: "sync onto the queue you are running on is reported, not a silent hang",
         source: "GCD article: dispatch_sync on the current serial queue deadlocks (libdispatch: SIGILL, no message)"
     ) { say in
-        let child = try ChildLauncher("dispatch-sync-current", [])
-        let status = child.wait()
-        say.say("the child that called queue.sync from inside queue ended with status \(status); its message is above")
+        let child = try ChildLauncher("dispatch-sync-current", [], captureStandardError: true)
+        let (status, standardError) = child.waitCapturingStandardError()
+        // The diagnostic is the line carrying ThreadKit's misuse banner; whatever else the runtime
+        // adds on a crash (a backtrace, register dumps) is not narrated.
+        let diagnostic = standardError.split(separator: "\n").map(String.init).filter { $0.contains("ThreadKit misuse:") }
+        let shown = diagnostic.first.map { line in line.firstRange(of: "ThreadKit misuse:").map { String(line[$0.lowerBound...]) } ?? line }
+        say.say("a child process calls queue.sync from inside the serial queue \"photos\"; its standard error:")
+        say.say("  \(shown ?? "(no ThreadKit diagnostic)")")
+        say.say("the child ended with status \(status) (\(status > 128 ? "signal \(status - 128)" : "exit"))")
         try say.check(status != 0, "the deadlock went unnoticed")
+        try say.check(shown.map { $0.contains("\"photos\"") && $0.contains("sync") && $0.contains("Fix:") } ?? false,
+                      "the child's standard error carries no diagnostic naming the queue and the fix: \(standardError)")
         return "stopped at once with a message naming the queue and the fix"
     }
 }

@@ -1,14 +1,99 @@
 // LockScenarios: the lock scenarios of the seeds (Threading Programming Guide, "Synchronization";
-// the CSDN article on locks): condition-lock producer/consumer, recursive lock, NSCondition
+// the CSDN article on locks): NSLock's tryLock / lockBeforeDate: while computing, condition-lock
+// producer/consumer, recursive lock, NSCondition
 // producer/consumer, reader/writer store, @synchronized with two tokens, OSAtomic listing 4-1.
 import Synchronization
 import ThreadKit
 
 enum LockScenarios {
-    static let all: [Scenario] = [conditionLock, recursiveLock, condition, readWriteStore, synchronizedTokens, atomics]
+    static let all: [Scenario] = [keepComputing, conditionLock, recursiveLock, condition, readWriteStore, synchronizedTokens, atomics]
 
     /// Items moved by the producer/consumer scenarios: enough to hand off thousands of times.
     static let itemCount = 10_000
+
+    static let keepComputing = Scenario(
+        name: "lock-keep-computing", title: "tryLock / lock(before:): keep computing until the lock is free, then update the display",
+        source: "Threading Programming Guide, \"Using an NSLock Object\": if tryLock fails, do another increment of calculation; CSDN article, tryLock / lockBeforeDate:"
+    ) { say in
+        let theLock = TKLock()
+        theLock.name = "display"
+        // The display all threads update: the sum of their results so far. Guarded by theLock.
+        let display = SharedBox<(total: Int, updates: Int, whileHeld: Int)>((0, 0, 0))
+        let mainHoldsIt = Atomic<Bool>(false)   // true while the main thread "redraws" under theLock
+        let increments = 2_000
+        let busyIncrements = [TKAtomicInt64(0), TKAtomicInt64(0)]   // per thread: increments done because tryLock failed
+
+        say.say("the main thread holds the lock (redrawing the display); two threads compute \(increments) increments each")
+        theLock.lock()
+        mainHoldsIt.store(true, ordering: .relaxed)
+        let workers = (0..<2).map { w in
+            SpawnedThread {
+                var pending = 0
+                for n in 1...increments {
+                    pending += increment(n)   // another increment of calculation
+                    if theLock.tryLock() {    // update the display only when the lock is free
+                        if mainHoldsIt.load(ordering: .relaxed) { display.value.whileHeld += 1 }
+                        display.value.total += pending
+                        display.value.updates += 1
+                        theLock.unlock()
+                        pending = 0
+                    } else {
+                        busyIncrements[w].increment(barrier: false)
+                    }
+                }
+                theLock.withLock { display.value.total += pending }   // no more to do: the last result
+            }
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while busyIncrements.contains(where: { $0.load() < 10 }) && ContinuousClock.now < deadline { yieldCPU() }
+        let busyWhileHeld = busyIncrements.map { Int($0.load()) }
+        say.say("while the lock was held: thread A computed \(busyWhileHeld[0]) increments, thread B \(busyWhileHeld[1]) — tryLock() said no, they kept working")
+        mainHoldsIt.store(false, ordering: .relaxed)
+        theLock.unlock()
+        workers.forEach { $0.join() }
+        let expected = 2 * (1...increments).reduce(0) { $0 + increment($1) }
+        let busy = busyIncrements.map { Int($0.load()) }
+        say.say("display updated \(display.value.updates) times; total \(display.value.total) (expected \(expected)); "
+                + "increments computed while the lock was busy: \(busy[0]) + \(busy[1])")
+        try say.check(busyWhileHeld.allSatisfy { $0 >= 10 } && display.value.whileHeld == 0, "a thread blocked, or updated the display while the lock was held")
+        try say.check(display.value.total == expected, "results were lost: \(display.value.total) ≠ \(expected)")
+
+        // lock(before:): wait a little for the lock; each time it times out, compute one more increment.
+        theLock.lock()
+        mainHoldsIt.store(true, ordering: .relaxed)
+        let timeouts = Atomic<Int>(0), early = Atomic<Int>(0)
+        let gotItWhileHeld = Atomic<Bool>(true)
+        let patient = SpawnedThread {
+            var n = 0, pending = 0
+            while true {
+                let deadline = ContinuousClock.now + .milliseconds(2)
+                if theLock.lock(before: deadline) { break }
+                if ContinuousClock.now < deadline { early.wrappingAdd(1, ordering: .relaxed) }
+                n += 1
+                pending += increment(n)
+                timeouts.wrappingAdd(1, ordering: .relaxed)
+            }
+            gotItWhileHeld.store(mainHoldsIt.load(ordering: .relaxed), ordering: .relaxed)
+            display.value.total += pending
+            theLock.unlock()
+        }
+        while timeouts.load(ordering: .relaxed) < 3 && ContinuousClock.now < deadline { TKThread.sleep(for: .milliseconds(1)) }
+        mainHoldsIt.store(false, ordering: .relaxed)
+        theLock.unlock()
+        patient.join()
+        say.say("lock(before: now + 2 ms) timed out \(timeouts.load(ordering: .relaxed))× (never before its deadline: \(early.load(ordering: .relaxed) == 0)), "
+                + "one increment computed after each; then it got the lock once the main thread let go")
+        try say.check(timeouts.load(ordering: .relaxed) >= 3 && early.load(ordering: .relaxed) == 0 && !gotItWhileHeld.load(ordering: .relaxed),
+                      "lock(before:) returned early or acquired a held lock")
+        return "\(busy[0] + busy[1]) increments computed instead of waiting; every result reached the display; lock(before:) waited its full deadline"
+    }
+
+    /// One increment of calculation: a few microseconds of arithmetic whose result is `n`.
+    static func increment(_ n: Int) -> Int {
+        var x: UInt64 = 0x9E37_79B9_7F4A_7C15 &+ UInt64(n)
+        for _ in 0..<2_000 { x ^= x << 13; x ^= x >> 7; x ^= x << 17 }
+        return x == 0 ? 0 : n
+    }
 
     static let conditionLock = Scenario(
         name: "condition-lock", title: "NSConditionLock producer/consumer with HAS_DATA / NO_DATA",

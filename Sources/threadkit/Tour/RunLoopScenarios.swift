@@ -1,12 +1,13 @@
 // RunLoopScenarios: the seeds' run-loop scenarios (the CFRunLoop articles and the Threading
 // Programming Guide's "Run Loops"): the observer trace of a loop with a repeating timer, a custom
-// input source driven from another thread, a slow timer handler whose missed fires are skipped,
-// and common modes (a timer that keeps firing while the loop runs a tracking mode).
+// input source driven from another thread and the seed's full two-source demo, a slow timer
+// handler whose missed fires are skipped, a timer handed to a thread subclass, a timer carrying
+// userInfo, and common modes (a timer that keeps firing while the loop runs a tracking mode).
 import Synchronization
 import ThreadKit
 
 enum RunLoopScenarios {
-    static let all: [Scenario] = [observerTrace, customSource, timerSkips, commonModes]
+    static let all: [Scenario] = [observerTrace, customSource, customSourceDemo, timerSkips, timerOnThread, timerUserInfo, commonModes]
 
     static let observerTrace = Scenario(
         name: "observer-trace", title: "an observer prints every activity of a loop with a repeating timer",
@@ -96,6 +97,20 @@ enum RunLoopScenarios {
         return "\(rounds) round trips, each a signal + wakeUp handled on the other thread's loop"
     }
 
+    static let customSourceDemo = Scenario(
+        name: "custom-source-demo", title: "the seed's two-source demo: main and secondary thread trade commands through buffers; a stop cancels",
+        source: "CSDN run-loop article, \"自定义Run Loop事件源的实际运用\": schedule registers the source via performOnMainThread(waitUntilDone), command buffers, a 1 s timer, a Stop that cancels"
+    ) { say in
+        let rounds = 3
+        let demo = CustomSourceDemo(rounds: rounds, interval: .seconds(1)) { say.say($0) }
+        say.say("the main thread runs its loop; \(rounds) rounds, one second apart as in the seed, then a stop command")
+        let (events, exit) = demo.run()
+        if let failure = CustomSourceDemo.failure(events, secondaryExit: exit, rounds: rounds, interval: .seconds(1)) {
+            throw ScenarioFailure(failure)
+        }
+        return "\(rounds) rounds main → secondary → main, each step on its own thread; the stop cancelled the source and its loop finished"
+    }
+
     static let timerSkips = Scenario(
         name: "timer-skips", title: "a repeating timer whose handler is once slow skips the fires it missed",
         source: "CFRunLoop article: a 5 s timer whose handler takes 20 s does not fire three times in a row (here 20 ms / 70 ms)"
@@ -117,6 +132,76 @@ enum RunLoopScenarios {
         try say.check(fires.value.count == 4 && fires.value[0] == 0 && fires.value[1] >= 4 && fires.value[2] > fires.value[1],
                       "unexpected slots \(fires.value)")
         return "fired at slots \(fires.value.map(String.init).joined(separator: ", ")): the original schedule, missed slots dropped"
+    }
+
+    static let timerOnThread = Scenario(
+        name: "timer-thread", title: "a timer made on the main thread, handed to a thread subclass, run there in the common modes for 5 s",
+        source: "CSDN NSThread article: NSTimer(fireDate: now + 1, interval: 0.5) passed to CustomThread(myTimer:), addTimer(forMode: NSRunLoopCommonModes), runUntilDate(now + 5)"
+    ) { say in
+        final class CustomThread: TKThread, @unchecked Sendable {
+            let myTimer: TKTimer
+            let say: Narrator
+            /// How long run(until:) ran; written by the thread, read after join.
+            let ranFor = SharedBox<Duration>(.zero)
+            init(myTimer: TKTimer, say: Narrator) {
+                self.myTimer = myTimer
+                self.say = say
+                super.init()
+                name = "CustomThread"
+            }
+            override func main() {
+                let runloop = TKRunLoop.current
+                runloop.add(myTimer, forMode: .common)
+                say.say("CustomThread.main(): timer added in .common; TKThread.isMultiThreaded() → \(TKThread.isMultiThreaded()); run(until: now + 5 s)")
+                let start = ContinuousClock.now
+                runloop.run(until: start + .seconds(5))
+                ranFor.value = ContinuousClock.now - start
+            }
+        }
+        let created = ContinuousClock.now
+        let fireDate = created + .seconds(1)
+        let interval = Duration.milliseconds(500)
+        let fires = SharedBox<[(at: Duration, thread: String)]>([])   // CustomThread only, read after join
+        let myTimer = TKTimer(fireAt: fireDate, interval: interval, repeats: true) { _ in
+            let at = ContinuousClock.now - created
+            fires.value.append((at, TKThread.current.name ?? "?"))
+            say.say("+\(Int(at / .milliseconds(1))) ms: Fire timer... (on \"\(TKThread.current.name ?? "?")\")")
+        }
+        say.say("main thread: TKTimer(fireAt: now + 1 s, interval: 0.5 s, repeats: true) → CustomThread(myTimer:).start(), then wait for it")
+        let customThread = CustomThread(myTimer: myTimer, say: say)
+        customThread.start()
+        customThread.join()
+        myTimer.invalidate()
+        let ranFor = customThread.ranFor.value
+        say.say("the thread's run(until:) returned after \(Int(ranFor / .milliseconds(1))) ms; the timer fired \(fires.value.count)× (slots at 1.0, 1.5 … 5.0 s)")
+        let early = fires.value.enumerated().filter { $0.element.at < .seconds(1) + interval * $0.offset }
+        try say.check(!fires.value.isEmpty && fires.value.count <= 9 && fires.value.allSatisfy { $0.thread == "CustomThread" },
+                      "the timer fired \(fires.value.count)× or off the thread it was handed to")
+        try say.check(early.isEmpty && ranFor >= .seconds(5), "a fire or the end of the run came early")
+        return "\(fires.value.count) fires, all on CustomThread, none early; the loop ran its full 5 s"
+    }
+
+    static let timerUserInfo = Scenario(
+        name: "timer-user-info", title: "a scheduled repeating timer carries userInfo to its handler",
+        source: "CSDN NSThread article: scheduledTimerWithTimeInterval(0.5, …, userInfo: \"This is a arg\", repeats: true) (here 50 ms)"
+    ) { say in
+        // On a thread of its own: the main loop's default mode never runs out of work, so it would
+        // not return once the timer is invalidated.
+        let seen = SharedBox<[String]>([])   // the thread's, until joined
+        let thread = TKThread(name: "timer") {
+            TKTimer.scheduledTimer(withInterval: .milliseconds(50), repeats: true, userInfo: "This is a arg") { sender in
+                let info = sender.userInfo as? String ?? "(no userInfo)"
+                seen.value.append(info)
+                say.say("Fire timer...\(info)")
+                if seen.value.count == 3 { sender.invalidate() }
+            }
+            TKRunLoop.current.run(mode: .default, for: .seconds(10), returnAfterSourceHandled: false)
+        }
+        say.say("scheduledTimer(withInterval: 50 ms (the seed: 0.5 s), repeats: true, userInfo: \"This is a arg\") on a thread; invalidated after 3 fires")
+        thread.start()
+        thread.join()
+        try say.check(seen.value == Array(repeating: "This is a arg", count: 3), "the handler saw \(seen.value)")
+        return "each fire read the timer's userInfo through the timer handed to the block"
     }
 
     static let commonModes = Scenario(

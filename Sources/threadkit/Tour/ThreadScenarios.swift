@@ -1,17 +1,22 @@
 // ThreadScenarios: the seeds' NSThread scenarios (the CSDN NSThread article, "Runloop和多線程",
 // and the Threading Programming Guide's "Thread Management"): three ways to create a thread, the
-// detached-thread pitfall and its joinable fix, the thread dictionary, quality of service, and an
-// error thrown in a thread forwarded to the main thread.
+// detached-thread pitfall and its joinable fix, the thread dictionary, Listing 2-3's exit through
+// an input source and the thread dictionary, quality of service, and an error thrown in a thread
+// forwarded to the main thread.
+import Synchronization
 import Glibc
 import ThreadKit
 
 enum ThreadScenarios {
-    static let all: [Scenario] = [createThreads, detachedPitfall, threadDictionary, qualityOfService, threadError]
+    static let all: [Scenario] = [createThreads, detachedPitfall, threadDictionary, exitNow, qualityOfService, threadError]
 
     static let createThreads = Scenario(
-        name: "create-threads", title: "three ways to create a thread: detach, object + start, subclass with two arguments",
-        source: "CSDN NSThread article: detachNewThreadSelector, initWithTarget + start, NSThread subclass"
+        name: "create-threads", title: "four ways to create a thread: detach, object + start, subclass with two arguments, performInBackground",
+        source: "CSDN NSThread article: detachNewThreadSelector, initWithTarget + start, NSThread subclass, performSelectorInBackground; isMultiThreaded"
     ) { say in
+        let before = TKThread.isMultiThreaded()
+        say.say("TKThread.isMultiThreaded() before any thread is started → \(before)"
+                + (before && !say.runsFirst ? " (an earlier scenario of this run started threads)" : ""))
         let done = TKCondition()
         let ran = SharedBox<[String]>([])   // guarded by done
         @Sendable func report(_ line: String) {
@@ -42,9 +47,20 @@ enum ThreadScenarios {
         let subclass = Downloader(url: "https://example.com/a.png", retries: 2) { report($0) }
         subclass.start()
         subclass.join()
+        say.say("First event in Main Thread.")
+        let background = TKThread.performInBackground {
+            report("4. performInBackground: \"I am a event, perform in Background Thread.\" on \"\(TKThread.current.name ?? "?")\", "
+                   + "main thread? \(TKThread.isMainThread)")
+        }
+        done.withLock { while ran.value.count < 4 { done.wait() } }
+        say.say("Second event in Main Thread. (performInBackground's thread is detached: \(background.isDetached))")
+        let after = TKThread.isMultiThreaded()
+        say.say("TKThread.isMultiThreaded() after → \(after)")
         let count = done.withLock { ran.value.count }
-        try say.check(count == 3, "expected 3 threads to run, saw \(count)")
-        return "all three forms ran their code on their own, named threads"
+        try say.check(count == 4, "expected 4 threads to run, saw \(count)")
+        try say.check(background.isDetached && done.withLock { ran.value[3].hasSuffix("main thread? false") }, "performInBackground did not run on a detached secondary thread")
+        try say.check(after && (!before || !say.runsFirst), "isMultiThreaded() was \(before) before and \(after) after the first threads")
+        return "all four forms ran their code on their own, named threads; isMultiThreaded() went \(before) → \(after)"
     }
 
     static let detachedPitfall = Scenario(
@@ -100,6 +116,74 @@ enum ThreadScenarios {
         TKThread.current.threadDictionary["role"] = nil
         try say.check(seen.value == ["parser", "renderer"] && mine == "main", "dictionaries leaked between threads")
         return "each thread saw only its own entries"
+    }
+
+    static let exitNow = Scenario(
+        name: "thread-exit-now", title: "Listing 2-3: a worker runs its loop briefly between work chunks and exits through an input source",
+        source: "Threading Programming Guide, \"Terminating a Thread\", Listing 2-3: runUntilDate:[NSDate date] after each chunk; ThreadShouldExitNow in the thread dictionary"
+    ) { say in
+        let totalChunks = 1_000_000
+        let chunksDone = Atomic<Int>(0)
+        let registered = TKCondition()
+        let workerLoop = SharedBox<TKRunLoop?>(nil)   // guarded by registered
+        let performed = SharedBox<(thread: String, afterChunk: Int)?>(nil)   // written by the worker's loop, read after join
+        // myInstallCustomInputSource: the source registers its loop when scheduled; its handler
+        // cannot reach the worker's local `exitNow`, so it leaves the request in the thread dictionary.
+        let exitSource = TKRunLoopSource(schedule: { loop, mode in
+            say.say("worker: input source scheduled in \(mode == .default ? "the default mode" : mode.rawValue) → its loop is registered with the main thread")
+            registered.withLock { workerLoop.value = loop; registered.signal() }
+        }, perform: {
+            TKThread.current.threadDictionary["ThreadShouldExitNow"] = true
+            performed.value = (TKThread.current.name ?? "?", chunksDone.load(ordering: .relaxed))
+            say.say("worker: input source performed after chunk \(performed.value!.afterChunk) → threadDictionary[\"ThreadShouldExitNow\"] = true")
+        })
+        let outcome = SharedBox<(chunks: Int, exitNow: Bool)>((0, false))   // the worker's, until joined
+        let worker = TKThread(name: "worker") {
+            var moreWorkToDo = true
+            var exitNow = false
+            let runLoop = TKRunLoop.current
+            TKThread.current.threadDictionary["ThreadShouldExitNow"] = exitNow
+            runLoop.add(exitSource, forMode: .default)
+            var chunks = 0
+            while moreWorkToDo && !exitNow {
+                doChunkOfWork()
+                chunks += 1
+                chunksDone.store(chunks, ordering: .relaxed)
+                moreWorkToDo = chunks < totalChunks
+                // Run the loop, but time out at once if the input source is not waiting to fire.
+                runLoop.run(until: .now)
+                exitNow = TKThread.current.threadDictionary["ThreadShouldExitNow"] as? Bool ?? false
+                if chunks <= 2 { say.say("worker: chunk \(chunks) done; run(until: .now) → exitNow \(exitNow), back to work") }
+            }
+            exitSource.invalidate()
+            outcome.value = (chunks, exitNow)
+        }
+        worker.isDetached = false
+        worker.start()
+        let loop = registered.withLock { () -> TKRunLoop in
+            while workerLoop.value == nil { registered.wait() }
+            return workerLoop.value!
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while chunksDone.load(ordering: .relaxed) < 20 && ContinuousClock.now < deadline { TKThread.sleep(for: .milliseconds(1)) }
+        let sentAfter = chunksDone.load(ordering: .relaxed)
+        say.say("main thread: the worker has done \(sentAfter) chunks; signal its input source and wake its loop")
+        exitSource.signal()
+        loop.wakeUp()
+        worker.join()
+        let (chunks, exitNow) = outcome.value
+        say.say("worker left its loop after chunk \(chunks) of \(totalChunks) with exitNow \(exitNow); the handler ran on \"\(performed.value?.thread ?? "?")\"")
+        try say.check(exitNow && performed.value?.thread == "worker", "the exit request did not reach the worker through its input source")
+        try say.check(performed.value!.afterChunk >= sentAfter && chunks == performed.value!.afterChunk,
+                      "the source performed after chunk \(performed.value!.afterChunk) but the worker stopped after chunk \(chunks)")
+        return "the request was handled in the brief run after chunk \(chunks) and the worker stopped there, cleanly, through its thread dictionary"
+    }
+
+    /// One chunk of a larger body of work: a few microseconds of arithmetic.
+    static func doChunkOfWork() {
+        var x: UInt64 = 88_172_645_463_325_252
+        for _ in 0..<2_000 { x ^= x << 13; x ^= x >> 7; x ^= x << 17 }
+        if x == 0 { Console.out("unreachable") }
     }
 
     static let qualityOfService = Scenario(

@@ -22,8 +22,13 @@ struct ScenarioFailure: Error, CustomStringConvertible {
 /// from several threads appear in the order they were written.
 final class Narrator: @unchecked Sendable {
     let scenario: String
+    /// Whether no other scenario ran before this one in this process (so no thread was started yet).
+    let runsFirst: Bool
 
-    init(scenario: String) { self.scenario = scenario }
+    init(scenario: String, runsFirst: Bool = false) {
+        self.scenario = scenario
+        self.runsFirst = runsFirst
+    }
 
     func say(_ line: String) {
         Console.out("  \(line)")
@@ -55,11 +60,11 @@ enum Tour {
             selected = arguments.compactMap { name in scenarios.first { $0.name == name } }
         }
         var failed: [String] = []
-        for scenario in selected {
+        for (index, scenario) in selected.enumerated() {
             Console.out("▶ \(scenario.name): \(scenario.title)")
             Console.out("  (\(scenario.source))")
             do {
-                let detail = try scenario.run(Narrator(scenario: scenario.name))
+                let detail = try scenario.run(Narrator(scenario: scenario.name, runsFirst: index == 0))
                 Console.out("  ✔ verdict: PASS — \(detail)\n")
             } catch {
                 Console.out("  ✘ verdict: FAIL — \(error)\n")

@@ -21,13 +21,19 @@ enum ChildProcess {
     /// Starts `threadkit child role arguments…` without waiting for it.
     static func start(_ role: String, _ arguments: [String] = [],
                       stdout: Pipe = Pipe(), stderr: Pipe = Pipe()) throws -> Process {
+        try launch(["child", role] + arguments, stdout: stdout, stderr: stderr)
+    }
+
+    /// Starts `threadkit arguments…`. Unless `backtracer`, the Swift backtracer is off: a crashing
+    /// child would otherwise wait for it, which can take its full 30 s timeout under
+    /// ThreadSanitizer; the misuse message is printed before it runs.
+    static func launch(_ arguments: [String], backtracer: Bool = false,
+                       stdout: Pipe = Pipe(), stderr: Pipe = Pipe()) throws -> Process {
         let process = Process()
         process.executableURL = executable
-        process.arguments = ["child", role] + arguments
-        // A crashing child would otherwise wait for Swift's backtracer, which can take its full
-        // 30 s timeout under ThreadSanitizer; the misuse message is printed before it runs.
+        process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
-        environment["SWIFT_BACKTRACE"] = "enable=no"
+        environment["SWIFT_BACKTRACE"] = backtracer ? nil : "enable=no"
         process.environment = environment
         process.standardOutput = stdout
         process.standardError = stderr
@@ -37,8 +43,13 @@ enum ChildProcess {
 
     /// Runs the role to completion (at most `timeout`) and returns its status and output.
     static func run(_ role: String, _ arguments: [String] = [], timeout: Duration = .seconds(60)) throws -> ChildResult {
+        try runCommand(["child", role] + arguments, timeout: timeout)
+    }
+
+    /// Runs `threadkit arguments…` to completion (at most `timeout`) and returns its status and output.
+    static func runCommand(_ arguments: [String], backtracer: Bool = false, timeout: Duration = .seconds(60)) throws -> ChildResult {
         let out = Pipe(), err = Pipe()
-        let process = try start(role, arguments, stdout: out, stderr: err)
+        let process = try launch(arguments, backtracer: backtracer, stdout: out, stderr: err)
         // Drain both pipes on other threads so a chatty child never blocks on a full pipe.
         let outData = DrainedPipe(out), errData = DrainedPipe(err)
         let deadline = ContinuousClock.now + timeout
@@ -48,7 +59,7 @@ enum ChildProcess {
         if process.isRunning {
             process.terminate()
             process.waitUntilExit()
-            XCTFail("child role \(role) did not finish within \(timeout)")
+            XCTFail("threadkit \(arguments.joined(separator: " ")) did not finish within \(timeout)")
         }
         process.waitUntilExit()
         return ChildResult(status: process.terminationStatus,
