@@ -9,6 +9,7 @@
 // handler runs or a queue is called. `lastData` is written by the delivering thread before the
 // event handler runs and read by the handler (same thread) or anyone (relaxed: a snapshot).
 import CThreadKit
+import Glibc
 import Synchronization
 
 public final class TKDispatchSource: @unchecked Sendable {
@@ -82,12 +83,30 @@ public final class TKDispatchSource: @unchecked Sendable {
         return source
     }
 
+    /// A source for readability of `fileDescriptor`; `data` is the bytes available (FIONREAD: for a
+    /// regular file, what remains from the file offset to its end). A regular file or a directory
+    /// (which epoll refuses) counts as always ready, as in libdispatch: the handler runs again after
+    /// each run while the source is active. A descriptor that is not open is a misuse.
     public static func makeReadSource(fileDescriptor: Int32, queue: TKDispatchQueue) -> TKDispatchSource {
-        TKDispatchSource(kind: .read(fileDescriptor), queue: queue)
+        checkOpen(fileDescriptor, "makeReadSource")
+        return TKDispatchSource(kind: .read(fileDescriptor), queue: queue)
     }
 
+    /// A source for writability of `fileDescriptor` (`data` is 1). A regular file counts as always
+    /// writable, as in libdispatch. A descriptor that is not open is a misuse.
     public static func makeWriteSource(fileDescriptor: Int32, queue: TKDispatchQueue) -> TKDispatchSource {
-        TKDispatchSource(kind: .write(fileDescriptor), queue: queue)
+        checkOpen(fileDescriptor, "makeWriteSource")
+        return TKDispatchSource(kind: .write(fileDescriptor), queue: queue)
+    }
+
+    /// Stops the process if `fd` is not an open descriptor (libdispatch returns a source that never
+    /// fires, or crashes on -1, with no message).
+    static func checkOpen(_ fd: Int32, _ call: String) {
+        if fd < 0 || fcntl(fd, F_GETFD) == -1 {
+            misuse("TKDispatchSource.\(call)(fileDescriptor: \(fd)): the descriptor is not open (EBADF), so the "
+                   + "source could never fire. Fix: pass a descriptor that is open, and keep it open until the "
+                   + "source is cancelled (close it in the cancel handler).")
+        }
     }
 
     public static func makeUserDataAddSource(queue: TKDispatchQueue) -> TKDispatchSource {
@@ -182,12 +201,13 @@ public final class TKDispatchSource: @unchecked Sendable {
         if submit { submitDelivery() }
     }
 
-    /// A read/write source's descriptor is ready.
-    func mergeReadiness(fd: Int32) {
+    /// A read/write source's descriptor is ready. Read sources carry the bytes available, or 1
+    /// where the descriptor cannot say (a listening socket, a directory), as libdispatch does.
+    func mergeReadiness() {
         switch kind {
-        case .read:
+        case .read(let fd):
             let bytes = tk_bytesAvailable(fd)
-            merge(UInt(max(bytes, 0)))
+            merge(bytes < 0 ? 1 : UInt(bytes))
         default:
             merge(1)
         }
@@ -227,10 +247,17 @@ public final class TKDispatchSource: @unchecked Sendable {
         guard state.lifecycle == .inactive else { return lock.unlock() }
         state.lifecycle = .active
         state.registrationPending = state.registrationHandler != nil
-        register()
+        let registered = register()
         let submit = planDeliveryLocked()
         lock.unlock()
         if submit { submitDelivery() }
+        // Merged after unlocking: merging takes the source lock (issue 15 item 5: a regular file
+        // used to deadlock here).
+        switch registered {
+        case .watching: break
+        case .alwaysReady: mergeReadiness()
+        case .refused(let error): refusedByEpoll(error)
+        }
     }
 
     /// Balances a `suspend()`; on an inactive source with no suspension, activates it. More resumes
@@ -278,18 +305,30 @@ public final class TKDispatchSource: @unchecked Sendable {
 
     public var isCancelled: Bool { lock.withLock { state.lifecycle == .cancelled } }
 
-    /// Caller holds lock.
-    private func register() {
+    /// Caller holds lock. Returns what the manager found for a descriptor (`.watching` for the
+    /// other kinds); the caller acts on it after unlocking.
+    private func register() -> DispatchManager.WatchResult {
         switch kind {
         case .timer:
             if let deadline = state.deadline {
                 DispatchManager.shared.scheduleTimer(self, generation: state.timerGeneration, at: deadline)
             }
         case .signal(let signal): DispatchManager.shared.watchSignal(signal, source: self)
-        case .read(let fd): DispatchManager.shared.watch(fd, write: false, source: self)
-        case .write(let fd): DispatchManager.shared.watch(fd, write: true, source: self)
+        case .read(let fd): return DispatchManager.shared.watch(fd, write: false, source: self)
+        case .write(let fd): return DispatchManager.shared.watch(fd, write: true, source: self)
         case .dataAdd, .dataOr: break
         }
+        return .watching
+    }
+
+    /// epoll refused the descriptor at activation for a reason other than "a regular file".
+    private func refusedByEpoll(_ error: Int32) -> Never {
+        if error == EBADF {
+            misuse("\(described).activate(): the descriptor was closed before the source was activated (EBADF). "
+                   + "Fix: keep the descriptor open until the source is cancelled (close it in the cancel handler).")
+        }
+        misuse("\(described).activate(): epoll refuses the descriptor (\(SystemCall.errorName(error))). "
+               + "Fix: watch a pipe, socket, terminal, eventfd or regular file.")
     }
 
     /// Caller holds lock.

@@ -91,28 +91,38 @@ final class DispatchManager: @unchecked Sendable {
 
     // MARK: Descriptors
 
-    /// Starts watching `fd` for `source` (readability, or writability if `write`).
-    func watch(_ fd: Int32, write: Bool, source: TKDispatchSource) {
+    /// What `watch` found: epoll watches the descriptor; or epoll refuses it with EPERM (a regular
+    /// file or a directory) and it counts as always ready, as libdispatch treats them; or epoll
+    /// refuses it otherwise (EBADF: not open), with that errno.
+    enum WatchResult: Equatable { case watching, alwaysReady, refused(Int32) }
+
+    /// Starts watching `fd` for `source` (readability, or writability if `write`). Calls nothing on
+    /// the source: the caller (which may hold the source's lock) merges readiness for `.alwaysReady`
+    /// after unlocking.
+    func watch(_ fd: Int32, write: Bool, source: TKDispatchSource) -> WatchResult {
         lock.lock()
         var w = watches[fd] ?? Watch()
-        if write { w.writers.append(source); w.armedWrite = true } else { w.readers.append(source); w.armedRead = true }
         if !w.registered && !w.alwaysReady {
-            if tk_epoll_ctl(epoll, 1, fd, interest(w), DispatchManager.fdTokenBase + UInt64(fd)) == 0 {
+            if tk_epoll_ctl(epoll, 1, fd, interest(armedRead: !write, armedWrite: write), DispatchManager.fdTokenBase + UInt64(fd)) == 0 {
                 w.registered = true
-            } else {
-                // EPERM: a regular file (always ready, as libdispatch treats it); anything else
-                // (EBADF) is reported as readiness too, so the handler sees the error itself.
+            } else if errno == EPERM {
                 w.alwaysReady = true
+            } else {
+                let error = errno
+                lock.unlock()
+                return .refused(error)
             }
-        } else if w.registered {
+        }
+        if write { w.writers.append(source); w.armedWrite = true } else { w.readers.append(source); w.armedRead = true }
+        if w.registered {
             _ = tk_epoll_ctl(epoll, 3, fd, interest(w), DispatchManager.fdTokenBase + UInt64(fd))
         }
-        let ready = w.alwaysReady
+        let result: WatchResult = w.alwaysReady ? .alwaysReady : .watching
         watches[fd] = w
         let start = startThreadLocked()
         lock.unlock()
         if start { startThread() }
-        if ready { source.mergeReadiness(fd: fd) }
+        return result
     }
 
     /// Stops watching `fd` for `source`.
@@ -145,11 +155,13 @@ final class DispatchManager: @unchecked Sendable {
             watches[fd] = w
             return w.alwaysReady
         }
-        if ready { source.mergeReadiness(fd: fd) }
+        if ready { source.mergeReadiness() }
     }
 
-    private func interest(_ w: Watch) -> UInt32 {
-        (w.armedRead ? DispatchManager.pollIn : 0) | (w.armedWrite ? DispatchManager.pollOut : 0) | DispatchManager.pollOneShot
+    private func interest(_ w: Watch) -> UInt32 { interest(armedRead: w.armedRead, armedWrite: w.armedWrite) }
+
+    private func interest(armedRead: Bool, armedWrite: Bool) -> UInt32 {
+        (armedRead ? DispatchManager.pollIn : 0) | (armedWrite ? DispatchManager.pollOut : 0) | DispatchManager.pollOneShot
     }
 
     // MARK: Signals
@@ -308,7 +320,7 @@ final class DispatchManager: @unchecked Sendable {
             watches[fd] = w
             return ready
         }
-        for source in ready { source.mergeReadiness(fd: fd) }
+        for source in ready { source.mergeReadiness() }
     }
 
     private func deliverSignals() {

@@ -1,0 +1,34 @@
+// DispatchSurfaceRoles: child processes for the dispatch surface added after SPEC §6's first cut
+// (issue 14's "Dispatch surface", issue 15 items 5 and 7): misuse of descriptor sources and of
+// queue retargeting, each stopped by ThreadKit with a message naming the object, the call and the
+// fix. Exit status 0 means the misuse went unnoticed, which the tests treat as a failure.
+import Glibc
+import ThreadKit
+
+enum DispatchSurfaceRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "dispatch-read-source-bad-fd", usage: "(a read source on fd -1)") { _ in
+            let source = TKDispatchSource.makeReadSource(fileDescriptor: -1, queue: .global())
+            source.activate()
+            return 0
+        },
+        ChildRole(name: "dispatch-write-source-closed-fd", usage: "(a write source on a descriptor that is not open)") { _ in
+            let fd = open("/dev/null", O_WRONLY)
+            close(fd)
+            let source = TKDispatchSource.makeWriteSource(fileDescriptor: fd, queue: .global())
+            source.activate()
+            return 0
+        },
+        ChildRole(name: "dispatch-read-source-closed-before-activate",
+                  usage: "(a read source whose descriptor is closed before activate())") { _ in
+            var fds: [Int32] = [0, 0]
+            _ = pipe(&fds)
+            // A high number, so the descriptors ThreadKit opens meanwhile do not take it again.
+            let fd = dup2(fds[0], 200)
+            let source = TKDispatchSource.makeReadSource(fileDescriptor: fd, queue: .global())
+            close(fd)
+            source.activate()
+            return 0
+        },
+    ]
+}
