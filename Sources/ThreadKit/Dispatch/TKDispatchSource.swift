@@ -51,8 +51,8 @@ public final class TKDispatchSource: @unchecked Sendable {
 
     let kind: Kind
     let queue: TKDispatchQueue
-    private let lock = DispatchLock()
-    private var state = State()                     // guarded by lock
+    let lock = DispatchLock()
+    var state = State()                             // guarded by lock
     private let lastData = Atomic<UInt>(0)
 
     private init(kind: Kind, queue: TKDispatchQueue) {
@@ -117,14 +117,44 @@ public final class TKDispatchSource: @unchecked Sendable {
         TKDispatchSource(kind: .dataOr, queue: queue)
     }
 
+    /// How misuse messages name the source.
     var described: String {
+        let h = handle
+        let detail = switch kind {
+        case .signal: " \(h)"
+        case .read, .write: " fd \(h)"
+        default: ""
+        }
+        return "TKDispatchSource (\(typeName)\(detail)) on \(queue.described)"
+    }
+
+    /// The kind of source, in libdispatch's words.
+    var typeName: String {
         switch kind {
-        case .timer: "TKDispatchSource (timer) on \(queue.described)"
-        case .signal(let s): "TKDispatchSource (signal \(s)) on \(queue.described)"
-        case .read(let fd): "TKDispatchSource (read fd \(fd)) on \(queue.described)"
-        case .write(let fd): "TKDispatchSource (write fd \(fd)) on \(queue.described)"
-        case .dataAdd: "TKDispatchSource (data add) on \(queue.described)"
-        case .dataOr: "TKDispatchSource (data or) on \(queue.described)"
+        case .timer: "timer"
+        case .signal: "signal"
+        case .read: "read"
+        case .write: "write"
+        case .dataAdd: "data add"
+        case .dataOr: "data or"
+        }
+    }
+
+    /// What the source watches (dispatch_source_get_handle): the descriptor of a read or write
+    /// source, the signal number of a signal source; 0 for timers and user-data sources.
+    public var handle: Int32 {
+        switch kind {
+        case .signal(let signal): signal
+        case .read(let fd), .write(let fd): fd
+        case .timer, .dataAdd, .dataOr: 0
+        }
+    }
+
+    /// The events the source was made to watch (dispatch_source_get_mask); 0 for the kinds that
+    /// take no mask.
+    public var mask: UInt {
+        switch kind {
+        case .timer, .signal, .read, .write, .dataAdd, .dataOr: 0
         }
     }
 

@@ -32,3 +32,23 @@ enum DispatchSurfaceRoles {
         },
     ]
 }
+
+enum DispatchTargetRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "dispatch-retarget-active", usage: "(setTarget(queue:) on an active queue)") { _ in
+            let queue = TKDispatchQueue(label: "thumbnails")
+            queue.setTarget(queue: TKDispatchQueue(label: "io"))
+            return 0
+        },
+        ChildRole(name: "dispatch-retarget-global", usage: "(setTarget(queue:) on a global queue)") { _ in
+            TKDispatchQueue.global().setTarget(queue: TKDispatchQueue(label: "io"))
+            return 0
+        },
+        ChildRole(name: "dispatch-retarget-cycle", usage: "(setTarget(queue:) making a target loop)") { _ in
+            let a = TKDispatchQueue(label: "a", attributes: .initiallyInactive)
+            let b = TKDispatchQueue(label: "b", target: a)
+            a.setTarget(queue: b)
+            return 0
+        },
+    ]
+}
