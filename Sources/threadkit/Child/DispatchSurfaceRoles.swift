@@ -81,3 +81,13 @@ enum DispatchSourceKindRoles {
         },
     ]
 }
+
+enum DispatchDataRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "dispatch-data-subrange-outside", usage: "(a subrange past the end of a TKDispatchData)") { _ in
+            let data = TKDispatchData(copying: [UInt8](repeating: 1, count: 10))
+            _ = data.subdata(in: 5..<20)
+            return 0
+        },
+    ]
+}
