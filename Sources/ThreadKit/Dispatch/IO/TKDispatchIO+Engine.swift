@@ -121,23 +121,26 @@ extension TKDispatchIO {
             let error = n == 0 ? 0 : errno
             free(memory)
             if n < 0 && error == EINTR { continue }
-            if n < 0 && (error == EAGAIN || error == EWOULDBLOCK) && !isRegular { return waitForReadable() }
+            if n < 0 && (error == EAGAIN || error == EWOULDBLOCK) && !isRegular { return waitUntilReady(write: false) }
             return finish(operation, error: error)   // end of file (0) or a failure
         }
         channel.async { [self] in pump() }   // more to do: yield, then go on
     }
 
-    private func waitForReadable() {
-        readWaiting = true
-        if let readSource { return readSource.resume() }
-        let source = TKDispatchSource.makeReadSource(fileDescriptor: fd, queue: channel)
+    /// Waits for the descriptor to become readable (or writable) through a source on the
+    /// manager's epoll set: made on first need, suspended by its handler, resumed for each wait.
+    private func waitUntilReady(write: Bool) {
+        if write { writeWaiting = true } else { readWaiting = true }
+        if let existing = write ? writeSource : readSource { return existing.resume() }
+        let source = write ? TKDispatchSource.makeWriteSource(fileDescriptor: fd, queue: channel)
+                           : TKDispatchSource.makeReadSource(fileDescriptor: fd, queue: channel)
         source.setEventHandler { [weak self, unowned source] in
             source.suspend()
             guard let self else { return }
-            readWaiting = false
+            if write { writeWaiting = false } else { readWaiting = false }
             pump()
         }
-        readSource = source
+        if write { writeSource = source } else { readSource = source }
         source.activate()
     }
 
@@ -164,24 +167,10 @@ extension TKDispatchIO {
             }
             let error = errno
             if n < 0 && error == EINTR { continue }
-            if n < 0 && (error == EAGAIN || error == EWOULDBLOCK) && !isRegular { return waitForWritable() }
+            if n < 0 && (error == EAGAIN || error == EWOULDBLOCK) && !isRegular { return waitUntilReady(write: true) }
             return finish(operation, error: n == 0 ? EIO : error)
         }
         channel.async { [self] in pump() }
-    }
-
-    private func waitForWritable() {
-        writeWaiting = true
-        if let writeSource { return writeSource.resume() }
-        let source = TKDispatchSource.makeWriteSource(fileDescriptor: fd, queue: channel)
-        source.setEventHandler { [weak self, unowned source] in
-            source.suspend()
-            guard let self else { return }
-            writeWaiting = false
-            pump()
-        }
-        writeSource = source
-        source.activate()
     }
 
     // MARK: Delivering

@@ -210,9 +210,16 @@ final class DispatchManager: @unchecked Sendable {
 
     /// Delivers deliveries of `signal` from now on to `source`.
     func watchSignal(_ signal: Int32, source: TKDispatchSource) {
+        register {
+            if signalSources[signal] == nil { _ = tk_signal_take(signal) }   // earlier deliveries are not its
+            signalSources[signal, default: []].append(source)
+        }
+    }
+
+    /// Runs `change` under the lock, then starts the thread if it is not running.
+    private func register(_ change: () -> Void) {
         lock.lock()
-        if signalSources[signal] == nil { _ = tk_signal_take(signal) }   // earlier deliveries are not its
-        signalSources[signal, default: []].append(source)
+        change()
         let start = startThreadLocked()
         lock.unlock()
         if start { startThread() }
@@ -401,11 +408,7 @@ final class DispatchManager: @unchecked Sendable {
     // MARK: Process sources of this process (.signal)
 
     func watchOwnSignals(_ source: TKDispatchSource) {
-        lock.lock()
-        ownSignalSources.append(source)
-        let start = startThreadLocked()
-        lock.unlock()
-        if start { startThread() }
+        register { ownSignalSources.append(source) }
     }
 
     func unwatchOwnSignals(_ source: TKDispatchSource) {
@@ -447,11 +450,7 @@ final class DispatchManager: @unchecked Sendable {
 
     /// Routes the events of `wd` to `source` from now on (it is active).
     func watchFile(_ wd: Int32, source: TKDispatchSource) {
-        lock.lock()
-        inotifySources[wd, default: []].append(source)
-        let start = startThreadLocked()
-        lock.unlock()
-        if start { startThread() }
+        register { inotifySources[wd, default: []].append(source) }
     }
 
     func unwatchFile(_ wd: Int32, source: TKDispatchSource) {
