@@ -6,7 +6,10 @@
 #include "CThreadKitDispatch.h"
 #include <errno.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define TK_NSIG 65
@@ -55,4 +58,44 @@ int64_t tk_bytes_available(int fd) {
     int n = 0;
     if (ioctl(fd, FIONREAD, &n) != 0) return -1;
     return n;
+}
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+int tk_pidfd_open(int pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+
+int tk_inotify_init(void) { return inotify_init1(IN_NONBLOCK | IN_CLOEXEC); }
+
+int tk_inotify_watch(int ifd, const char *path) {
+    return inotify_add_watch(ifd, path, IN_MODIFY | IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF
+                             | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO);
+}
+
+int tk_inotify_unwatch(int ifd, int wd) { return inotify_rm_watch(ifd, wd); }
+
+int tk_inotify_read(int ifd, int32_t *wds, uint32_t *masks, int max) {
+    // 4096 bytes hold one event with the longest name, or at most 256 events without one (16
+    // bytes each): with max >= 256 nothing read is ever dropped.
+    char buffer[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    ssize_t n = read(ifd, buffer, sizeof buffer);
+    if (n <= 0) return 0;
+    int count = 0;
+    for (char *p = buffer; p < buffer + n && count < max; ) {
+        struct inotify_event *ev = (struct inotify_event *)p;
+        wds[count] = ev->wd;
+        masks[count] = ev->mask | (ev->len > 0 ? TK_INOTIFY_NAMED : 0);
+        count++;
+        p += sizeof(struct inotify_event) + ev->len;
+    }
+    return count;
+}
+
+int tk_fd_size_links(int fd, int64_t *size, uint64_t *links) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return -1;
+    *size = st.st_size;
+    *links = st.st_nlink;
+    return 0;
 }

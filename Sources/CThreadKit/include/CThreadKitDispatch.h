@@ -22,4 +22,30 @@ uint64_t tk_signal_take(int signo);
 /// Bytes available to read on `fd` (ioctl FIONREAD), or -1 with errno set.
 int64_t tk_bytes_available(int fd);
 
+/// pidfd_open(2): a descriptor that becomes readable when process `pid` exits, or -1 with errno
+/// set (ESRCH: no such process; ENOSYS: a kernel older than 5.3).
+int tk_pidfd_open(int pid);
+
+/// An inotify instance (non-blocking, close-on-exec), or -1 with errno set.
+int tk_inotify_init(void);
+
+/// inotify_add_watch(2) of `path` for the events a file-system object source maps (modify,
+/// attrib, move-self, delete-self; for a directory its entries created, deleted or moved; unmount
+/// and ignored always come). Returns the watch descriptor
+/// or -1 with errno set.
+int tk_inotify_watch(int ifd, const char *path);
+
+/// inotify_rm_watch(2). Returns 0 or -1 with errno set.
+int tk_inotify_unwatch(int ifd, int wd);
+
+/// Set in a mask read by tk_inotify_read when the event names an entry of a watched directory.
+#define TK_INOTIFY_NAMED 0x80000000u
+
+/// Reads pending inotify events of `ifd` into `wds`/`masks`; returns how many (0 when none is
+/// pending). Pass max >= 256: one read then never holds more events than fit.
+int tk_inotify_read(int ifd, int32_t *wds, uint32_t *masks, int max);
+
+/// Size and link count of `fd` (fstat); returns 0, or -1 with errno set.
+int tk_fd_size_links(int fd, int64_t *size, uint64_t *links);
+
 #endif

@@ -130,6 +130,16 @@ public final class TKDispatchGroup: @unchecked Sendable {
         })
     }
 
+    /// `enter()` minus `leave()` now (a snapshot), and whether waiters or notifications may be
+    /// pending (the "maybe" flags), for `debugDescription`.
+    var snapshot: (count: UInt64, waiters: Bool, notify: Bool) {
+        let s = state.load(ordering: .sequentiallyConsistent)
+        return (s & TKDispatchGroup.countMask, s & TKDispatchGroup.hasWaiters != 0, s & TKDispatchGroup.hasNotify != 0)
+    }
+
+    /// Notification blocks waiting for the next zero (a snapshot).
+    var pendingNotifications: Int { notifyLock.withLock { notifications.count } }
+
     /// Tasks waiting in `finished()` now (tests).
     var asyncWaiterCount: Int { notifyLock.withLock { finishWaiters }?.count ?? 0 }
 

@@ -6,8 +6,11 @@
 // State: `lock` (a DispatchLock, a leaf) guards `state`, `pending`, `ready` and `specifics`.
 // `batch` belongs to the thread draining the lane while `state.lane == .draining`. `suspended`
 // mirrors `state.suspendCount` for the drainer's check between entries (relaxed: a stale read only
-// lets one more entry start, which libdispatch allows too). `kind`, `label`, `qos`, `target` are
-// immutable after init.
+// lets one more entry start, which libdispatch allows too). `kind`, `label`, `qos` are immutable
+// after init. `target` is written only while the queue is inactive (`setTarget(queue:)`, under
+// `lock`); once the queue is active it never changes, so the paths that read it without the lock
+// (submitting a lane or tokens, sync's chain walk, getSpecific) read a value published by the
+// activation's unlock. `context` and `finalizer` are guarded by `lock` (read once more in deinit).
 import Synchronization
 
 public final class TKDispatchQueue: @unchecked Sendable {
@@ -61,8 +64,9 @@ public final class TKDispatchQueue: @unchecked Sendable {
     public let label: String
     let kind: Kind
     let qos: TKQualityOfService
-    /// The queue this one runs on; nil for global queues and the main queue.
-    let target: TKDispatchQueue?
+    /// The queue this one runs on; nil for global queues and the main queue. Changed only while
+    /// inactive (see the header).
+    var target: TKDispatchQueue?
     let lock = DispatchLock()
     var state: State                                         // guarded by lock
     /// Entries not yet started: a serial lane's queue, a concurrent queue's waiting entries.
@@ -73,6 +77,8 @@ public final class TKDispatchQueue: @unchecked Sendable {
     let ready = JobRing<DispatchEntry>()                     // guarded by lock
     let suspended = Atomic<Int>(0)
     private var specifics: [UInt64: any Sendable] = [:]      // guarded by lock
+    var contextValue: (any Sendable)?                        // guarded by lock
+    var finalizer: (@Sendable (any Sendable) -> Void)?       // guarded by lock
 
     // MARK: Creating
 
@@ -93,7 +99,14 @@ public final class TKDispatchQueue: @unchecked Sendable {
         state = State(lifecycle: .active)
     }
 
-    deinit { lock.deallocate() }
+    deinit {
+        // libdispatch's _dispatch_dispose: the finalizer runs asynchronously on the target queue,
+        // with the context, only if both are set.
+        if let finalizer, let contextValue, let target {
+            target.async { finalizer(contextValue) }
+        }
+        lock.deallocate()
+    }
 
     /// The global queue of `qos`: one shared pool, run queues per QoS.
     public static func global(qos: TKQualityOfService = .default) -> TKDispatchQueue {

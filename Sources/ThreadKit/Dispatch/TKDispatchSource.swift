@@ -1,4 +1,6 @@
-// TKDispatchSource: DispatchSource (SPEC §6): timers, signals, read/write readiness, user data.
+// TKDispatchSource: DispatchSource (SPEC §6): timers, signals, read/write readiness, user data,
+// and (extensions +Process, +FileSystemObject, +MemoryPressure) process exits, file-system object
+// changes and memory pressure.
 // Thread-safe. Events are merged into `state.pendingData` by the manager thread (or `add(data:)`
 // callers); one delivery entry at a time runs the handlers on the target queue, so the event
 // handler never runs concurrently with itself (docs/DispatchPool.md, "Timers, sources and the
@@ -9,6 +11,7 @@
 // handler runs or a queue is called. `lastData` is written by the delivering thread before the
 // event handler runs and read by the handler (same thread) or anyone (relaxed: a snapshot).
 import CThreadKit
+import Glibc
 import Synchronization
 
 public final class TKDispatchSource: @unchecked Sendable {
@@ -19,6 +22,12 @@ public final class TKDispatchSource: @unchecked Sendable {
         case write(Int32)
         case dataAdd
         case dataOr
+        /// A process (pid); its pidfd is in `state.ownedFDs`.
+        case process(Int32)
+        /// A file-system object (the caller's descriptor); its inotify watch is `state.watchDescriptor`.
+        case fileSystemObject(Int32)
+        /// The system's memory pressure; PSI trigger descriptors in `state.ownedFDs`.
+        case memoryPressure
     }
 
     enum Lifecycle { case inactive, active, cancelled }
@@ -46,22 +55,50 @@ public final class TKDispatchSource: @unchecked Sendable {
         var timerGeneration: UInt64 = 0
         /// Signal sources: the signal is caught for this source (released once).
         var holdsSignal = false
+        /// Descriptors the source opened (a pidfd, PSI triggers); closed at cancel or deinit.
+        var ownedFDs: [Int32] = []
+        /// Process sources: the process was gone when the source was made (libdispatch then
+        /// delivers `.exit` at once).
+        var exitedBeforeWatch = false
+        /// File-system object sources: the inotify watch held (-1: none) and the object's size and
+        /// link count when last looked at.
+        var watchDescriptor: Int32 = -1
+        var fileSize: Int64 = 0
+        var fileLinks: UInt64 = 0
+        /// Memory-pressure sources: the level last delivered and when each trigger last fired.
+        var pressure = PressureState()
     }
 
     let kind: Kind
+    /// The events watched (process, file-system object and memory-pressure sources); 0 otherwise.
+    let eventMask: UInt
     let queue: TKDispatchQueue
-    private let lock = DispatchLock()
-    private var state = State()                     // guarded by lock
+    let lock = DispatchLock()
+    var state = State()                             // guarded by lock
     private let lastData = Atomic<UInt>(0)
 
-    private init(kind: Kind, queue: TKDispatchQueue) {
+    init(kind: Kind, queue: TKDispatchQueue, eventMask: UInt = 0) {
         self.kind = kind
         self.queue = queue
+        self.eventMask = eventMask
     }
 
     deinit {
         if state.holdsSignal, case .signal(let signal) = kind { DispatchManager.shared.releaseSignal(signal) }
+        // An active source is held by the manager until cancelled, so here it is unregistered.
+        releaseOwnedLocked()
         lock.deallocate()
+    }
+
+    /// Closes the descriptors the source opened and gives back its inotify watch. Caller holds
+    /// lock (or is deinit), after unregistering.
+    func releaseOwnedLocked() {
+        for fd in state.ownedFDs { close(fd) }
+        state.ownedFDs = []
+        if state.watchDescriptor >= 0 {
+            DispatchManager.shared.releaseFileWatch(state.watchDescriptor)
+            state.watchDescriptor = -1
+        }
     }
 
     // MARK: Making sources (all start inactive: activate() or resume())
@@ -82,12 +119,30 @@ public final class TKDispatchSource: @unchecked Sendable {
         return source
     }
 
+    /// A source for readability of `fileDescriptor`; `data` is the bytes available (FIONREAD: for a
+    /// regular file, what remains from the file offset to its end). A regular file or a directory
+    /// (which epoll refuses) counts as always ready, as in libdispatch: the handler runs again after
+    /// each run while the source is active. A descriptor that is not open is a misuse.
     public static func makeReadSource(fileDescriptor: Int32, queue: TKDispatchQueue) -> TKDispatchSource {
-        TKDispatchSource(kind: .read(fileDescriptor), queue: queue)
+        checkOpen(fileDescriptor, "makeReadSource")
+        return TKDispatchSource(kind: .read(fileDescriptor), queue: queue)
     }
 
+    /// A source for writability of `fileDescriptor` (`data` is 1). A regular file counts as always
+    /// writable, as in libdispatch. A descriptor that is not open is a misuse.
     public static func makeWriteSource(fileDescriptor: Int32, queue: TKDispatchQueue) -> TKDispatchSource {
-        TKDispatchSource(kind: .write(fileDescriptor), queue: queue)
+        checkOpen(fileDescriptor, "makeWriteSource")
+        return TKDispatchSource(kind: .write(fileDescriptor), queue: queue)
+    }
+
+    /// Stops the process if `fd` is not an open descriptor (libdispatch returns a source that never
+    /// fires, or crashes on -1, with no message).
+    static func checkOpen(_ fd: Int32, _ call: String) {
+        if fd < 0 || fcntl(fd, F_GETFD) == -1 {
+            misuse("TKDispatchSource.\(call)(fileDescriptor: \(fd)): the descriptor is not open (EBADF), so the "
+                   + "source could never fire. Fix: pass a descriptor that is open, and keep it open until the "
+                   + "source is cancelled (close it in the cancel handler).")
+        }
     }
 
     public static func makeUserDataAddSource(queue: TKDispatchQueue) -> TKDispatchSource {
@@ -98,16 +153,47 @@ public final class TKDispatchSource: @unchecked Sendable {
         TKDispatchSource(kind: .dataOr, queue: queue)
     }
 
+    /// How misuse messages name the source.
     var described: String {
+        let h = handle
+        let detail = switch kind {
+        case .signal: " \(h)"
+        case .read, .write: " fd \(h)"
+        default: ""
+        }
+        return "TKDispatchSource (\(typeName)\(detail)) on \(queue.described)"
+    }
+
+    /// The kind of source, in libdispatch's words.
+    var typeName: String {
         switch kind {
-        case .timer: "TKDispatchSource (timer) on \(queue.described)"
-        case .signal(let s): "TKDispatchSource (signal \(s)) on \(queue.described)"
-        case .read(let fd): "TKDispatchSource (read fd \(fd)) on \(queue.described)"
-        case .write(let fd): "TKDispatchSource (write fd \(fd)) on \(queue.described)"
-        case .dataAdd: "TKDispatchSource (data add) on \(queue.described)"
-        case .dataOr: "TKDispatchSource (data or) on \(queue.described)"
+        case .timer: "timer"
+        case .signal: "signal"
+        case .read: "read"
+        case .write: "write"
+        case .dataAdd: "data add"
+        case .dataOr: "data or"
+        case .process: "process"
+        case .fileSystemObject: "file-system object"
+        case .memoryPressure: "memory pressure"
         }
     }
+
+    /// What the source watches (dispatch_source_get_handle): the descriptor of a read, write or
+    /// file-system object source, the signal number of a signal source, the process id of a
+    /// process source; 0 for timers, user-data and memory-pressure sources.
+    public var handle: Int32 {
+        switch kind {
+        case .signal(let signal): signal
+        case .read(let fd), .write(let fd), .fileSystemObject(let fd): fd
+        case .process(let pid): pid
+        case .timer, .dataAdd, .dataOr, .memoryPressure: 0
+        }
+    }
+
+    /// The events the source was made to watch (dispatch_source_get_mask): the raw value of a
+    /// `ProcessEvent`, `FileSystemEvent` or `MemoryPressureEvent`; 0 for the kinds that take none.
+    public var mask: UInt { eventMask }
 
     // MARK: Configuring
 
@@ -172,8 +258,8 @@ public final class TKDispatchSource: @unchecked Sendable {
         lock.lock()
         guard state.lifecycle != .cancelled else { return lock.unlock() }
         switch kind {
-        case .dataOr: state.pendingData |= value
-        case .read, .write: state.pendingData = value
+        case .dataOr, .process, .fileSystemObject: state.pendingData |= value
+        case .read, .write, .memoryPressure: state.pendingData = value
         case .timer, .signal, .dataAdd: state.pendingData &+= value
         }
         state.hasPending = true
@@ -182,12 +268,13 @@ public final class TKDispatchSource: @unchecked Sendable {
         if submit { submitDelivery() }
     }
 
-    /// A read/write source's descriptor is ready.
-    func mergeReadiness(fd: Int32) {
+    /// A read/write source's descriptor is ready. Read sources carry the bytes available, or 1
+    /// where the descriptor cannot say (a listening socket, a directory), as libdispatch does.
+    func mergeReadiness() {
         switch kind {
-        case .read:
+        case .read(let fd):
             let bytes = tk_bytesAvailable(fd)
-            merge(UInt(max(bytes, 0)))
+            merge(bytes < 0 ? 1 : UInt(bytes))
         default:
             merge(1)
         }
@@ -227,10 +314,18 @@ public final class TKDispatchSource: @unchecked Sendable {
         guard state.lifecycle == .inactive else { return lock.unlock() }
         state.lifecycle = .active
         state.registrationPending = state.registrationHandler != nil
-        register()
+        let registered = register()
         let submit = planDeliveryLocked()
         lock.unlock()
         if submit { submitDelivery() }
+        // Merged after unlocking: merging takes the source lock (issue 15 item 5: a regular file
+        // used to deadlock here).
+        switch registered {
+        case .nothing: break
+        case .readiness: mergeReadiness()
+        case .merge(let value): merge(value)
+        case .refused(let error): refusedByEpoll(error)
+        }
     }
 
     /// Balances a `suspend()`; on an inactive source with no suspension, activates it. More resumes
@@ -266,6 +361,7 @@ public final class TKDispatchSource: @unchecked Sendable {
         state.lifecycle = .cancelled
         state.timerGeneration &+= 1
         if wasActive { unregister() }
+        releaseOwnedLocked()
         let holdsSignal = state.holdsSignal
         state.holdsSignal = false
         // A source cancelled before activation delivers its cancel handler now (libdispatch waits
@@ -278,18 +374,48 @@ public final class TKDispatchSource: @unchecked Sendable {
 
     public var isCancelled: Bool { lock.withLock { state.lifecycle == .cancelled } }
 
-    /// Caller holds lock.
-    private func register() {
+    /// What activation must do once the source's lock is released.
+    enum AfterRegistering {
+        case nothing
+        /// An always-ready descriptor: merge its readiness.
+        case readiness
+        /// Merge these events now (a process that was gone before the source was made).
+        case merge(UInt)
+        /// epoll refused a descriptor with this errno.
+        case refused(Int32)
+    }
+
+    /// Caller holds lock. The caller acts on the answer after unlocking.
+    private func register() -> AfterRegistering {
         switch kind {
         case .timer:
             if let deadline = state.deadline {
                 DispatchManager.shared.scheduleTimer(self, generation: state.timerGeneration, at: deadline)
             }
         case .signal(let signal): DispatchManager.shared.watchSignal(signal, source: self)
-        case .read(let fd): DispatchManager.shared.watch(fd, write: false, source: self)
-        case .write(let fd): DispatchManager.shared.watch(fd, write: true, source: self)
+        case .read(let fd), .write(let fd):
+            let write = if case .write = kind { true } else { false }
+            switch DispatchManager.shared.watch(fd, write: write, source: self) {
+            case .watching: return .nothing
+            case .alwaysReady: return .readiness
+            case .refused(let error): return .refused(error)
+            }
+        case .process: return registerProcessLocked()
+        case .fileSystemObject: DispatchManager.shared.watchFile(state.watchDescriptor, source: self)
+        case .memoryPressure: return registerMemoryPressureLocked()
         case .dataAdd, .dataOr: break
         }
+        return .nothing
+    }
+
+    /// epoll refused the descriptor at activation for a reason other than "a regular file".
+    private func refusedByEpoll(_ error: Int32) -> Never {
+        if error == EBADF {
+            misuse("\(described).activate(): the descriptor was closed before the source was activated (EBADF). "
+                   + "Fix: keep the descriptor open until the source is cancelled (close it in the cancel handler).")
+        }
+        misuse("\(described).activate(): epoll refuses the descriptor (\(SystemCall.errorName(error))). "
+               + "Fix: watch a pipe, socket, terminal, eventfd or regular file.")
     }
 
     /// Caller holds lock.
@@ -298,7 +424,21 @@ public final class TKDispatchSource: @unchecked Sendable {
         case .timer: break   // the generation moved: its heap entries are ignored
         case .signal(let signal): DispatchManager.shared.unwatchSignal(signal, source: self)
         case .read(let fd), .write(let fd): DispatchManager.shared.unwatch(fd, source: self)
+        case .process:
+            for fd in state.ownedFDs { DispatchManager.shared.unwatchOwned(fd) }
+            DispatchManager.shared.unwatchOwnSignals(self)
+        case .fileSystemObject: DispatchManager.shared.unwatchFile(state.watchDescriptor, source: self)
+        case .memoryPressure: for fd in state.ownedFDs { DispatchManager.shared.unwatchOwned(fd) }
         case .dataAdd, .dataOr: break
+        }
+    }
+
+    /// A descriptor the source owns is ready (manager thread, no lock held).
+    func ownedDescriptorReady(_ fd: Int32, events: UInt32) {
+        switch kind {
+        case .process: processExited()
+        case .memoryPressure: pressureTriggered(fd: fd, events: events)
+        default: break
         }
     }
 

@@ -1,7 +1,9 @@
 // DispatchManager: the pool's one timer heap and event poller (docs/DispatchPool.md, "Timers,
 // sources and the manager thread"): asyncAfter, timer sources, read/write readiness and caught
 // signals. One manager thread sleeps in epoll_wait on an eventfd (registration changes, signals), a
-// timerfd (the earliest deadline) and the descriptors of read/write sources.
+// timerfd (the earliest deadline), the descriptors of read/write sources, the descriptors sources
+// own (a process source's pidfd, a memory-pressure source's PSI triggers) and, once a
+// file-system object source exists, one inotify instance.
 //
 // Threads: registration from any thread under `lock` (a leaf: the manager never holds it while
 // calling a source or a queue; sources may call in while holding their own lock, so the order is
@@ -18,10 +20,14 @@ final class DispatchManager: @unchecked Sendable {
 
     private static let wakeToken: UInt64 = 0
     private static let timerToken: UInt64 = 1
+    private static let inotifyToken: UInt64 = 2
+    /// Tokens of owned descriptors: this bit, a generation (bits 32–62) and the descriptor.
+    private static let ownedTokenFlag: UInt64 = 1 << 63
     private static let fdTokenBase: UInt64 = 16
 
     // epoll event bits (<sys/epoll.h>).
     static let pollIn: UInt32 = 0x001
+    static let pollPri: UInt32 = 0x002
     static let pollOut: UInt32 = 0x004
     static let pollErr: UInt32 = 0x008
     static let pollHup: UInt32 = 0x010
@@ -52,6 +58,18 @@ final class DispatchManager: @unchecked Sendable {
     private var signalSources: [Int32: [TKDispatchSource]] = [:]    // guarded by lock
     private var caughtSignals: [Int32: Int] = [:]                   // guarded by lock: sources per signal
     private var threadRunning = false                               // guarded by lock
+    /// Descriptors sources own, with the generation in their token (a closed and reused number
+    /// never reaches the new owner with the old one's events).
+    private var owned: [Int32: (source: TKDispatchSource, generation: UInt64)] = [:]   // guarded by lock
+    private var ownedGeneration: UInt64 = 0                         // guarded by lock
+    /// The inotify instance (created on first use, lives for the process; -1 before).
+    private var inotifyFD: Int32 = -1                               // guarded by lock
+    /// Per watch descriptor: how many sources hold it (made and not yet cancelled or freed) and
+    /// which of them are active (receive its events).
+    private var inotifyHolders: [Int32: Int] = [:]                  // guarded by lock
+    private var inotifySources: [Int32: [TKDispatchSource]] = [:]   // guarded by lock
+    /// Process sources of this very process watching `.signal`.
+    private var ownSignalSources: [TKDispatchSource] = []           // guarded by lock
     /// A wake-up write is outstanding (coalesces wakes). Cleared by the manager thread after it
     /// drains the eventfd, before it looks at its state again (sequentially consistent both sides).
     private let wakePending = Atomic<Bool>(false)
@@ -91,28 +109,38 @@ final class DispatchManager: @unchecked Sendable {
 
     // MARK: Descriptors
 
-    /// Starts watching `fd` for `source` (readability, or writability if `write`).
-    func watch(_ fd: Int32, write: Bool, source: TKDispatchSource) {
+    /// What `watch` found: epoll watches the descriptor; or epoll refuses it with EPERM (a regular
+    /// file or a directory) and it counts as always ready, as libdispatch treats them; or epoll
+    /// refuses it otherwise (EBADF: not open), with that errno.
+    enum WatchResult: Equatable { case watching, alwaysReady, refused(Int32) }
+
+    /// Starts watching `fd` for `source` (readability, or writability if `write`). Calls nothing on
+    /// the source: the caller (which may hold the source's lock) merges readiness for `.alwaysReady`
+    /// after unlocking.
+    func watch(_ fd: Int32, write: Bool, source: TKDispatchSource) -> WatchResult {
         lock.lock()
         var w = watches[fd] ?? Watch()
-        if write { w.writers.append(source); w.armedWrite = true } else { w.readers.append(source); w.armedRead = true }
         if !w.registered && !w.alwaysReady {
-            if tk_epoll_ctl(epoll, 1, fd, interest(w), DispatchManager.fdTokenBase + UInt64(fd)) == 0 {
+            if tk_epoll_ctl(epoll, 1, fd, interest(armedRead: !write, armedWrite: write), DispatchManager.fdTokenBase + UInt64(fd)) == 0 {
                 w.registered = true
-            } else {
-                // EPERM: a regular file (always ready, as libdispatch treats it); anything else
-                // (EBADF) is reported as readiness too, so the handler sees the error itself.
+            } else if errno == EPERM {
                 w.alwaysReady = true
+            } else {
+                let error = errno
+                lock.unlock()
+                return .refused(error)
             }
-        } else if w.registered {
+        }
+        if write { w.writers.append(source); w.armedWrite = true } else { w.readers.append(source); w.armedRead = true }
+        if w.registered {
             _ = tk_epoll_ctl(epoll, 3, fd, interest(w), DispatchManager.fdTokenBase + UInt64(fd))
         }
-        let ready = w.alwaysReady
+        let result: WatchResult = w.alwaysReady ? .alwaysReady : .watching
         watches[fd] = w
         let start = startThreadLocked()
         lock.unlock()
         if start { startThread() }
-        if ready { source.mergeReadiness(fd: fd) }
+        return result
     }
 
     /// Stops watching `fd` for `source`.
@@ -145,11 +173,13 @@ final class DispatchManager: @unchecked Sendable {
             watches[fd] = w
             return w.alwaysReady
         }
-        if ready { source.mergeReadiness(fd: fd) }
+        if ready { source.mergeReadiness() }
     }
 
-    private func interest(_ w: Watch) -> UInt32 {
-        (w.armedRead ? DispatchManager.pollIn : 0) | (w.armedWrite ? DispatchManager.pollOut : 0) | DispatchManager.pollOneShot
+    private func interest(_ w: Watch) -> UInt32 { interest(armedRead: w.armedRead, armedWrite: w.armedWrite) }
+
+    private func interest(armedRead: Bool, armedWrite: Bool) -> UInt32 {
+        (armedRead ? DispatchManager.pollIn : 0) | (armedWrite ? DispatchManager.pollOut : 0) | DispatchManager.pollOneShot
     }
 
     // MARK: Signals
@@ -180,9 +210,16 @@ final class DispatchManager: @unchecked Sendable {
 
     /// Delivers deliveries of `signal` from now on to `source`.
     func watchSignal(_ signal: Int32, source: TKDispatchSource) {
+        register {
+            if signalSources[signal] == nil { _ = tk_signal_take(signal) }   // earlier deliveries are not its
+            signalSources[signal, default: []].append(source)
+        }
+    }
+
+    /// Runs `change` under the lock, then starts the thread if it is not running.
+    private func register(_ change: () -> Void) {
         lock.lock()
-        if signalSources[signal] == nil { _ = tk_signal_take(signal) }   // earlier deliveries are not its
-        signalSources[signal, default: []].append(source)
+        change()
         let start = startThreadLocked()
         lock.unlock()
         if start { startThread() }
@@ -229,7 +266,8 @@ final class DispatchManager: @unchecked Sendable {
             lock.lock()
             let now = ContinuousClock.now
             let due = heap.popDue(now)
-            let nothing = heap.isEmpty && watches.isEmpty && signalSources.isEmpty
+            let nothing = heap.isEmpty && watches.isEmpty && signalSources.isEmpty && owned.isEmpty
+                && inotifySources.isEmpty && ownSignalSources.isEmpty
             if nothing {
                 if let since = idleSince, now - since >= DispatchManager.idleTimeout {
                     threadRunning = false
@@ -266,6 +304,10 @@ final class DispatchManager: @unchecked Sendable {
                 case DispatchManager.timerToken:
                     _ = read(timerFD, &drained, 8)
                     armed = nil
+                case DispatchManager.inotifyToken:
+                    fileEventsReady()
+                case let token where token & DispatchManager.ownedTokenFlag != 0:
+                    ownedReady(token, events[i])
                 default:
                     descriptorReady(Int32(tokens[i] - DispatchManager.fdTokenBase), events[i])
                 }
@@ -308,7 +350,7 @@ final class DispatchManager: @unchecked Sendable {
             watches[fd] = w
             return ready
         }
-        for source in ready { source.mergeReadiness(fd: fd) }
+        for source in ready { source.mergeReadiness() }
     }
 
     private func deliverSignals() {
@@ -321,5 +363,120 @@ final class DispatchManager: @unchecked Sendable {
             return list
         }
         for (source, count) in deliveries { source.merge(count) }
+        if !deliveries.isEmpty {
+            for source in lock.withLock({ ownSignalSources }) { source.merge(TKDispatchSource.ProcessEvent.signal.rawValue) }
+        }
+    }
+
+    // MARK: Descriptors sources own (pidfd, PSI triggers)
+
+    /// Adds `fd` (owned by `source`) to the epoll set for `events` (level-triggered unless
+    /// `events` has EPOLLONESHOT). Returns 0 or the errno of epoll_ctl.
+    func watchOwned(_ fd: Int32, events: UInt32, source: TKDispatchSource) -> Int32 {
+        lock.lock()
+        ownedGeneration = (ownedGeneration &+ 1) & 0x7FFF_FFFF
+        let token = DispatchManager.ownedTokenFlag | ownedGeneration << 32 | UInt64(UInt32(bitPattern: fd))
+        guard tk_epoll_ctl(epoll, 1, fd, events, token) == 0 else {
+            let error = errno
+            lock.unlock()
+            return error
+        }
+        owned[fd] = (source, ownedGeneration)
+        let start = startThreadLocked()
+        lock.unlock()
+        if start { startThread() }
+        return 0
+    }
+
+    /// Removes `fd` from the epoll set; the source closes it after this returns.
+    func unwatchOwned(_ fd: Int32) {
+        lock.withLock {
+            if owned.removeValue(forKey: fd) != nil { _ = tk_epoll_ctl(epoll, 2, fd, 0, 0) }
+        }
+    }
+
+    private func ownedReady(_ token: UInt64, _ events: UInt32) {
+        let fd = Int32(bitPattern: UInt32(truncatingIfNeeded: token))
+        let generation = (token >> 32) & 0x7FFF_FFFF
+        let source = lock.withLock { () -> TKDispatchSource? in
+            guard let entry = owned[fd], entry.generation == generation else { return nil }
+            return entry.source
+        }
+        source?.ownedDescriptorReady(fd, events: events)
+    }
+
+    // MARK: Process sources of this process (.signal)
+
+    func watchOwnSignals(_ source: TKDispatchSource) {
+        register { ownSignalSources.append(source) }
+    }
+
+    func unwatchOwnSignals(_ source: TKDispatchSource) {
+        lock.withLock { ownSignalSources.removeAll { $0 === source } }
+    }
+
+    // MARK: File-system objects (inotify)
+
+    /// Adds an inotify watch on `path` (the object behind /proc/self/fd/N) held by one more
+    /// source. Returns the watch descriptor, or the errno that refused it (negated).
+    func holdFileWatch(path: String) -> Int32 {
+        lock.withLock {
+            if inotifyFD < 0 {
+                let fd = tk_inotify_init()
+                guard fd >= 0 else { return -errno }
+                guard tk_epoll_ctl(epoll, 1, fd, DispatchManager.pollIn, DispatchManager.inotifyToken) == 0 else {
+                    let error = errno
+                    close(fd)
+                    return -error
+                }
+                inotifyFD = fd
+            }
+            let wd = tk_inotify_watch(inotifyFD, path)
+            guard wd >= 0 else { return -errno }
+            inotifyHolders[wd, default: 0] += 1
+            return wd
+        }
+    }
+
+    /// One source no longer holds `wd`; the last one removes the inotify watch.
+    func releaseFileWatch(_ wd: Int32) {
+        lock.withLock {
+            guard let n = inotifyHolders[wd] else { return }
+            if n > 1 { inotifyHolders[wd] = n - 1; return }
+            inotifyHolders[wd] = nil
+            _ = tk_inotify_unwatch(inotifyFD, wd)
+        }
+    }
+
+    /// Routes the events of `wd` to `source` from now on (it is active).
+    func watchFile(_ wd: Int32, source: TKDispatchSource) {
+        register { inotifySources[wd, default: []].append(source) }
+    }
+
+    func unwatchFile(_ wd: Int32, source: TKDispatchSource) {
+        lock.withLock {
+            inotifySources[wd]?.removeAll { $0 === source }
+            if inotifySources[wd]?.isEmpty == true { inotifySources[wd] = nil }
+        }
+    }
+
+    /// Reads every pending inotify event and hands each watched object's events to its sources.
+    private func fileEventsReady() {
+        var wds = [Int32](repeating: 0, count: 256)
+        var masks = [UInt32](repeating: 0, count: 256)
+        while true {
+            let ifd = lock.withLock { inotifyFD }
+            let n = wds.withUnsafeMutableBufferPointer { w in
+                masks.withUnsafeMutableBufferPointer { m in tk_inotify_read(ifd, w.baseAddress, m.baseAddress, 256) }
+            }
+            if n <= 0 { return }
+            for i in 0..<Int(n) {
+                let sources = lock.withLock { () -> [TKDispatchSource] in
+                    if masks[i] & 0x8000 != 0 { inotifyHolders[wds[i]] = nil }   // IN_IGNORED: the watch is gone
+                    return inotifySources[wds[i]] ?? []
+                }
+                for source in sources { source.fileSystemObjectChanged(inotifyMask: masks[i]) }
+            }
+        }
     }
 }
