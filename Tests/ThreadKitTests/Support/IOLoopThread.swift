@@ -66,6 +66,18 @@ enum ProcessProbe {
         ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd"))?.count ?? 1) - 1
     }
 
+    /// How many IPv4/IPv6 sockets this process has open (Foundation's Process keeps Unix
+    /// socketpairs and a run loop of its own, which are not ours to count).
+    static var openSockets: Int {
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return fds.compactMap { Int32($0) }.filter { fd in
+            var domain: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            guard getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 else { return false }
+            return domain == AF_INET || domain == AF_INET6
+        }.count
+    }
+
     /// Waits (at most 10 s) until the open descriptor count is at most `limit`; returns the count.
     static func descriptors(settlingAtMost limit: Int) -> Int {
         var count = openDescriptors
