@@ -18,12 +18,12 @@ static int tk_fail_close(int fd) {
     return -e;
 }
 
-static struct addrinfo *tk_lookup(const char *host, uint16_t port, int passive, int *gai_error) {
+static struct addrinfo *tk_lookup_flags(const char *host, uint16_t port, int flags, int *gai_error) {
     struct addrinfo hints, *result = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    hints.ai_flags = flags;
     char service[8];
     snprintf(service, sizeof service, "%u", (unsigned)port);
     int rc = getaddrinfo(host, service, &hints, &result);
@@ -32,6 +32,10 @@ static struct addrinfo *tk_lookup(const char *host, uint16_t port, int passive, 
         return NULL;
     }
     return result;
+}
+
+static struct addrinfo *tk_lookup(const char *host, uint16_t port, int passive, int *gai_error) {
+    return tk_lookup_flags(host, port, passive ? AI_PASSIVE : 0, gai_error);
 }
 
 int tk_resolve(const char *host) {
@@ -148,18 +152,8 @@ int tk_peer_gone(int fd) {
 
 int tk_resolve_addresses(const char *host, uint16_t port, int numeric_only, struct sockaddr_storage *addresses,
                          unsigned *lengths, int max, int *gai_error) {
-    struct addrinfo hints, *result = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = numeric_only ? AI_NUMERICHOST : 0;
-    char service[8];
-    snprintf(service, sizeof service, "%u", (unsigned)port);
-    int rc = getaddrinfo(host, service, &hints, &result);
-    if (rc != 0) {
-        if (gai_error) *gai_error = rc;
-        return -EHOSTUNREACH;
-    }
+    struct addrinfo *result = tk_lookup_flags(host, port, numeric_only ? AI_NUMERICHOST : 0, gai_error);
+    if (!result) return -EHOSTUNREACH;
     int count = 0;
     for (struct addrinfo *ai = result; ai && count < max; ai = ai->ai_next) {
         if (ai->ai_addrlen > sizeof(struct sockaddr_storage)) continue;

@@ -568,3 +568,32 @@ final class EchoConnection: TKStreamDelegate, @unchecked Sendable {
         }
     }
 }
+
+/// The README's example, run against the HTTP server.
+final class ReadmeClient: TKStreamDelegate {
+    func stream(_ s: TKStream, handle event: TKStream.Event) {
+        if event == .hasBytesAvailable { var b = [UInt8](repeating: 0, count: 4096); _ = (s as! TKInputStream).read(&b, maxLength: b.count) }
+        if event == .endEncountered || event == .errorOccurred { s.close(); TKRunLoop.current.stop() }
+    }
+}
+
+extension StreamTests {
+    func testTheReadmeExampleRuns() {
+        let server = LoopbackServer(.http(body: "readme"))
+        defer { server.stop() }
+        let port = Int(server.port)
+        let done = Workers.start {
+            let client = ReadmeClient()
+            let (input, output) = TKStream.getStreamsToHost(withName: "127.0.0.1", port: port)
+            input.delegate = client
+            input.schedule(in: .current, forMode: .default)   // events arrive on this thread
+            input.open(); output.open()
+            let request = Array("GET / HTTP/1.1\r\n\r\n".utf8)
+            XCTAssertEqual(output.write(request, maxLength: request.count), request.count)
+            TKRunLoop.current.run()                            // until the delegate stops it
+            XCTAssertEqual(input.streamStatus, .closed)
+            output.close()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+    }
+}
