@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "CThreadKit.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -17,12 +18,12 @@ static int tk_fail_close(int fd) {
     return -e;
 }
 
-static struct addrinfo *tk_lookup(const char *host, uint16_t port, int passive, int *gai_error) {
+static struct addrinfo *tk_lookup_flags(const char *host, uint16_t port, int flags, int *gai_error) {
     struct addrinfo hints, *result = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    hints.ai_flags = flags;
     char service[8];
     snprintf(service, sizeof service, "%u", (unsigned)port);
     int rc = getaddrinfo(host, service, &hints, &result);
@@ -33,6 +34,10 @@ static struct addrinfo *tk_lookup(const char *host, uint16_t port, int passive, 
     return result;
 }
 
+static struct addrinfo *tk_lookup(const char *host, uint16_t port, int passive, int *gai_error) {
+    return tk_lookup_flags(host, port, passive ? AI_PASSIVE : 0, gai_error);
+}
+
 int tk_resolve(const char *host) {
     int gai = 0;
     struct addrinfo *ai = tk_lookup(host, 0, 0, &gai);
@@ -41,13 +46,17 @@ int tk_resolve(const char *host) {
 }
 
 int tk_tcp_listen(const char *host, uint16_t port, uint16_t *bound, int *gai_error) {
+    return tk_tcp_listen_backlog(host, port, 128, bound, gai_error);
+}
+
+int tk_tcp_listen_backlog(const char *host, uint16_t port, int backlog, uint16_t *bound, int *gai_error) {
     struct addrinfo *ai = tk_lookup(host, port, 1, gai_error);
     if (!ai) return -EHOSTUNREACH;
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) { int e = errno; freeaddrinfo(ai); return -e; }
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, backlog) != 0) {
         freeaddrinfo(ai);
         return tk_fail_close(fd);
     }
@@ -139,4 +148,41 @@ long tk_send(int fd, const void *bytes, size_t count) {
 int tk_peer_gone(int fd) {
     int revents = tk_poll1(fd, POLLIN | POLLRDHUP, 0);
     return revents != 0;
+}
+
+int tk_resolve_addresses(const char *host, uint16_t port, int numeric_only, struct sockaddr_storage *addresses,
+                         unsigned *lengths, int max, int *gai_error) {
+    struct addrinfo *result = tk_lookup_flags(host, port, numeric_only ? AI_NUMERICHOST : 0, gai_error);
+    if (!result) return -EHOSTUNREACH;
+    int count = 0;
+    for (struct addrinfo *ai = result; ai && count < max; ai = ai->ai_next) {
+        if (ai->ai_addrlen > sizeof(struct sockaddr_storage)) continue;
+        memcpy(&addresses[count], ai->ai_addr, ai->ai_addrlen);
+        lengths[count] = (unsigned)ai->ai_addrlen;
+        count++;
+    }
+    freeaddrinfo(result);
+    return count;
+}
+
+int tk_connect_address(const struct sockaddr_storage *address, unsigned length, int *in_progress) {
+    int fd = socket(address->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof one);
+    return tk_connect_started(fd, (const struct sockaddr *)address, (socklen_t)length, in_progress);
+}
+
+int tk_set_nonblocking_cloexec(int fd) {
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) return -errno;
+    int fdflags = fcntl(fd, F_GETFD);
+    if (fdflags < 0 || fcntl(fd, F_SETFD, fdflags | FD_CLOEXEC) < 0) return -errno;
+    return 0;
+}
+
+long tk_recv(int fd, void *bytes, size_t count) {
+    long r;
+    do { r = recv(fd, bytes, count, 0); } while (r < 0 && errno == EINTR);
+    return r >= 0 ? r : -errno;
 }

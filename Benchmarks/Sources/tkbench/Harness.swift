@@ -22,9 +22,12 @@ struct Row {
     let reference: String
     let target: String
 
-    /// `tasksPerSecond` shows the median as a throughput and the ratio as throughput over the
-    /// incumbent's (higher is better).
-    enum Unit { case nanoseconds, microseconds, millisecondsPerSecond, tasksPerSecond }
+    /// `tasksPerSecond` and `mebibytesPerSecond` (one operation = 1 MiB) show the median as a
+    /// throughput and the ratio as throughput over the incumbent's (higher is better).
+    enum Unit {
+        case nanoseconds, microseconds, millisecondsPerSecond, tasksPerSecond, mebibytesPerSecond
+        var isThroughput: Bool { self == .tasksPerSecond || self == .mebibytesPerSecond }
+    }
 }
 
 @inline(never) func blackHole<T>(_ value: T) { withExtendedLifetime(value) {} }
@@ -59,7 +62,7 @@ struct Harness {
             let referenceIndex = row.contenders.firstIndex { $0.name == row.reference } ?? 0
             for (i, c) in row.contenders.enumerated() {
                 let ratio = i == referenceIndex ? "1.00"
-                    : row.unit == .tasksPerSecond ? String(format: "%.2f× %@'s throughput", medians[referenceIndex] / medians[i], row.reference)
+                    : row.unit.isThroughput ? String(format: "%.2f× %@'s throughput", medians[referenceIndex] / medians[i], row.reference)
                     : String(format: "%.2f× %@", medians[i] / medians[referenceIndex], row.reference)
                 print("| \(i == 0 ? row.name : "") | \(c.name) | \(format(medians[i], row.unit)) | \(ratio) | \(i == 0 ? row.target : "") |")
             }
@@ -73,6 +76,7 @@ struct Harness {
         case .microseconds: return String(format: "%.1f µs", ns / 1000)
         case .millisecondsPerSecond: return String(format: "%.1f ms CPU/s", ns)
         case .tasksPerSecond: return String(format: "%.2f M tasks/s (%.0f ns per task)", 1e3 / ns, ns)
+        case .mebibytesPerSecond: return String(format: "%.0f MiB/s", 1e9 / ns)
         }
     }
 }

@@ -14,6 +14,7 @@ let groups: [(String, () -> [Row])] = [
     ("dispatch", DispatchBenchmarks.rows),
     ("operations", OperationBenchmarks.rows),
     ("concurrency", ConcurrencyBenchmarks.rows),
+    ("io", IOBenchmarks.rows),
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())

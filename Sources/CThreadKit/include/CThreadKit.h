@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
+#include <sys/socket.h>
 
 // Dispatch sources: the signal catcher and FIONREAD (a header of its own).
 #include "CThreadKitDispatch.h"
@@ -102,6 +103,19 @@ static inline void tk_cpu_relax(void) {
 /// Listens on `host` (an IPv4/IPv6 literal or name) at `port` (0: any free port); the bound port
 /// is stored in `*bound`.
 int tk_tcp_listen(const char *host, uint16_t port, uint16_t *bound, int *gai_error);
+/// tk_tcp_listen with a chosen listen(2) backlog.
+int tk_tcp_listen_backlog(const char *host, uint16_t port, int backlog, uint16_t *bound, int *gai_error);
+/// Resolves `host`:`port` (TCP; with `numeric_only`, only an IPv4/IPv6 literal, no lookup) into
+/// at most `max` addresses in getaddrinfo's order. Returns how many, or -EHOSTUNREACH with gai's
+/// code in `*gai_error`. May block (DNS) unless `numeric_only`.
+int tk_resolve_addresses(const char *host, uint16_t port, int numeric_only, struct sockaddr_storage *addresses,
+                         unsigned *lengths, int max, int *gai_error);
+/// Starts a non-blocking TCP connect (TCP_NODELAY, close-on-exec) to one resolved address.
+int tk_connect_address(const struct sockaddr_storage *address, unsigned length, int *in_progress);
+/// Sets O_NONBLOCK and FD_CLOEXEC on `fd`: 0 or -errno.
+int tk_set_nonblocking_cloexec(int fd);
+/// recv(2) retrying EINTR: bytes read, 0 at end, or -errno.
+long tk_recv(int fd, void *bytes, size_t count);
 /// Listens on the Unix socket at `path` (which must not exist).
 int tk_unix_listen(const char *path);
 /// Starts connecting to `host`:`port`; `*in_progress` is set when the connect completes later

@@ -64,7 +64,9 @@ extension TKRunLoop {
             if !mustPoll { notify(.beforeWaiting, mode) }
             sleep(mode, deadline: deadline, poll: mustPoll)
             if !mustPoll { notify(.afterWaiting, mode) }
-            serviceDescriptors()
+            // Run-loop I/O objects told of readiness signal their sources: run them now if this
+            // mode holds them (docs/RunLoopIO.md), as CFRunLoop runs version-1 sources on waking.
+            if serviceDescriptors() && performSources(mode) { handledSource = true }
             fireTimers(mode)
             if handlePorts(mode) { handledSource = true }
             if runBlocks(mode) { handledSource = true }
@@ -222,15 +224,17 @@ extension TKRunLoop {
         wakePending.store(false, ordering: .sequentiallyConsistent)
     }
 
-    /// Lets the owners of the descriptors that were ready (socket ports) read or accept. Runs in
-    /// every mode: reading only moves bytes into a port's queue; delivery waits for a mode that
-    /// holds the port.
-    private func serviceDescriptors() {
-        guard !readyDescriptors.isEmpty else { return }
+    /// Lets the owners of the descriptors that were ready (socket ports, run-loop I/O) read,
+    /// accept or record readiness. Runs in every mode: reading only moves bytes into a port's
+    /// queue, and I/O objects only signal their sources; delivery waits for a mode that holds
+    /// them. True if any descriptor was ready.
+    private func serviceDescriptors() -> Bool {
+        guard !readyDescriptors.isEmpty else { return false }
         for (token, events) in readyDescriptors {
             if let (watcher, fd) = poll.watcher(for: token) { watcher.descriptorReady(fd, events: events) }
         }
         readyDescriptors.removeAll(keepingCapacity: true)
+        return true
     }
 
     /// Delivers the queued messages of the ports of `mode` to their delegates (version-1

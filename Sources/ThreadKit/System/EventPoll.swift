@@ -12,6 +12,11 @@ protocol DescriptorWatcher: AnyObject, Sendable {
     func descriptorReady(_ fd: Int32, events: UInt32)
 }
 
+/// An errno from epoll_ctl.
+struct EpollError: Error {
+    let code: Int32
+}
+
 final class EventPoll: @unchecked Sendable {
     static let wakeToken: UInt64 = 0
     static let timerToken: UInt64 = 1
@@ -84,22 +89,31 @@ final class EventPoll: @unchecked Sendable {
     /// Adds `fd` to the set (level-triggered, for `events`); its watcher is called on the loop's
     /// thread while it is ready. Returns the token for `modify`/`unwatch`, nil if epoll refused.
     func watch(_ fd: Int32, events: UInt32, watcher: any DescriptorWatcher) -> UInt64? {
+        try? watchOrFail(fd, events: events, watcher: watcher).get()
+    }
+
+    /// `watch`, with epoll's errno when it refuses (EBADF: not open; EPERM: a regular file;
+    /// EEXIST: already in this set).
+    func watchOrFail(_ fd: Int32, events: UInt32, watcher: any DescriptorWatcher) -> Result<UInt64, EpollError> {
         let token = watchers.withLock { w -> UInt64 in
             defer { w.next += 1 }
             w.byToken[w.next] = Watch(fd: fd, watcher: watcher)
             return w.next
         }
         guard tk_epoll_ctl(epoll, 1 /* EPOLL_CTL_ADD */, fd, events, token) == 0 else {
+            let error = errno   // before the lock, whose slow path may make syscalls
             _ = watchers.withLock { $0.byToken.removeValue(forKey: token) }
-            return nil
+            return .failure(EpollError(code: error))
         }
-        return token
+        return .success(token)
     }
 
     /// Changes the events a watched descriptor is waited for (0: none, it stays registered).
-    func modify(_ token: UInt64, events: UInt32) {
-        guard let fd = watchers.withLock({ $0.byToken[token]?.fd }) else { return }
-        _ = tk_epoll_ctl(epoll, 3 /* EPOLL_CTL_MOD */, fd, events, token)
+    /// Returns 0, or epoll's errno (EBADF / ENOENT: the descriptor was closed under its watcher).
+    @discardableResult
+    func modify(_ token: UInt64, events: UInt32) -> Int32 {
+        guard let fd = watchers.withLock({ $0.byToken[token]?.fd }) else { return ENOENT }
+        return tk_epoll_ctl(epoll, 3 /* EPOLL_CTL_MOD */, fd, events, token) == 0 ? 0 : errno
     }
 
     /// Removes a watched descriptor. Call before closing it.

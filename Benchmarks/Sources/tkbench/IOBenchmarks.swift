@@ -1,0 +1,557 @@
+// IOBenchmarks: byte streams over loopback TCP on a run loop. ThreadKit's TKStream pair on a
+// TKRunLoop thread against a SwiftNIO channel on an event loop and Foundation on a RunLoop thread.
+// Foundation on Linux has no socket streams (`Stream.getStreamsToHost` and `getBoundStreams` do
+// not exist there), so its contender is what it does offer for a socket on a run loop:
+// `FileHandle.readInBackgroundAndNotify`, whose completion notification is posted on the run
+// loop of the thread that asked, with `FileHandle.write` (blocking) to send.
+//   - echo round trip, 64 B: the contender is the client; its peer is a plain blocking echo thread;
+//   - echo server round trip, 64 B: the contender serves; its peer is a plain blocking client
+//     (this driver thread);
+//   - bulk send and bulk receive, 64 MiB per measurement in 64 KiB chunks: the peer is a blocking
+//     thread that reads (and counts) or writes exactly what was asked.
+// Every contender has its own connection, made once; measurements reuse it.
+import Foundation
+import NIOCore
+import NIOPosix
+import Synchronization
+import ThreadKit
+
+/// Plain POSIX loopback sockets for the peers (independent of every contender).
+enum Loopback {
+    static func listener() -> (fd: Int32, port: UInt16) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var on: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        withUnsafeMutablePointer(to: &addr) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                precondition(bind(fd, sa, len) == 0 && listen(fd, 128) == 0 && getsockname(fd, sa, &len) == 0)
+            }
+        }
+        return (fd, UInt16(bigEndian: addr.sin_port))
+    }
+
+    static func connect(port: UInt16) -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = port.bigEndian
+        let rc = withUnsafePointer(to: &addr) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        precondition(rc == 0, "connect: errno \(errno)")
+        noDelay(fd)
+        return fd
+    }
+
+    static func accept(_ listener: Int32) -> Int32 {
+        let fd = Glibc.accept(listener, nil, nil)
+        precondition(fd >= 0, "accept: errno \(errno)")
+        noDelay(fd)
+        return fd
+    }
+
+    static func noDelay(_ fd: Int32) {
+        var on: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) {
+        var sent = 0
+        while sent < bytes.count {
+            let n = Glibc.write(fd, bytes.baseAddress! + sent, bytes.count - sent)
+            precondition(n > 0, "write: errno \(errno)")
+            sent += n
+        }
+    }
+
+    static func readExactly(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer) {
+        var got = 0
+        while got < buffer.count {
+            let n = Glibc.read(fd, buffer.baseAddress! + got, buffer.count - got)
+            precondition(n > 0, "read: errno \(errno)")
+            got += n
+        }
+    }
+}
+
+/// A blocking peer thread on one connection: echoes, or counts what it reads, or writes what
+/// it is asked to.
+final class BlockingPeer: @unchecked Sendable {
+    enum Role { case echo, sink, source }
+    let fd: Int32
+    /// sink: bytes read so far; `target` and `done` tell the driver when a measurement's bytes
+    /// all arrived. source: `target` bytes are written after each `request`.
+    let received = Atomic<Int>(0)
+    let target = Atomic<Int>(Int.max)
+    let done = DispatchSemaphore(value: 0)
+    private let request = DispatchSemaphore(value: 0)
+
+    init(fd: Int32, role: Role) {
+        self.fd = fd
+        let thread = Thread { [self] in
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 16, alignment: 16)
+            buffer.initializeMemory(as: UInt8.self, repeating: 7)
+            switch role {
+            case .echo:
+                while true {
+                    let n = Glibc.read(fd, buffer.baseAddress!, buffer.count)
+                    if n <= 0 { return }
+                    Loopback.writeAll(fd, UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+                }
+            case .sink:
+                while true {
+                    let n = Glibc.read(fd, buffer.baseAddress!, buffer.count)
+                    if n <= 0 { return }
+                    if received.add(n, ordering: .relaxed).newValue >= target.load(ordering: .relaxed) {
+                        target.store(.max, ordering: .relaxed)
+                        done.signal()
+                    }
+                }
+            case .source:
+                while true {
+                    request.wait()
+                    var left = target.load(ordering: .relaxed)
+                    while left > 0 {
+                        let n = Glibc.write(fd, buffer.baseAddress!, min(left, buffer.count))
+                        if n <= 0 { return }
+                        left -= n
+                    }
+                }
+            }
+        }
+        thread.start()
+    }
+
+    /// sink: waits until `bytes` more than now have been read.
+    func awaitSunk(_ bytes: Int) {
+        target.store(received.load(ordering: .relaxed) + bytes, ordering: .relaxed)
+        if received.load(ordering: .relaxed) >= target.load(ordering: .relaxed) { return }
+        done.wait()
+    }
+
+    /// source: writes `bytes` now.
+    func send(_ bytes: Int) {
+        target.store(bytes, ordering: .relaxed)
+        request.signal()
+    }
+}
+
+let ioMessage = 64
+let ioChunk = 1 << 16
+let mebibyte = 1 << 20
+
+enum IOBenchmarks {
+    static func rows() -> [Row] {
+        let tk = BenchLoop()
+        let foundation = FoundationLoop()
+        let nio = RunLoopBenchmarks.group.next()
+        return [echoClient(tk, foundation, nio), echoServer(tk, foundation, nio),
+                bulkSend(tk, foundation, nio), bulkReceive(tk, foundation, nio)]
+    }
+
+    // MARK: rows
+
+    static func echoClient(_ tk: BenchLoop, _ foundation: FoundationLoop, _ nio: any EventLoop) -> Row {
+        let (listener, port) = Loopback.listener()
+        let tkClient = TKClient(loop: tk.loop, port: port)
+        _ = BlockingPeer(fd: Loopback.accept(listener), role: .echo)
+        tkClient.awaitOpen()
+        let nioClient = NIOClient(loop: nio, port: port)
+        _ = BlockingPeer(fd: Loopback.accept(listener), role: .echo)
+        let fdClient = FileHandleClient(loop: foundation, fd: Loopback.connect(port: port))
+        _ = BlockingPeer(fd: Loopback.accept(listener), role: .echo)
+        close(listener)
+        return Row(group: "io", name: "echo round trip, 64 B (client on the loop, blocking echo peer)", operations: 20_000, unit: .microseconds, contenders: [
+            Contender(name: "TKStream on TKRunLoop") { n in tkClient.echo(n) },
+            Contender(name: "NIO channel") { n in nioClient.echo(n) },
+            Contender(name: "Foundation FileHandle on RunLoop") { n in fdClient.echo(n) },
+        ], reference: "NIO channel", target: "≤ 1.0× NIO")
+    }
+
+    static func echoServer(_ tk: BenchLoop, _ foundation: FoundationLoop, _ nio: any EventLoop) -> Row {
+        let tkServer = TKEchoServer(loop: tk.loop)
+        let tkPeer = Loopback.connect(port: tkServer.port)
+        let nioServer = try! ServerBootstrap(group: nio)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { $0.pipeline.addHandler(NIOEchoHandler()) }
+            .bind(host: "127.0.0.1", port: 0).wait()
+        let nioPeer = Loopback.connect(port: UInt16(nioServer.localAddress!.port!))
+        let (listener, port) = Loopback.listener()
+        let fdPeer = Loopback.connect(port: port)
+        let fdServer = FileHandleClient(loop: foundation, fd: Loopback.accept(listener), echoes: true)
+        close(listener)
+        withExtendedLifetime(fdServer) {}
+        return Row(group: "io", name: "echo server round trip, 64 B (server on the loop, blocking client)", operations: 20_000, unit: .microseconds, contenders: [
+            Contender(name: "TKSocketListener + TKStream") { n in blockingEcho(tkPeer, n) },
+            Contender(name: "NIO ServerBootstrap") { n in blockingEcho(nioPeer, n) },
+            Contender(name: "Foundation FileHandle on RunLoop") { n in withExtendedLifetime(fdServer) { blockingEcho(fdPeer, n) } },
+        ], reference: "NIO ServerBootstrap", target: "≤ 1.0× NIO")
+    }
+
+    static func bulkSend(_ tk: BenchLoop, _ foundation: FoundationLoop, _ nio: any EventLoop) -> Row {
+        let (listener, port) = Loopback.listener()
+        let tkClient = TKClient(loop: tk.loop, port: port)
+        let tkPeer = BlockingPeer(fd: Loopback.accept(listener), role: .sink)
+        tkClient.awaitOpen()
+        let nioClient = NIOClient(loop: nio, port: port)
+        let nioPeer = BlockingPeer(fd: Loopback.accept(listener), role: .sink)
+        let fdClient = FileHandleClient(loop: foundation, fd: Loopback.connect(port: port))
+        let fdPeer = BlockingPeer(fd: Loopback.accept(listener), role: .sink)
+        close(listener)
+        return Row(group: "io", name: "bulk send, 64 KiB writes (per MiB)", operations: 64, unit: .mebibytesPerSecond, contenders: [
+            Contender(name: "TKOutputStream on TKRunLoop") { n in timed { tkClient.send(n * mebibyte); tkPeer.awaitSunk(n * mebibyte) } },
+            Contender(name: "NIO channel") { n in timed { nioClient.send(n * mebibyte); nioPeer.awaitSunk(n * mebibyte) } },
+            Contender(name: "Foundation FileHandle.write") { n in timed { fdClient.send(n * mebibyte); fdPeer.awaitSunk(n * mebibyte) } },
+        ], reference: "NIO channel", target: "≥ 0.9× NIO, ≥ 2× Foundation")
+    }
+
+    static func bulkReceive(_ tk: BenchLoop, _ foundation: FoundationLoop, _ nio: any EventLoop) -> Row {
+        let (listener, port) = Loopback.listener()
+        let tkClient = TKClient(loop: tk.loop, port: port)
+        let tkPeer = BlockingPeer(fd: Loopback.accept(listener), role: .source)
+        tkClient.awaitOpen()
+        let nioClient = NIOClient(loop: nio, port: port)
+        let nioPeer = BlockingPeer(fd: Loopback.accept(listener), role: .source)
+        let fdClient = FileHandleClient(loop: foundation, fd: Loopback.connect(port: port))
+        let fdPeer = BlockingPeer(fd: Loopback.accept(listener), role: .source)
+        close(listener)
+        return Row(group: "io", name: "bulk receive (per MiB)", operations: 64, unit: .mebibytesPerSecond, contenders: [
+            Contender(name: "TKInputStream on TKRunLoop") { n in tkClient.receive(n * mebibyte) { tkPeer.send(n * mebibyte) } },
+            Contender(name: "NIO channel") { n in nioClient.receive(n * mebibyte) { nioPeer.send(n * mebibyte) } },
+            Contender(name: "Foundation readInBackgroundAndNotify") { n in fdClient.receive(n * mebibyte) { fdPeer.send(n * mebibyte) } },
+        ], reference: "NIO channel", target: "≥ 0.9× NIO, ≥ 2× Foundation")
+    }
+
+    /// n round trips of 64 bytes from this thread over a blocking socket.
+    static func blockingEcho(_ fd: Int32, _ n: Int) -> Double {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: ioMessage, alignment: 16)
+        defer { buffer.deallocate() }
+        buffer.initializeMemory(as: UInt8.self, repeating: 1)
+        return timed {
+            for _ in 0..<n {
+                Loopback.writeAll(fd, UnsafeRawBufferPointer(buffer))
+                Loopback.readExactly(fd, buffer)
+            }
+        }
+    }
+}
+
+/// What a client contender counts on its loop's thread, and how the driver waits for it.
+/// Fields: loop thread only, except `done` (a semaphore) and the set-up before a measurement,
+/// which happens-before the loop sees it through the contender's own hand-off.
+final class Tally: @unchecked Sendable {
+    var remaining = 0          // echo: round trips left; receive: bytes left
+    var partial = 0            // echo: bytes of the current reply received
+    let done = DispatchSemaphore(value: 0)
+
+    /// Counts `bytes` received; returns true when an echo round trip completed and another is due.
+    func echoed(_ bytes: Int) -> Bool {
+        partial += bytes
+        var next = false
+        while partial >= ioMessage {
+            partial -= ioMessage
+            remaining -= 1
+            if remaining == 0 { done.signal() } else { next = true }
+        }
+        return next
+    }
+
+    func received(_ bytes: Int) {
+        guard remaining > 0 else { return }
+        remaining -= bytes
+        if remaining <= 0 { remaining = 0; done.signal() }
+    }
+}
+
+// MARK: ThreadKit
+
+/// A TKStream pair to the peer, scheduled on a TKRunLoop thread; its delegate runs there.
+final class TKClient: TKStreamDelegate, @unchecked Sendable {
+    let loop: TKRunLoop
+    let input: TKInputStream
+    let output: TKOutputStream
+    let tally = Tally()
+    let opened = DispatchSemaphore(value: 0)
+    private var openCount = 0
+    /// Bytes still to send in a bulk send; loop thread only.
+    private var toSend = 0
+    private var sending = false
+    private let chunk = UnsafeMutablePointer<UInt8>.allocate(capacity: ioChunk)
+
+    init(loop: TKRunLoop, port: UInt16) {
+        self.loop = loop
+        chunk.initialize(repeating: 3, count: ioChunk)
+        (input, output) = TKStream.getStreamsToHost(withName: "127.0.0.1", port: Int(port))
+        loop.perform { [self] in
+            for s in [input, output] as [TKStream] {
+                s.delegate = self
+                s.schedule(in: loop, forMode: .default)
+                s.open()
+            }
+        }
+    }
+
+    func awaitOpen() { opened.wait(); opened.wait() }
+
+    func stream(_ aStream: TKStream, handle eventCode: TKStream.Event) {
+        if eventCode.contains(.openCompleted) { opened.signal() }
+        if eventCode.contains(.hasBytesAvailable) {
+            while input.hasBytesAvailable {
+                let n = input.read(chunk, maxLength: ioChunk)
+                if n <= 0 { break }
+                if tally.echoed(n) { _ = output.write(chunk, maxLength: ioMessage) }
+            }
+        }
+        if eventCode.contains(.hasSpaceAvailable) { pump() }
+        if eventCode.contains(.errorOccurred) || eventCode.contains(.endEncountered) {
+            fatalError("tkbench: TK stream ended: \(aStream.streamError.map { "\($0)" } ?? "end")")
+        }
+    }
+
+    /// Writes while the socket takes bytes; the next hasSpaceAvailable resumes.
+    private func pump() {
+        while toSend > 0 && output.hasSpaceAvailable {
+            let n = output.write(chunk, maxLength: min(toSend, ioChunk))
+            if n <= 0 { return }
+            toSend -= n
+        }
+    }
+
+    func echo(_ n: Int) -> Double {
+        tally.remaining = n
+        tally.partial = 0
+        return timed {
+            loop.perform { [self] in _ = output.write(chunk, maxLength: ioMessage) }
+            tally.done.wait()
+        }
+    }
+
+    func send(_ bytes: Int) {
+        loop.perform { [self] in toSend = bytes; pump() }
+    }
+
+    func receive(_ bytes: Int, start: () -> Void) -> Double {
+        tally.remaining = bytes
+        return timed { start(); tally.done.wait() }
+    }
+}
+
+/// An echo server: a listener on the loop, each accepted connection a TKStream pair that writes
+/// back what it reads.
+final class TKEchoServer: @unchecked Sendable {
+    let listener: TKSocketListener
+    var port: UInt16 { listener.port }
+    private var connections: [Connection] = []   // loop thread only
+
+    final class Connection: TKStreamDelegate, @unchecked Sendable {
+        let input: TKInputStream, output: TKOutputStream
+        private let buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: ioChunk)
+        init(_ pair: (inputStream: TKInputStream, outputStream: TKOutputStream)) { (input, output) = pair }
+        func stream(_ aStream: TKStream, handle eventCode: TKStream.Event) {
+            guard eventCode.contains(.hasBytesAvailable) else { return }
+            while input.hasBytesAvailable {
+                let n = input.read(buffer, maxLength: ioChunk)
+                if n <= 0 { return }
+                var sent = 0
+                while sent < n {   // 64-byte messages: the socket buffer always has room
+                    let w = output.write(buffer + sent, maxLength: n - sent)
+                    precondition(w > 0, "tkbench: echo server write failed")
+                    sent += w
+                }
+            }
+        }
+    }
+
+    init(loop: TKRunLoop) {
+        let box = Box()
+        listener = try! TKSocketListener { fd in
+            Loopback.noDelay(fd)
+            let connection = Connection(TKStream.getStreams(forConnectedSocket: fd))
+            box.server?.connections.append(connection)
+            for s in [connection.input, connection.output] as [TKStream] {
+                s.delegate = connection
+                s.schedule(in: loop, forMode: .default)
+                s.open()
+            }
+        }
+        box.server = self
+        let scheduled = DispatchSemaphore(value: 0)
+        loop.perform { [listener] in listener.schedule(in: loop, forMode: .default); scheduled.signal() }
+        scheduled.wait()
+    }
+    final class Box: @unchecked Sendable { weak var server: TKEchoServer? }
+}
+
+// MARK: SwiftNIO
+
+final class NIOClient: @unchecked Sendable {
+    let channel: any Channel
+    let handler: Handler
+
+    final class Handler: ChannelInboundHandler, @unchecked Sendable {
+        typealias InboundIn = ByteBuffer
+        typealias OutboundOut = ByteBuffer
+        let tally = Tally()
+        var context: ChannelHandlerContext!
+        var message: ByteBuffer!
+        var chunk: ByteBuffer!
+        var toSend = 0                // loop thread only
+        var echoing = false
+
+        func handlerAdded(context: ChannelHandlerContext) {
+            self.context = context
+            message = context.channel.allocator.buffer(repeating: 1, count: ioMessage)
+            chunk = context.channel.allocator.buffer(repeating: 3, count: ioChunk)
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            let bytes = unwrapInboundIn(data).readableBytes
+            if echoing {
+                if tally.echoed(bytes) { context.writeAndFlush(wrapOutboundOut(message), promise: nil) }
+            } else {
+                tally.received(bytes)
+            }
+        }
+
+        func channelWritabilityChanged(context: ChannelHandlerContext) { pump() }
+
+        func pump() {
+            while toSend > 0 && context.channel.isWritable {
+                let n = min(toSend, ioChunk)
+                context.write(wrapOutboundOut(n == ioChunk ? chunk : chunk.getSlice(at: 0, length: n)!), promise: nil)
+                toSend -= n
+            }
+            context.flush()
+        }
+    }
+
+    init(loop: any EventLoop, port: UInt16) {
+        let handler = Handler()
+        self.handler = handler
+        channel = try! ClientBootstrap(group: loop)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .channelInitializer { $0.pipeline.addHandler(handler) }
+            .connect(host: "127.0.0.1", port: Int(port)).wait()
+    }
+
+    func echo(_ n: Int) -> Double {
+        try! channel.eventLoop.submit { [handler] in
+            handler.echoing = true
+            handler.tally.remaining = n
+            handler.tally.partial = 0
+        }.wait()
+        return timed {
+            channel.eventLoop.execute { [handler] in handler.context.writeAndFlush(handler.wrapOutboundOut(handler.message), promise: nil) }
+            handler.tally.done.wait()
+        }
+    }
+
+    func send(_ bytes: Int) {
+        channel.eventLoop.execute { [handler] in handler.toSend = bytes; handler.pump() }
+    }
+
+    func receive(_ bytes: Int, start: () -> Void) -> Double {
+        try! channel.eventLoop.submit { [handler] in handler.echoing = false; handler.tally.remaining = bytes }.wait()
+        return timed { start(); handler.tally.done.wait() }
+    }
+}
+
+/// A NIO echo server's handler.
+final class NIOEchoHandler: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) { context.writeAndFlush(data, promise: nil) }
+}
+
+// MARK: Foundation
+
+/// A Foundation Thread running its RunLoop for good; work reaches it only through what its own
+/// callbacks start (Foundation's RunLoop.perform from another thread does not wake it on Linux).
+final class FoundationLoop: @unchecked Sendable {
+    private(set) var thread: Thread!
+    /// Set by the loop's thread before `started` is signalled; immutable after.
+    private(set) var runLoop: RunLoop!
+    private let started = DispatchSemaphore(value: 0)
+
+    init() {
+        thread = Thread { [self] in
+            // A far timer keeps the loop from running out of sources.
+            RunLoop.current.add(Timer(timeInterval: 1e6, repeats: true) { _ in }, forMode: .default)
+            runLoop = RunLoop.current
+            started.signal()
+            while true { _ = RunLoop.current.run(mode: .default, before: .distantFuture) }
+        }
+        thread.start()
+        started.wait()
+    }
+}
+
+/// A socket watched from a Foundation RunLoop thread with `readInBackgroundAndNotify`; it sends
+/// with `FileHandle.write`. As a client its measurements are started by this driver thread
+/// writing the first message itself (Foundation offers no wake-up to post work to a loop).
+final class FileHandleClient: @unchecked Sendable {
+    let handle: FileHandle
+    let tally = Tally()
+    let echoes: Bool
+    private var observer: (any NSObjectProtocol)?
+    private let message = Data(repeating: 1, count: ioMessage)
+    private let chunk = Data(repeating: 3, count: ioChunk)
+    /// Whether replies count as echo round trips (else as received bytes); set by the driver
+    /// before the measurement's first byte is sent, read by the loop thread after it.
+    private let echoing = Atomic<Bool>(true)
+
+    init(loop: FoundationLoop, fd: Int32, echoes: Bool = false) {
+        handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        self.echoes = echoes
+        let armed = DispatchSemaphore(value: 0)
+        // The observer is registered and the first read issued on the loop's thread: the
+        // completion is posted to the run loop of the thread that asked.
+        let timer = Timer(timeInterval: 0, repeats: false) { [self] _ in
+            observer = NotificationCenter.default.addObserver(forName: FileHandle.readCompletionNotification, object: handle, queue: nil) { [self] note in
+                let data = note.userInfo?[NSFileHandleNotificationDataItem] as? Data ?? Data()
+                if data.isEmpty { return }
+                if self.echoes {
+                    handle.write(data)
+                } else if echoing.load(ordering: .relaxed) {
+                    if tally.echoed(data.count) { handle.write(message) }
+                } else {
+                    tally.received(data.count)
+                }
+                handle.readInBackgroundAndNotify(forModes: [.default])
+            }
+            handle.readInBackgroundAndNotify(forModes: [.default])
+            armed.signal()
+        }
+        // CFRunLoopAddTimer from another thread re-arms that loop's timer descriptor, which wakes it.
+        loop.runLoop.add(timer, forMode: .default)
+        armed.wait()
+    }
+
+    func echo(_ n: Int) -> Double {
+        echoing.store(true, ordering: .relaxed)
+        tally.remaining = n
+        tally.partial = 0
+        return timed { handle.write(message); tally.done.wait() }
+    }
+
+    /// Foundation's send is a blocking write; made from the driver thread.
+    func send(_ bytes: Int) {
+        var left = bytes
+        while left > 0 {
+            let n = min(left, ioChunk)
+            handle.write(n == ioChunk ? chunk : chunk.prefix(n))
+            left -= n
+        }
+    }
+
+    func receive(_ bytes: Int, start: () -> Void) -> Double {
+        echoing.store(false, ordering: .relaxed)
+        tally.remaining = bytes
+        return timed { start(); tally.done.wait() }
+    }
+}
