@@ -597,3 +597,45 @@ extension StreamTests {
         XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
     }
 }
+
+extension StreamTests {
+    func testReadingAndWritingAClosedSocketStreamFailsCleanly() {
+        let server = LoopbackServer(.echo)
+        defer { server.stop() }
+        let baseline = ProcessProbe.openSockets
+        let (input, output) = TKStream.getStreamsToHost(withName: "127.0.0.1", port: Int(server.port))
+        input.open()
+        output.open()
+        XCTAssertEqual(output.write([1, 2, 3], maxLength: 3), 3)
+        var buffer = [UInt8](repeating: 0, count: 3)
+        XCTAssertEqual(input.read(&buffer, maxLength: 3) > 0, true)
+        input.close()
+        output.close()
+        XCTAssertEqual(input.read(&buffer, maxLength: 3), -1)
+        XCTAssertEqual(output.write(buffer, maxLength: 3), -1)
+        XCTAssertFalse(input.hasBytesAvailable)
+        XCTAssertFalse(output.hasSpaceAvailable)
+        XCTAssertEqual(input.streamStatus, .closed)
+        XCTAssertTrue(waitUntil(.now + .seconds(10)) { ProcessProbe.openSockets <= baseline }, "the socket closes with the second stream")
+    }
+
+    /// The public names and signatures the tour and benchmarks are written against.
+    func testPublicSignatures() throws {
+        let types: TKFileDescriptorSource.CallBackTypes = [.read, .write]
+        let source = TKFileDescriptorSource(fileDescriptor: -1, closeOnInvalidate: false) { (_: TKFileDescriptorSource, _: TKFileDescriptorSource.CallBackTypes) in }
+        let fd: Int32 = source.fileDescriptor
+        source.enableCallBacks(types); source.disableCallBacks(.write); source.invalidate()
+        XCTAssertFalse(source.isValid)
+        XCTAssertEqual(fd, -1)
+        let pair: (inputStream: TKInputStream, outputStream: TKOutputStream) = TKStream.getBoundStreams(withBufferSize: 8)
+        let status: TKStream.Status = pair.inputStream.streamStatus
+        XCTAssertEqual(status, .notOpen)
+        let _: TKError? = pair.outputStream.streamError
+        let _: (inputStream: TKInputStream, outputStream: TKOutputStream) = TKStream.getStreamsToHost(withName: "127.0.0.1", port: 1)
+        let listener = try TKSocketListener(host: "127.0.0.1", port: 0, backlog: 8) { (_: Int32) in }
+        let _: UInt16 = listener.port
+        listener.invalidate()
+        let events: TKStream.Event = [.openCompleted, .hasBytesAvailable, .hasSpaceAvailable, .errorOccurred, .endEncountered]
+        XCTAssertEqual(events.description, "[openCompleted, hasBytesAvailable, hasSpaceAvailable, errorOccurred, endEncountered]")
+    }
+}
