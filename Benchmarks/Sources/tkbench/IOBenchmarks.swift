@@ -1,9 +1,10 @@
 // IOBenchmarks: byte streams over loopback TCP on a run loop. ThreadKit's TKStream pair on a
-// TKRunLoop thread against a SwiftNIO channel on an event loop and Foundation on a RunLoop thread.
+// TKRunLoop thread against a SwiftNIO channel on an event loop and Foundation.
 // Foundation on Linux has no socket streams (`Stream.getStreamsToHost` and `getBoundStreams` do
-// not exist there), so its contender is what it does offer for a socket on a run loop:
-// `FileHandle.readInBackgroundAndNotify`, whose completion notification is posted on the run
-// loop of the thread that asked, with `FileHandle.write` (blocking) to send.
+// not exist there), and its run-loop way to hear a socket, `FileHandle.readInBackgroundAndNotify`,
+// never wakes a sleeping RunLoop (its notification waits for some other event; this benchmark
+// hung on it). So Foundation's contender is the one asynchronous socket read that works there:
+// `FileHandle.readabilityHandler` (run on a Dispatch queue), with `FileHandle.write` (blocking).
 //   - echo round trip, 64 B: the contender is the client; its peer is a plain blocking echo thread;
 //   - echo server round trip, 64 B: the contender serves; its peer is a plain blocking client
 //     (this driver thread);
@@ -107,8 +108,9 @@ final class BlockingPeer: @unchecked Sendable {
                 while true {
                     let n = Glibc.read(fd, buffer.baseAddress!, buffer.count)
                     if n <= 0 { return }
-                    if received.add(n, ordering: .relaxed).newValue >= target.load(ordering: .relaxed) {
-                        target.store(.max, ordering: .relaxed)
+                    let total = received.add(n, ordering: .relaxed).newValue
+                    let goal = target.load(ordering: .relaxed)
+                    if total >= goal && target.compareExchange(expected: goal, desired: .max, ordering: .relaxed).exchanged {
                         done.signal()
                     }
                 }
@@ -127,12 +129,13 @@ final class BlockingPeer: @unchecked Sendable {
         thread.start()
     }
 
-    /// sink: waits until `bytes` more than now have been read.
-    func awaitSunk(_ bytes: Int) {
+    /// sink: `bytes` more than it has read so far are coming (called while the peer is idle,
+    /// before they are sent); `awaitSunk()` returns once they all arrived.
+    func expect(_ bytes: Int) {
         target.store(received.load(ordering: .relaxed) + bytes, ordering: .relaxed)
-        if received.load(ordering: .relaxed) >= target.load(ordering: .relaxed) { return }
-        done.wait()
     }
+
+    func awaitSunk() { done.wait() }
 
     /// source: writes `bytes` now.
     func send(_ bytes: Int) {
@@ -148,32 +151,31 @@ let mebibyte = 1 << 20
 enum IOBenchmarks {
     static func rows() -> [Row] {
         let tk = BenchLoop()
-        let foundation = FoundationLoop()
         let nio = RunLoopBenchmarks.group.next()
-        return [echoClient(tk, foundation, nio), echoServer(tk, foundation, nio),
-                bulkSend(tk, foundation, nio), bulkReceive(tk, foundation, nio)]
+        return [echoClient(tk, nio), echoServer(tk, nio),
+                bulkSend(tk, nio), bulkReceive(tk, nio)]
     }
 
     // MARK: rows
 
-    static func echoClient(_ tk: BenchLoop, _ foundation: FoundationLoop, _ nio: any EventLoop) -> Row {
+    static func echoClient(_ tk: BenchLoop, _ nio: any EventLoop) -> Row {
         let (listener, port) = Loopback.listener()
         let tkClient = TKClient(loop: tk.loop, port: port)
         _ = BlockingPeer(fd: Loopback.accept(listener), role: .echo)
         tkClient.awaitOpen()
         let nioClient = NIOClient(loop: nio, port: port)
         _ = BlockingPeer(fd: Loopback.accept(listener), role: .echo)
-        let fdClient = FileHandleClient(loop: foundation, fd: Loopback.connect(port: port))
+        let fdClient = FileHandleClient(fd: Loopback.connect(port: port))
         _ = BlockingPeer(fd: Loopback.accept(listener), role: .echo)
         close(listener)
         return Row(group: "io", name: "echo round trip, 64 B (client on the loop, blocking echo peer)", operations: 20_000, unit: .microseconds, contenders: [
             Contender(name: "TKStream on TKRunLoop") { n in tkClient.echo(n) },
             Contender(name: "NIO channel") { n in nioClient.echo(n) },
-            Contender(name: "Foundation FileHandle on RunLoop") { n in fdClient.echo(n) },
+            Contender(name: "Foundation FileHandle.readabilityHandler") { n in fdClient.echo(n) },
         ], reference: "NIO channel", target: "≤ 1.0× NIO")
     }
 
-    static func echoServer(_ tk: BenchLoop, _ foundation: FoundationLoop, _ nio: any EventLoop) -> Row {
+    static func echoServer(_ tk: BenchLoop, _ nio: any EventLoop) -> Row {
         let tkServer = TKEchoServer(loop: tk.loop)
         let tkPeer = Loopback.connect(port: tkServer.port)
         let nioServer = try! ServerBootstrap(group: nio)
@@ -183,47 +185,46 @@ enum IOBenchmarks {
         let nioPeer = Loopback.connect(port: UInt16(nioServer.localAddress!.port!))
         let (listener, port) = Loopback.listener()
         let fdPeer = Loopback.connect(port: port)
-        let fdServer = FileHandleClient(loop: foundation, fd: Loopback.accept(listener), echoes: true)
+        let fdServer = FileHandleClient(fd: Loopback.accept(listener), echoes: true)
         close(listener)
-        withExtendedLifetime(fdServer) {}
         return Row(group: "io", name: "echo server round trip, 64 B (server on the loop, blocking client)", operations: 20_000, unit: .microseconds, contenders: [
-            Contender(name: "TKSocketListener + TKStream") { n in blockingEcho(tkPeer, n) },
+            Contender(name: "TKSocketListener + TKStream") { n in withExtendedLifetime(tkServer) { blockingEcho(tkPeer, n) } },
             Contender(name: "NIO ServerBootstrap") { n in blockingEcho(nioPeer, n) },
-            Contender(name: "Foundation FileHandle on RunLoop") { n in withExtendedLifetime(fdServer) { blockingEcho(fdPeer, n) } },
+            Contender(name: "Foundation FileHandle.readabilityHandler") { n in withExtendedLifetime(fdServer) { blockingEcho(fdPeer, n) } },
         ], reference: "NIO ServerBootstrap", target: "≤ 1.0× NIO")
     }
 
-    static func bulkSend(_ tk: BenchLoop, _ foundation: FoundationLoop, _ nio: any EventLoop) -> Row {
+    static func bulkSend(_ tk: BenchLoop, _ nio: any EventLoop) -> Row {
         let (listener, port) = Loopback.listener()
         let tkClient = TKClient(loop: tk.loop, port: port)
         let tkPeer = BlockingPeer(fd: Loopback.accept(listener), role: .sink)
         tkClient.awaitOpen()
         let nioClient = NIOClient(loop: nio, port: port)
         let nioPeer = BlockingPeer(fd: Loopback.accept(listener), role: .sink)
-        let fdClient = FileHandleClient(loop: foundation, fd: Loopback.connect(port: port))
+        let fdClient = FileHandleClient(fd: Loopback.connect(port: port))
         let fdPeer = BlockingPeer(fd: Loopback.accept(listener), role: .sink)
         close(listener)
         return Row(group: "io", name: "bulk send, 64 KiB writes (per MiB)", operations: 64, unit: .mebibytesPerSecond, contenders: [
-            Contender(name: "TKOutputStream on TKRunLoop") { n in timed { tkClient.send(n * mebibyte); tkPeer.awaitSunk(n * mebibyte) } },
-            Contender(name: "NIO channel") { n in timed { nioClient.send(n * mebibyte); nioPeer.awaitSunk(n * mebibyte) } },
-            Contender(name: "Foundation FileHandle.write") { n in timed { fdClient.send(n * mebibyte); fdPeer.awaitSunk(n * mebibyte) } },
+            Contender(name: "TKOutputStream on TKRunLoop") { n in tkPeer.expect(n * mebibyte); return timed { tkClient.send(n * mebibyte); tkPeer.awaitSunk() } },
+            Contender(name: "NIO channel") { n in nioPeer.expect(n * mebibyte); return timed { nioClient.send(n * mebibyte); nioPeer.awaitSunk() } },
+            Contender(name: "Foundation FileHandle.write") { n in fdPeer.expect(n * mebibyte); return timed { fdClient.send(n * mebibyte); fdPeer.awaitSunk() } },
         ], reference: "NIO channel", target: "≥ 0.9× NIO, ≥ 2× Foundation")
     }
 
-    static func bulkReceive(_ tk: BenchLoop, _ foundation: FoundationLoop, _ nio: any EventLoop) -> Row {
+    static func bulkReceive(_ tk: BenchLoop, _ nio: any EventLoop) -> Row {
         let (listener, port) = Loopback.listener()
         let tkClient = TKClient(loop: tk.loop, port: port)
         let tkPeer = BlockingPeer(fd: Loopback.accept(listener), role: .source)
         tkClient.awaitOpen()
         let nioClient = NIOClient(loop: nio, port: port)
         let nioPeer = BlockingPeer(fd: Loopback.accept(listener), role: .source)
-        let fdClient = FileHandleClient(loop: foundation, fd: Loopback.connect(port: port))
+        let fdClient = FileHandleClient(fd: Loopback.connect(port: port))
         let fdPeer = BlockingPeer(fd: Loopback.accept(listener), role: .source)
         close(listener)
         return Row(group: "io", name: "bulk receive (per MiB)", operations: 64, unit: .mebibytesPerSecond, contenders: [
             Contender(name: "TKInputStream on TKRunLoop") { n in tkClient.receive(n * mebibyte) { tkPeer.send(n * mebibyte) } },
             Contender(name: "NIO channel") { n in nioClient.receive(n * mebibyte) { nioPeer.send(n * mebibyte) } },
-            Contender(name: "Foundation readInBackgroundAndNotify") { n in fdClient.receive(n * mebibyte) { fdPeer.send(n * mebibyte) } },
+            Contender(name: "Foundation FileHandle.readabilityHandler") { n in fdClient.receive(n * mebibyte) { fdPeer.send(n * mebibyte) } },
         ], reference: "NIO channel", target: "≥ 0.9× NIO, ≥ 2× Foundation")
     }
 
@@ -280,7 +281,8 @@ final class TKClient: TKStreamDelegate, @unchecked Sendable {
     private var openCount = 0
     /// Bytes still to send in a bulk send; loop thread only.
     private var toSend = 0
-    private var sending = false
+    /// Whether what arrives is counted as echo replies or as received bytes; loop thread only.
+    private var echoing = true
     private let chunk = UnsafeMutablePointer<UInt8>.allocate(capacity: ioChunk)
 
     init(loop: TKRunLoop, port: UInt16) {
@@ -301,10 +303,18 @@ final class TKClient: TKStreamDelegate, @unchecked Sendable {
     func stream(_ aStream: TKStream, handle eventCode: TKStream.Event) {
         if eventCode.contains(.openCompleted) { opened.signal() }
         if eventCode.contains(.hasBytesAvailable) {
-            while input.hasBytesAvailable {
+            // Read until a read comes back short (the socket is drained) or, after a full one, the
+            // stream has nothing more (a read on a scheduled stream without bytes would wait, as
+            // NSStream's does); each read re-arms the event, so anything left is reported again.
+            while true {
                 let n = input.read(chunk, maxLength: ioChunk)
                 if n <= 0 { break }
-                if tally.echoed(n) { _ = output.write(chunk, maxLength: ioMessage) }
+                if echoing {
+                    if tally.echoed(n) { _ = output.write(chunk, maxLength: ioMessage) }
+                } else {
+                    tally.received(n)
+                }
+                if n < ioChunk || !input.hasBytesAvailable { break }
             }
         }
         if eventCode.contains(.hasSpaceAvailable) { pump() }
@@ -313,18 +323,32 @@ final class TKClient: TKStreamDelegate, @unchecked Sendable {
         }
     }
 
-    /// Writes while the socket takes bytes; the next hasSpaceAvailable resumes.
+    /// Writes until a write comes back short (the socket's buffer is full); the hasSpaceAvailable
+    /// that write re-armed resumes.
     private func pump() {
-        while toSend > 0 && output.hasSpaceAvailable {
-            let n = output.write(chunk, maxLength: min(toSend, ioChunk))
+        while toSend > 0 {
+            let want = min(toSend, ioChunk)
+            let n = output.write(chunk, maxLength: want)
             if n <= 0 { return }
             toSend -= n
+            if n < want { return }
         }
     }
 
+    /// Sets the mode and the count on the loop's thread before a measurement.
+    private func prepare(echoing: Bool, remaining: Int) {
+        let ready = DispatchSemaphore(value: 0)
+        loop.perform { [self] in
+            self.echoing = echoing
+            tally.remaining = remaining
+            tally.partial = 0
+            ready.signal()
+        }
+        ready.wait()
+    }
+
     func echo(_ n: Int) -> Double {
-        tally.remaining = n
-        tally.partial = 0
+        prepare(echoing: true, remaining: n)
         return timed {
             loop.perform { [self] in _ = output.write(chunk, maxLength: ioMessage) }
             tally.done.wait()
@@ -336,7 +360,7 @@ final class TKClient: TKStreamDelegate, @unchecked Sendable {
     }
 
     func receive(_ bytes: Int, start: () -> Void) -> Double {
-        tally.remaining = bytes
+        prepare(echoing: false, remaining: bytes)
         return timed { start(); tally.done.wait() }
     }
 }
@@ -354,7 +378,7 @@ final class TKEchoServer: @unchecked Sendable {
         init(_ pair: (inputStream: TKInputStream, outputStream: TKOutputStream)) { (input, output) = pair }
         func stream(_ aStream: TKStream, handle eventCode: TKStream.Event) {
             guard eventCode.contains(.hasBytesAvailable) else { return }
-            while input.hasBytesAvailable {
+            while true {
                 let n = input.read(buffer, maxLength: ioChunk)
                 if n <= 0 { return }
                 var sent = 0
@@ -363,6 +387,7 @@ final class TKEchoServer: @unchecked Sendable {
                     precondition(w > 0, "tkbench: echo server write failed")
                     sent += w
                 }
+                if n < ioChunk || !input.hasBytesAvailable { return }   // drained; the read re-armed the event
             }
         }
     }
@@ -470,66 +495,31 @@ final class NIOEchoHandler: ChannelInboundHandler, Sendable {
 
 // MARK: Foundation
 
-/// A Foundation Thread running its RunLoop for good; work reaches it only through what its own
-/// callbacks start (Foundation's RunLoop.perform from another thread does not wake it on Linux).
-final class FoundationLoop: @unchecked Sendable {
-    private(set) var thread: Thread!
-    /// Set by the loop's thread before `started` is signalled; immutable after.
-    private(set) var runLoop: RunLoop!
-    private let started = DispatchSemaphore(value: 0)
-
-    init() {
-        thread = Thread { [self] in
-            // A far timer keeps the loop from running out of sources.
-            RunLoop.current.add(Timer(timeInterval: 1e6, repeats: true) { _ in }, forMode: .default)
-            runLoop = RunLoop.current
-            started.signal()
-            while true { _ = RunLoop.current.run(mode: .default, before: .distantFuture) }
-        }
-        thread.start()
-        started.wait()
-    }
-}
-
-/// A socket watched from a Foundation RunLoop thread with `readInBackgroundAndNotify`; it sends
-/// with `FileHandle.write`. As a client its measurements are started by this driver thread
-/// writing the first message itself (Foundation offers no wake-up to post work to a loop).
+/// A socket heard through `FileHandle.readabilityHandler` (Foundation runs it on a Dispatch
+/// queue), answered with `FileHandle.write`. As a client its measurements are started by this
+/// driver thread writing the first message itself.
 final class FileHandleClient: @unchecked Sendable {
     let handle: FileHandle
     let tally = Tally()
-    let echoes: Bool
-    private var observer: (any NSObjectProtocol)?
     private let message = Data(repeating: 1, count: ioMessage)
     private let chunk = Data(repeating: 3, count: ioChunk)
     /// Whether replies count as echo round trips (else as received bytes); set by the driver
-    /// before the measurement's first byte is sent, read by the loop thread after it.
+    /// before the measurement's first byte is sent, read by the handler after it.
     private let echoing = Atomic<Bool>(true)
 
-    init(loop: FoundationLoop, fd: Int32, echoes: Bool = false) {
+    init(fd: Int32, echoes: Bool = false) {
         handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
-        self.echoes = echoes
-        let armed = DispatchSemaphore(value: 0)
-        // The observer is registered and the first read issued on the loop's thread: the
-        // completion is posted to the run loop of the thread that asked.
-        let timer = Timer(timeInterval: 0, repeats: false) { [self] _ in
-            observer = NotificationCenter.default.addObserver(forName: FileHandle.readCompletionNotification, object: handle, queue: nil) { [self] note in
-                let data = note.userInfo?[NSFileHandleNotificationDataItem] as? Data ?? Data()
-                if data.isEmpty { return }
-                if self.echoes {
-                    handle.write(data)
-                } else if echoing.load(ordering: .relaxed) {
-                    if tally.echoed(data.count) { handle.write(message) }
-                } else {
-                    tally.received(data.count)
-                }
-                handle.readInBackgroundAndNotify(forModes: [.default])
+        handle.readabilityHandler = { [self] h in
+            let data = h.availableData
+            if data.isEmpty { return }
+            if echoes {
+                h.write(data)
+            } else if echoing.load(ordering: .relaxed) {
+                if tally.echoed(data.count) { h.write(message) }
+            } else {
+                tally.received(data.count)
             }
-            handle.readInBackgroundAndNotify(forModes: [.default])
-            armed.signal()
         }
-        // CFRunLoopAddTimer from another thread re-arms that loop's timer descriptor, which wakes it.
-        loop.runLoop.add(timer, forMode: .default)
-        armed.wait()
     }
 
     func echo(_ n: Int) -> Double {
