@@ -414,9 +414,10 @@ final class StreamTests: XCTestCase {
                 var buffer = [UInt8](repeating: 0, count: 64)
                 _ = (s as! TKInputStream).read(&buffer, maxLength: 64)
             case .endEncountered, .errorOccurred:
-                ends.add()
+                // Counted last: the test reads `open` as soon as the count is complete.
                 s.close()
                 _ = open.withLock { $0.removeValue(forKey: ObjectIdentifier(s)) }
+                ends.add()
             default: break
             }
         }
