@@ -156,18 +156,25 @@ enum IOBenchmarks {
                 bulkSend(tk, nio), bulkReceive(tk, nio)]
     }
 
+    /// Each contender's client, connected over loopback to a blocking peer of its own.
+    static func clients(_ tk: BenchLoop, _ nio: any EventLoop, peers role: BlockingPeer.Role)
+        -> (TKClient, BlockingPeer, NIOClient, BlockingPeer, FileHandleClient, BlockingPeer) {
+        let (listener, port) = Loopback.listener()
+        defer { close(listener) }
+        let tkClient = TKClient(loop: tk.loop, port: port)
+        let tkPeer = BlockingPeer(fd: Loopback.accept(listener), role: role)
+        tkClient.awaitOpen()
+        let nioClient = NIOClient(loop: nio, port: port)
+        let nioPeer = BlockingPeer(fd: Loopback.accept(listener), role: role)
+        let fdClient = FileHandleClient(fd: Loopback.connect(port: port))
+        let fdPeer = BlockingPeer(fd: Loopback.accept(listener), role: role)
+        return (tkClient, tkPeer, nioClient, nioPeer, fdClient, fdPeer)
+    }
+
     // MARK: rows
 
     static func echoClient(_ tk: BenchLoop, _ nio: any EventLoop) -> Row {
-        let (listener, port) = Loopback.listener()
-        let tkClient = TKClient(loop: tk.loop, port: port)
-        _ = BlockingPeer(fd: Loopback.accept(listener), role: .echo)
-        tkClient.awaitOpen()
-        let nioClient = NIOClient(loop: nio, port: port)
-        _ = BlockingPeer(fd: Loopback.accept(listener), role: .echo)
-        let fdClient = FileHandleClient(fd: Loopback.connect(port: port))
-        _ = BlockingPeer(fd: Loopback.accept(listener), role: .echo)
-        close(listener)
+        let (tkClient, _, nioClient, _, fdClient, _) = clients(tk, nio, peers: .echo)
         return Row(group: "io", name: "echo round trip, 64 B (client on the loop, blocking echo peer)", operations: 20_000, unit: .microseconds, contenders: [
             Contender(name: "TKStream on TKRunLoop") { n in tkClient.echo(n) },
             Contender(name: "NIO channel") { n in nioClient.echo(n) },
@@ -195,15 +202,7 @@ enum IOBenchmarks {
     }
 
     static func bulkSend(_ tk: BenchLoop, _ nio: any EventLoop) -> Row {
-        let (listener, port) = Loopback.listener()
-        let tkClient = TKClient(loop: tk.loop, port: port)
-        let tkPeer = BlockingPeer(fd: Loopback.accept(listener), role: .sink)
-        tkClient.awaitOpen()
-        let nioClient = NIOClient(loop: nio, port: port)
-        let nioPeer = BlockingPeer(fd: Loopback.accept(listener), role: .sink)
-        let fdClient = FileHandleClient(fd: Loopback.connect(port: port))
-        let fdPeer = BlockingPeer(fd: Loopback.accept(listener), role: .sink)
-        close(listener)
+        let (tkClient, tkPeer, nioClient, nioPeer, fdClient, fdPeer) = clients(tk, nio, peers: .sink)
         return Row(group: "io", name: "bulk send, 64 KiB writes (per MiB)", operations: 64, unit: .mebibytesPerSecond, contenders: [
             Contender(name: "TKOutputStream on TKRunLoop") { n in tkPeer.expect(n * mebibyte); return timed { tkClient.send(n * mebibyte); tkPeer.awaitSunk() } },
             Contender(name: "NIO channel") { n in nioPeer.expect(n * mebibyte); return timed { nioClient.send(n * mebibyte); nioPeer.awaitSunk() } },
@@ -212,15 +211,7 @@ enum IOBenchmarks {
     }
 
     static func bulkReceive(_ tk: BenchLoop, _ nio: any EventLoop) -> Row {
-        let (listener, port) = Loopback.listener()
-        let tkClient = TKClient(loop: tk.loop, port: port)
-        let tkPeer = BlockingPeer(fd: Loopback.accept(listener), role: .source)
-        tkClient.awaitOpen()
-        let nioClient = NIOClient(loop: nio, port: port)
-        let nioPeer = BlockingPeer(fd: Loopback.accept(listener), role: .source)
-        let fdClient = FileHandleClient(fd: Loopback.connect(port: port))
-        let fdPeer = BlockingPeer(fd: Loopback.accept(listener), role: .source)
-        close(listener)
+        let (tkClient, tkPeer, nioClient, nioPeer, fdClient, fdPeer) = clients(tk, nio, peers: .source)
         return Row(group: "io", name: "bulk receive (per MiB)", operations: 64, unit: .mebibytesPerSecond, contenders: [
             Contender(name: "TKInputStream on TKRunLoop") { n in tkClient.receive(n * mebibyte) { tkPeer.send(n * mebibyte) } },
             Contender(name: "NIO channel") { n in nioClient.receive(n * mebibyte) { nioPeer.send(n * mebibyte) } },
