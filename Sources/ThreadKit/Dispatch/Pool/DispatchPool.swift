@@ -164,8 +164,11 @@ final class DispatchPool: @unchecked Sendable {
                     // Chain: more work waits, so the next searcher is woken now.
                     offerWorkLocked(background: background, &actions)
                 }
-                if !background && !runQueues.hasWork(background: false) && runQueues.hasWork(background: true) {
-                    // The last normal job is taken: waiting background work may start now.
+                if !background && runQueues.hasWork(background: true)
+                    && (!runQueues.hasWork(background: false) || runQueues.backgroundPassesComplete) {
+                    // The last normal job is taken, or enough normal jobs started for waiting
+                    // background work to age: it may start now (or once its time condition holds;
+                    // an idle background worker then re-parks until that instant).
                     offerWorkLocked(background: true, &actions)
                 }
                 lock.unlock()
@@ -229,13 +232,15 @@ final class DispatchPool: @unchecked Sendable {
                 return .work
             }
             let retireAt = idleSince + DispatchPool.idleTimeout
-            if ContinuousClock.now >= retireAt {
+            let now = ContinuousClock.now
+            if now >= retireAt {
                 tiers[t].idle.removeAll { $0 === worker }
                 worker.isIdle = false
                 tiers[t].threads -= 1
                 return .retire
             }
-            let aging = worker.background ? runQueues.backgroundAgingDeadline() : nil
+            // An aging instant already past (the tier is at width) is no reason to wake again.
+            let aging = worker.background ? runQueues.backgroundAgingDeadline().flatMap { $0 > now ? $0 : nil } : nil
             return .sleep(aging.map { min($0, retireAt) } ?? retireAt)
         }
     }
