@@ -15,7 +15,8 @@ final class DispatchPool: @unchecked Sendable {
     /// An idle worker's thread ends after this long without work.
     static let idleTimeout: Duration = .seconds(2)
     /// A worker takes at most this many jobs of one level per visit to the lock, and only when the
-    /// level holds several per worker: fewer lock round trips when a queue is long.
+    /// level holds several per worker and no other level waits: fewer lock round trips when a
+    /// queue is long.
     static let batchLimit = 8
 
     /// Per tier (0 normal, 1 background). Guarded by `lock`.
@@ -155,7 +156,10 @@ final class DispatchPool: @unchecked Sendable {
                 job = runQueues.popNormal()
             }
             if let job {
-                let extra = min(DispatchPool.batchLimit - 1, runQueues.count(job.1) / (2 * width))
+                // Batch only while the level is alone: under competition every job is one pick,
+                // so aging counts the jobs that really started (docs/DispatchPool.md).
+                let alone = runQueues.nonEmpty == UInt8(1) << job.1
+                let extra = alone ? min(DispatchPool.batchLimit - 1, runQueues.count(job.1) / (2 * width)) : 0
                 if extra > 0 { runQueues.popMore(job.1, into: worker.batch, max: extra) }
                 nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
                 if wasSearching {
