@@ -69,46 +69,20 @@ final class DispatchConcurrentPerformTests: XCTestCase {
         return { for qos in globals { TKDispatchQueue.global(qos: qos).setSpecific(key: key, value: nil) } }
     }
 
-    func testWithAQoSTheHelpersRunOnThatGlobalQueue() {
-        let key = TKDispatchSpecificKey<String>()
-        let unmark = markGlobals(key)
-        defer { unmark() }
-        for qos in [TKQualityOfService.utility, .userInitiated, .background] {
-            let caller = KernelThread.currentID()
-            let seen = Shared<[String?]>([])
-            let lock = NSLock()
-            let hits = Atomic<Int>(0)
-            let deadline = ContinuousClock.now + .seconds(30)
-            TKDispatchQueue.concurrentPerform(iterations: 64, qos: qos) { _ in
-                hits.wrappingAdd(1, ordering: .relaxed)
-                if KernelThread.currentID() != caller {
-                    lock.lock(); seen.value.append(TKDispatchQueue.getSpecific(key: key)); lock.unlock()
-                }
-                // Hold the iteration until a helper took part, so the check below has something
-                // to judge (a helper that arrives after the last claim claims nothing).
-                while ContinuousClock.now < deadline {
-                    lock.lock(); let any = !seen.value.isEmpty; lock.unlock()
-                    if any { break }
-                    sched_yield()
-                }
-            }
-            XCTAssertEqual(hits.load(ordering: .relaxed), 64)
-            XCTAssertFalse(seen.value.isEmpty, "no helper took part at \(qos)")
-            XCTAssertEqual(Set(seen.value), ["\(qos)"], "helpers ran elsewhere than the \(qos) global queue")
-        }
-    }
-
-    func testWithAGlobalQueueTheHelpersRunOnIt() {
-        let key = TKDispatchSpecificKey<String>()
-        let unmark = markGlobals(key)
-        defer { unmark() }
+    /// Runs 64 iterations through `apply` and returns the `key` values that iterations on helper
+    /// threads (not the caller's) saw. Each iteration is held until a helper has taken part, so
+    /// there is something to judge (a helper that arrives after the last claim claims nothing).
+    private func specificsSeenByHelpers(_ key: TKDispatchSpecificKey<String>,
+                                        _ apply: (@Sendable (Int) -> Void) -> Void) -> [String?] {
         let caller = KernelThread.currentID()
-        let seen = Shared<Set<String?>>([])
+        let seen = Shared<[String?]>([])
         let lock = NSLock()
+        let hits = Atomic<Int>(0)
         let deadline = ContinuousClock.now + .seconds(30)
-        TKDispatchQueue.concurrentPerform(iterations: 64, queue: .global(priority: .low)) { _ in
+        apply { _ in
+            hits.wrappingAdd(1, ordering: .relaxed)
             if KernelThread.currentID() != caller {
-                lock.lock(); seen.value.insert(TKDispatchQueue.getSpecific(key: key)); lock.unlock()
+                lock.lock(); seen.value.append(TKDispatchQueue.getSpecific(key: key)); lock.unlock()
             }
             while ContinuousClock.now < deadline {
                 lock.lock(); let any = !seen.value.isEmpty; lock.unlock()
@@ -116,7 +90,27 @@ final class DispatchConcurrentPerformTests: XCTestCase {
                 sched_yield()
             }
         }
-        XCTAssertEqual(seen.value, ["utility"])
+        XCTAssertEqual(hits.load(ordering: .relaxed), 64)
+        XCTAssertFalse(seen.value.isEmpty, "no helper took part")
+        return seen.value
+    }
+
+    func testWithAQoSTheHelpersRunOnThatGlobalQueue() {
+        let key = TKDispatchSpecificKey<String>()
+        let unmark = markGlobals(key)
+        defer { unmark() }
+        for qos in [TKQualityOfService.utility, .userInitiated, .background] {
+            let seen = specificsSeenByHelpers(key) { TKDispatchQueue.concurrentPerform(iterations: 64, qos: qos, execute: $0) }
+            XCTAssertEqual(Set(seen), ["\(qos)"], "helpers ran elsewhere than the \(qos) global queue")
+        }
+    }
+
+    func testWithAGlobalQueueTheHelpersRunOnIt() {
+        let key = TKDispatchSpecificKey<String>()
+        let unmark = markGlobals(key)
+        defer { unmark() }
+        let seen = specificsSeenByHelpers(key) { TKDispatchQueue.concurrentPerform(iterations: 64, queue: .global(priority: .low), execute: $0) }
+        XCTAssertEqual(Set(seen), ["utility"])
     }
 
     func testOnACustomConcurrentQueueEveryIterationRunsOnThatQueueAtItsLevel() {
