@@ -1,27 +1,73 @@
 // TKDispatchQueue+ConcurrentPerform: dispatch_apply (docs/DispatchPool.md, "concurrentPerform").
 // The caller and up to cores-1 helper jobs claim chunks of iterations from one shared counter; the
-// caller returns once every iteration has finished. Any thread may call it, workers included.
+// caller returns once every iteration has finished. Where the helpers run is dispatch_apply's queue
+// argument: the caller's level, a QoS, or a queue. Any thread may call it, workers included.
 import Synchronization
 
 extension TKDispatchQueue {
     /// Runs `work(0)`, …, `work(iterations - 1)`, spread over the pool's workers with the caller
-    /// helping, and returns when all have finished. The order of iterations is unspecified.
+    /// helping, and returns when all have finished. The order of iterations is unspecified. The
+    /// helpers run at the level of the queue the caller runs on (DISPATCH_APPLY_AUTO).
     public static func concurrentPerform(iterations: Int, execute work: @Sendable (Int) -> Void) {
+        perform(iterations, level: currentRootLevel(), work)
+    }
+
+    /// `concurrentPerform` whose helpers run on the global queue of `qos` (`.unspecified`: the
+    /// caller's level, as the form without a QoS).
+    public static func concurrentPerform(iterations: Int, qos: TKQualityOfService, execute work: @Sendable (Int) -> Void) {
+        perform(iterations, level: qos == .unspecified ? currentRootLevel() : RunQueues.level(qos), work)
+    }
+
+    /// dispatch_apply(iterations, queue, block). On a global queue the helpers run at its level; on
+    /// a custom concurrent queue every iteration runs on that queue (the helpers are its entries,
+    /// the caller's share runs inside `queue.sync`), at its level; on a serial queue or the main
+    /// queue every iteration runs in order inside one `queue.sync`, as libdispatch does. `sync`'s
+    /// rules apply: calling it from inside a serial `queue` is the deadlock misuse.
+    public static func concurrentPerform(iterations: Int, queue: TKDispatchQueue, execute work: @Sendable (Int) -> Void) {
+        guard iterations > 0 else { return }
+        switch queue.kind {
+        case .root(let level):
+            perform(iterations, level: level, work)
+        case .serial, .main:
+            queue.sync { for i in 0..<iterations { work(i) } }
+        case .concurrent:
+            let participants = min(iterations, DispatchPool.shared.width)
+            if participants == 1 {
+                queue.sync { for i in 0..<iterations { work(i) } }
+                return
+            }
+            withParticipants(iterations, participants, work) { job in
+                for _ in 0..<participants - 1 { queue.async { job.participate() } }
+                queue.sync { job.participate() }
+            }
+        }
+    }
+
+    /// The caller plus `min(iterations, cores) - 1` helpers on the global queue of `level`.
+    private static func perform(_ iterations: Int, level: Int, _ work: @Sendable (Int) -> Void) {
         guard iterations > 0 else { return }
         let participants = min(iterations, DispatchPool.shared.width)
         if participants == 1 {
             for i in 0..<iterations { work(i) }
             return
         }
+        withParticipants(iterations, participants, work) { job in
+            DispatchPool.shared.submit(DispatchEntry(.block { job.participate() }), level: level, count: participants - 1)
+            job.participate()
+        }
+    }
+
+    /// Makes the shared job, lets `start` submit the helpers and run the caller's share, then waits
+    /// for every iteration.
+    private static func withParticipants(_ iterations: Int, _ participants: Int, _ work: @Sendable (Int) -> Void,
+                                         start: (ConcurrentPerformJob) -> Void) {
         withoutActuallyEscaping(work) { escapable in
             // The closure lives in memory the caller owns and frees after the last iteration; a
             // helper that starts late claims nothing and never reads it.
             let slot = UnsafeMutablePointer<@Sendable (Int) -> Void>.allocate(capacity: 1)
             slot.initialize(to: escapable)
             let job = ConcurrentPerformJob(iterations: iterations, participants: participants, work: slot)
-            let level = currentRootLevel()
-            DispatchPool.shared.submit(DispatchEntry(.block { job.participate() }), level: level, count: participants - 1)
-            job.participate()
+            start(job)
             job.waitForAll()
             slot.deinitialize(count: 1)
             slot.deallocate()

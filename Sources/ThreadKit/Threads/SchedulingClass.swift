@@ -8,6 +8,7 @@
 // | userInteractive    | SCHED_OTHER |  -10 |
 // | userInitiated      | SCHED_OTHER |   -5 |
 // | default            | SCHED_OTHER |    0 |
+// | unspecified        | SCHED_OTHER |    0 |   (no QoS: an unspecified pthread's scheduling)
 // | utility            | SCHED_OTHER |    5 |
 // | background         | SCHED_BATCH |   10 |
 //
@@ -36,7 +37,7 @@ struct SchedulingClass: Equatable {
         switch qos {
         case .userInteractive: self.init(policy: SCHED_OTHER, nice: -10)
         case .userInitiated: self.init(policy: SCHED_OTHER, nice: -5)
-        case .default: self.init(policy: SCHED_OTHER, nice: 0)
+        case .default, .unspecified: self.init(policy: SCHED_OTHER, nice: 0)
         case .utility: self.init(policy: SCHED_OTHER, nice: 5)
         case .background: self.init(policy: TK_SCHED_BATCH, nice: 10)
         }

@@ -15,7 +15,8 @@ final class DispatchPool: @unchecked Sendable {
     /// An idle worker's thread ends after this long without work.
     static let idleTimeout: Duration = .seconds(2)
     /// A worker takes at most this many jobs of one level per visit to the lock, and only when the
-    /// level holds several per worker: fewer lock round trips when a queue is long.
+    /// level holds several per worker and no other level waits: fewer lock round trips when a
+    /// queue is long.
     static let batchLimit = 8
 
     /// Per tier (0 normal, 1 background). Guarded by `lock`.
@@ -155,7 +156,10 @@ final class DispatchPool: @unchecked Sendable {
                 job = runQueues.popNormal()
             }
             if let job {
-                let extra = min(DispatchPool.batchLimit - 1, runQueues.count(job.1) / (2 * width))
+                // Batch only while the level is alone: under competition every job is one pick,
+                // so aging counts the jobs that really started (docs/DispatchPool.md).
+                let alone = runQueues.nonEmpty == UInt8(1) << job.1
+                let extra = alone ? min(DispatchPool.batchLimit - 1, runQueues.count(job.1) / (2 * width)) : 0
                 if extra > 0 { runQueues.popMore(job.1, into: worker.batch, max: extra) }
                 nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
                 if wasSearching {
@@ -164,8 +168,11 @@ final class DispatchPool: @unchecked Sendable {
                     // Chain: more work waits, so the next searcher is woken now.
                     offerWorkLocked(background: background, &actions)
                 }
-                if !background && !runQueues.hasWork(background: false) && runQueues.hasWork(background: true) {
-                    // The last normal job is taken: waiting background work may start now.
+                if !background && runQueues.hasWork(background: true)
+                    && (!runQueues.hasWork(background: false) || runQueues.backgroundPassesComplete) {
+                    // The last normal job is taken, or enough normal jobs started for waiting
+                    // background work to age: it may start now (or once its time condition holds;
+                    // an idle background worker then re-parks until that instant).
                     offerWorkLocked(background: true, &actions)
                 }
                 lock.unlock()
@@ -229,13 +236,15 @@ final class DispatchPool: @unchecked Sendable {
                 return .work
             }
             let retireAt = idleSince + DispatchPool.idleTimeout
-            if ContinuousClock.now >= retireAt {
+            let now = ContinuousClock.now
+            if now >= retireAt {
                 tiers[t].idle.removeAll { $0 === worker }
                 worker.isIdle = false
                 tiers[t].threads -= 1
                 return .retire
             }
-            let aging = worker.background ? runQueues.backgroundAgingDeadline() : nil
+            // An aging instant already past (the tier is at width) is no reason to wake again.
+            let aging = worker.background ? runQueues.backgroundAgingDeadline().flatMap { $0 > now ? $0 : nil } : nil
             return .sleep(aging.map { min($0, retireAt) } ?? retireAt)
         }
     }

@@ -6,14 +6,19 @@
 struct RunQueues {
     static let levelCount = 5
     static let background = 0
-    /// A lower non-empty level not served for this long is served next (once).
-    static let agingLimit: Duration = .milliseconds(20)
+    /// Aging (a bounded share): a waiting level L is served ahead of more important levels of its
+    /// tier once `agingStarts[L]` jobs of those levels have started since L was last served (or
+    /// began to wait) and it has waited `agingTime[L]`. Both double at each step down, so a more
+    /// important level always gets the larger share however long the jobs are (docs/DispatchPool.md
+    /// has the starvation-freedom argument). userInteractive never ages: nothing is above it.
+    static let agingStarts: [Int] = [32, 16, 8, 4, 0]
+    static let agingTime: [Duration] = [.milliseconds(40), .milliseconds(20), .milliseconds(10), .milliseconds(5), .zero]
 
     static func level(_ qos: TKQualityOfService) -> Int {
         switch qos {
         case .background: 0
         case .utility: 1
-        case .default: 2
+        case .default, .unspecified: 2
         case .userInitiated: 3
         case .userInteractive: 4
         }
@@ -28,6 +33,9 @@ struct RunQueues {
     /// has not competed yet or was just served. Stamped lazily, so a level alone never reads the
     /// clock.
     private var waitingSince: [ContinuousClock.Instant?] = Array(repeating: nil, count: RunQueues.levelCount)
+    /// Jobs of more important levels started while level L waited, since it was last served or
+    /// became non-empty; saturates at `agingStarts[L]` (which keeps the bound in the docs' argument).
+    private var passes: [Int] = Array(repeating: 0, count: RunQueues.levelCount)
 
     var isEmpty: Bool { nonEmpty == 0 }
 
@@ -42,8 +50,9 @@ struct RunQueues {
         let bit = UInt8(1) << level
         if nonEmpty & bit == 0 {
             nonEmpty |= bit
-            // Competing from the start: its clock starts now.
+            // Competing from the start: its clock starts now, with no passes yet.
             waitingSince[level] = nonEmpty != bit ? ContinuousClock.now : nil
+            passes[level] = 0
         }
         levels[level].append(entry)
     }
@@ -56,6 +65,7 @@ struct RunQueues {
             n += 1
         }
         if levels[level].isEmpty { nonEmpty &= ~(UInt8(1) << level) }
+        countPasses(below: level, jobs: n)
     }
 
     /// Puts a worker's unstarted batch back at the front of `level`, in order.
@@ -65,7 +75,8 @@ struct RunQueues {
         nonEmpty |= UInt8(1) << level
     }
 
-    /// The next job for a normal worker: the highest non-empty level, unless a lower one has aged.
+    /// The next job for a normal worker: the highest non-empty level, unless a lower one has aged
+    /// (then the highest aged one).
     mutating func popNormal() -> (DispatchEntry, Int)? {
         let mask = nonEmpty & RunQueues.normalMask
         guard mask != 0 else { return nil }
@@ -73,14 +84,18 @@ struct RunQueues {
         if mask & ~(UInt8(1) << level) != 0 {
             let now = ContinuousClock.now
             stampCompetitors(now)
-            for lower in 1..<level where mask & (1 << lower) != 0 {
-                if let since = waitingSince[lower], now - since >= RunQueues.agingLimit {
+            var lower = level - 1
+            while lower >= 1 {
+                if mask & (1 << lower) != 0 && hasAged(lower, now: now) {
                     level = lower
                     break
                 }
+                lower -= 1
             }
         }
-        return (pop(level), level)
+        let entry = pop(level)
+        countPasses(below: level, jobs: 1)
+        return (entry, level)
     }
 
     /// The next background job, if the background tier may run now: no normal level waits, or the
@@ -90,7 +105,7 @@ struct RunQueues {
         if nonEmpty & RunQueues.normalMask != 0 {
             let t = now()
             stampCompetitors(t)
-            guard let since = waitingSince[0], t - since >= RunQueues.agingLimit else { return nil }
+            guard hasAged(0, now: t) else { return nil }
         }
         return pop(0)
     }
@@ -101,14 +116,37 @@ struct RunQueues {
         if nonEmpty & RunQueues.normalMask == 0 { return true }
         let now = ContinuousClock.now
         stampCompetitors(now)
-        guard let since = waitingSince[0] else { return false }
-        return now - since >= RunQueues.agingLimit
+        return hasAged(0, now: now)
     }
 
-    /// When waiting background work ages (nil: none waits, or it may run already).
+    /// Whether waiting background work has seen enough normal jobs start to age (its time
+    /// condition may still be pending): a normal worker then offers it to the background tier.
+    var backgroundPassesComplete: Bool {
+        nonEmpty & 1 != 0 && passes[0] >= RunQueues.agingStarts[0]
+    }
+
+    /// When waiting background work ages by time, once its pass count is complete (nil: none
+    /// waits, its count is not complete — the normal pop that completes it offers the work — or
+    /// it may run already).
     func backgroundAgingDeadline() -> ContinuousClock.Instant? {
-        guard nonEmpty & 1 != 0, nonEmpty & RunQueues.normalMask != 0, let since = waitingSince[0] else { return nil }
-        return since + RunQueues.agingLimit
+        guard nonEmpty & 1 != 0, nonEmpty & RunQueues.normalMask != 0, let since = waitingSince[0],
+              passes[0] >= RunQueues.agingStarts[0] else { return nil }
+        return since + RunQueues.agingTime[0]
+    }
+
+    private func hasAged(_ level: Int, now: ContinuousClock.Instant) -> Bool {
+        guard passes[level] >= RunQueues.agingStarts[level], let since = waitingSince[level] else { return false }
+        return now - since >= RunQueues.agingTime[level]
+    }
+
+    /// `jobs` jobs of `level` started: every waiting level below it was passed over that often.
+    private mutating func countPasses(below level: Int, jobs: Int) {
+        var lower = nonEmpty & ((UInt8(1) << level) &- 1)
+        while lower != 0 {
+            let l = lower.trailingZeroBitCount
+            passes[l] = min(passes[l] + jobs, RunQueues.agingStarts[l])
+            lower &= lower &- 1
+        }
     }
 
     private mutating func stampCompetitors(_ now: ContinuousClock.Instant) {
@@ -120,8 +158,9 @@ struct RunQueues {
     private mutating func pop(_ level: Int) -> DispatchEntry {
         let entry = levels[level].popFirst()!
         if levels[level].isEmpty { nonEmpty &= ~(UInt8(1) << level) }
-        // Just served: its clock restarts at the next competition.
+        // Just served: its clock restarts at the next competition, its passes now.
         waitingSince[level] = nil
+        passes[level] = 0
         return entry
     }
 }

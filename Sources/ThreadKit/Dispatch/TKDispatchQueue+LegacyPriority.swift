@@ -1,0 +1,26 @@
+// TKDispatchQueue+LegacyPriority: Swift Dispatch's deprecated global queue priorities
+// (DISPATCH_QUEUE_PRIORITY_HIGH/DEFAULT/LOW/BACKGROUND) mapped to QoS classes as Apple documents
+// them (docs/DispatchPool.md, "QoS: order, aging, OS priority"). Immutable values; any thread.
+
+extension TKDispatchQueue {
+    /// DispatchQueue.GlobalQueuePriority: the four priorities of the global queues before QoS.
+    public enum GlobalQueuePriority: Sendable, CaseIterable {
+        case high, `default`, low, background
+
+        /// The QoS class Apple maps the priority to: high → userInitiated, default → default,
+        /// low → utility, background → background.
+        public var qualityOfService: TKQualityOfService {
+            switch self {
+            case .high: .userInitiated
+            case .default: .default
+            case .low: .utility
+            case .background: .background
+            }
+        }
+    }
+
+    /// The global queue of a legacy priority: the same queue as `global(qos: priority.qualityOfService)`.
+    public static func global(priority: GlobalQueuePriority) -> TKDispatchQueue {
+        global(qos: priority.qualityOfService)
+    }
+}
