@@ -48,6 +48,9 @@ extension PortWireFormat {
         /// Memory held for unfinished frames: the buffer's capacity while part of a frame waits.
         var heldByteCount: Int { pendingByteCount > 0 ? buffer.capacity : 0 }
 
+        /// The buffer's capacity, held or kept (for tests: a drained decoder gives big buffers back).
+        var bufferCapacity: Int { buffer.capacity }
+
         /// The most `heldByteCount` can be after appending `count` bytes: what to reserve first.
         func heldByteCount(appending count: Int) -> Int {
             guard count > 0 else { return heldByteCount }
