@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -77,14 +78,31 @@ static int tk_unix_address(const char *path, struct sockaddr_un *address) {
     return 0;
 }
 
-int tk_unix_listen(const char *path) {
+int tk_unix_listen(const char *path, unsigned mode) {
     struct sockaddr_un address;
     int rc = tk_unix_address(path, &address);
     if (rc != 0) return rc;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -errno;
-    if (bind(fd, (struct sockaddr *)&address, sizeof address) != 0 || listen(fd, 128) != 0) return tk_fail_close(fd);
+    if (bind(fd, (struct sockaddr *)&address, sizeof address) != 0) return tk_fail_close(fd);
+    // Connecting needs listen(): until then nobody gets in, whatever the umask gave the file.
+    if (chmod(path, (mode_t)mode) != 0 || listen(fd, 128) != 0) {
+        int e = errno;
+        unlink(path);
+        close(fd);
+        return -e;
+    }
     return fd;
+}
+
+int tk_peer_credentials(int fd, int *pid, unsigned *uid, unsigned *gid) {
+    struct ucred credentials;
+    socklen_t length = sizeof credentials;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -errno;
+    *pid = credentials.pid;
+    *uid = credentials.uid;
+    *gid = credentials.gid;
+    return 0;
 }
 
 static int tk_connect_started(int fd, const struct sockaddr *address, socklen_t length, int *in_progress) {

@@ -116,8 +116,13 @@ int tk_connect_address(const struct sockaddr_storage *address, unsigned length, 
 int tk_set_nonblocking_cloexec(int fd);
 /// recv(2) retrying EINTR: bytes read, 0 at end, or -errno.
 long tk_recv(int fd, void *bytes, size_t count);
-/// Listens on the Unix socket at `path` (which must not exist).
-int tk_unix_listen(const char *path);
+/// Listens on the Unix socket at `path` (which must not exist), the socket file set to `mode`
+/// (chmod between bind and listen: the umask plays no part, and nobody can connect before the
+/// mode is set).
+int tk_unix_listen(const char *path, unsigned mode);
+/// The credentials of the process at the other end of a connected Unix socket (SO_PEERCRED, as
+/// of its connect): 0 or -errno.
+int tk_peer_credentials(int fd, int *pid, unsigned *uid, unsigned *gid);
 /// Starts connecting to `host`:`port`; `*in_progress` is set when the connect completes later
 /// (wait for POLLOUT, then read tk_socket_error).
 int tk_tcp_connect(const char *host, uint16_t port, int *in_progress, int *gai_error);

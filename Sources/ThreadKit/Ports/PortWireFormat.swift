@@ -1,8 +1,9 @@
 // PortWireFormat: how TKSocketPort puts a TKPortMessage on a byte stream and takes it off again
-// (docs/PortWireFormat.md is the reference). Pure functions and a per-connection decoder value,
-// owned by the connection that feeds it.
+// (docs/Ports.md, "Wire format", is the reference). Pure functions and a per-connection decoder
+// value (PortWireFormat+Decoder.swift), owned by the connection that feeds it.
 //
-//   frame     := length:u32 body                      length = byte count of body, ≤ 64 MiB
+//   frame     := length:u32 (body | envelope)         length = byte count after it, ≤ 64 MiB
+//   envelope  := "TKPA" body auth{n} n:u16             (authenticated: auth signs body, n ≤ 1024)
 //   body      := "TKPM" version:u8(1) msgid:u32 reply:portref count:u32 component{count}
 //   component := 0x00 length:u32 bytes{length}        (data)
 //              | 0x01 portref                          (port)
@@ -10,7 +11,8 @@
 //              | 0x01 port:u16 length:u16 host{length} (TCP)
 //              | 0x02 length:u16 path{length}          (Unix socket)
 // Integers are big-endian. A frame whose length is over the limit, whose body does not parse
-// exactly to its end, or which a closed connection leaves unfinished, is refused.
+// exactly to its end, which carries more components or port references than a message may, which
+// fails authentication, or which a closed connection leaves unfinished, is refused.
 
 /// Where a socket port listens: what a port component or a reply port carries across processes.
 public enum TKSocketAddress: Hashable, Sendable, CustomStringConvertible {
@@ -28,8 +30,22 @@ public enum TKSocketAddress: Hashable, Sendable, CustomStringConvertible {
 enum PortWireFormat {
     /// The largest body a frame may carry, either way: 64 MiB.
     static let maximumBodyLength = 64 << 20
+    /// The most components one message may carry (a count beyond it is refused from the frame's
+    /// first bytes, before the rest is read).
+    static let maximumComponents = 65_536
+    /// The most port references (port components and the reply port) one message may carry: each
+    /// becomes a remote port on the receiving side.
+    static let maximumPortReferences = 256
+    /// The most bytes of authentication data an envelope may carry.
+    static let maximumAuthenticationLength = 1_024
     static let magic: [UInt8] = Array("TKPM".utf8)
+    static let envelopeMagic: [UInt8] = Array("TKPA".utf8)
     static let version: UInt8 = 1
+
+    /// Computes the authentication data of a body (TKSocketPortAuthenticator.sign).
+    typealias Signer = @Sendable (UnsafeRawBufferPointer) -> [UInt8]
+    /// Whether authentication data (second) authenticates a body (first).
+    typealias Verifier = @Sendable (UnsafeRawBufferPointer, UnsafeRawBufferPointer) -> Bool
 
     /// A message as it crosses the wire: ports are addresses.
     struct Frame: Equatable {
@@ -41,14 +57,24 @@ enum PortWireFormat {
 
     // MARK: Encoding
 
-    /// The bytes of one frame, or why it cannot be sent.
-    static func encode(_ frame: Frame) -> Result<[UInt8], FrameError> {
+    /// The bytes of one frame, or why it cannot be sent. With `sign`, the body goes in an
+    /// authenticated envelope carrying what `sign` computes over it.
+    static func encode(_ frame: Frame, sign: Signer? = nil) -> Result<[UInt8], FrameError> {
+        guard frame.components.count <= maximumComponents else {
+            return .failure(.overLimit("\(frame.components.count) components, over the limit of \(maximumComponents) per message"))
+        }
+        let references = frame.components.count(where: { if case .port = $0 { true } else { false } }) + (frame.reply == nil ? 0 : 1)
+        guard references <= maximumPortReferences else {
+            return .failure(.overLimit("\(references) port references, over the limit of \(maximumPortReferences) per message"))
+        }
         var body: [UInt8] = []
         var capacity = 4 + 1 + 4 + 4 + 64
         for case .data(let bytes) in frame.components { capacity += 5 + bytes.count }
         guard capacity <= maximumBodyLength + 64 else { return .failure(.oversized(capacity)) }
-        body.reserveCapacity(capacity + 4)
+        body.reserveCapacity(capacity + 4 + (sign == nil ? 0 : 4 + 2 + 64))
         body += [0, 0, 0, 0]   // the length, filled in below
+        if sign != nil { body += envelopeMagic }
+        let bodyStart = body.count
         body += magic
         body.append(version)
         append32(frame.msgid, to: &body)
@@ -64,6 +90,14 @@ enum PortWireFormat {
                 body.append(1)
                 if case .failure(let e) = appendReference(address, to: &body) { return .failure(e) }
             }
+        }
+        if let sign {
+            let auth = body.withUnsafeBytes { sign(UnsafeRawBufferPointer(rebasing: $0[bodyStart...])) }
+            guard auth.count <= maximumAuthenticationLength else {
+                return .failure(.overLimit("\(auth.count) bytes of authentication data, over the limit of \(maximumAuthenticationLength)"))
+            }
+            body += auth
+            append16(auth.count, to: &body)
         }
         let length = body.count - 4
         guard length <= maximumBodyLength else { return .failure(.oversized(length)) }
@@ -99,130 +133,5 @@ enum PortWireFormat {
             bytes += name
         }
         return .success(())
-    }
-
-    // MARK: Decoding
-
-    enum FrameError: Error, Equatable, CustomStringConvertible {
-        case oversized(Int)
-        case malformed(String)
-        case truncated(Int)
-
-        var description: String {
-            switch self {
-            case .oversized(let n): return "oversized frame: \(n) bytes, over the limit of \(PortWireFormat.maximumBodyLength) (64 MiB)"
-            case .malformed(let why): return "malformed frame: \(why)"
-            case .truncated(let n): return "truncated frame: the connection closed with \(n) bytes of an unfinished frame"
-            }
-        }
-    }
-
-    /// Reassembles frames from the chunks a connection reads. One per connection.
-    struct Decoder {
-        private var buffer: [UInt8] = []
-        private var start = 0
-
-        /// Bytes received and not yet part of a complete frame.
-        var pendingByteCount: Int { buffer.count - start }
-
-        mutating func append(_ bytes: UnsafeRawBufferPointer) {
-            if start > 0 && start >= buffer.count / 2 {
-                buffer.removeSubrange(0..<start)
-                start = 0
-            }
-            buffer.append(contentsOf: bytes)
-        }
-
-        /// The next complete frame, nil if more bytes are needed, or the reason to drop the connection.
-        mutating func next() -> Result<Frame?, FrameError> {
-            guard pendingByteCount >= 4 else { return .success(nil) }
-            var length = 0
-            for i in 0..<4 { length = length << 8 | Int(buffer[start + i]) }
-            guard length <= PortWireFormat.maximumBodyLength else { return .failure(.oversized(length)) }
-            guard pendingByteCount >= 4 + length else { return .success(nil) }
-            let bodyStart = start + 4
-            start = bodyStart + length
-            return buffer.withUnsafeBytes { all in
-                var reader = Reader(bytes: UnsafeRawBufferPointer(rebasing: all[bodyStart..<bodyStart + length]))
-                return reader.frame().map { Optional($0) }
-            }
-        }
-    }
-
-    /// Reads one body, checking every length against what is left.
-    private struct Reader {
-        let bytes: UnsafeRawBufferPointer
-        var offset = 0
-
-        init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
-
-        mutating func frame() -> Result<Frame, FrameError> {
-            do {
-                guard try take(4).elementsEqual(PortWireFormat.magic) else { throw FrameError.malformed("bad magic (not a ThreadKit port frame)") }
-                let version = try byte()
-                guard version == PortWireFormat.version else { throw FrameError.malformed("unknown version \(version)") }
-                let msgid = try u32()
-                let reply = try reference()
-                let count = Int(try u32())
-                // Each component takes at least 2 bytes: a count beyond that is a lie.
-                guard count <= (bytes.count - offset) / 2 else { throw FrameError.malformed("\(count) components in \(bytes.count - offset) bytes") }
-                var components: [Frame.Component] = []
-                components.reserveCapacity(count)
-                for _ in 0..<count {
-                    switch try byte() {
-                    case 0: components.append(.data(Array(try take(Int(try u32())))))
-                    case 1:
-                        guard let address = try reference() else { throw FrameError.malformed("an empty port component") }
-                        components.append(.port(address))
-                    case let kind: throw FrameError.malformed("unknown component kind \(kind)")
-                    }
-                }
-                guard offset == bytes.count else { throw FrameError.malformed("\(bytes.count - offset) bytes after the last component") }
-                return .success(Frame(msgid: msgid, reply: reply, components: components))
-            } catch let error as FrameError {
-                return .failure(error)
-            } catch {
-                return .failure(.malformed("\(error)"))
-            }
-        }
-
-        private mutating func take(_ n: Int) throws -> UnsafeRawBufferPointer {
-            guard n >= 0, n <= bytes.count - offset else {
-                throw FrameError.malformed("a field of \(n) bytes where \(bytes.count - offset) remain")
-            }
-            defer { offset += n }
-            return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n])
-        }
-
-        private mutating func byte() throws -> UInt8 { try take(1)[0] }
-
-        private mutating func u16() throws -> Int {
-            let b = try take(2)
-            return Int(b[0]) << 8 | Int(b[1])
-        }
-
-        private mutating func u32() throws -> UInt32 {
-            let b = try take(4)
-            return UInt32(b[0]) << 24 | UInt32(b[1]) << 16 | UInt32(b[2]) << 8 | UInt32(b[3])
-        }
-
-        private mutating func text() throws -> String {
-            let raw = try take(try u16())
-            guard let s = String(validating: raw, as: UTF8.self), !s.isEmpty, !s.utf8.contains(0) else {
-                throw FrameError.malformed("an address that is not valid UTF-8 text")
-            }
-            return s
-        }
-
-        private mutating func reference() throws -> TKSocketAddress? {
-            switch try byte() {
-            case 0: return nil
-            case 1:
-                let port = UInt16(try u16())
-                return .tcp(host: try text(), port: port)
-            case 2: return .unix(path: try text())
-            case let family: throw FrameError.malformed("unknown port family \(family)")
-            }
-        }
     }
 }

@@ -92,6 +92,11 @@ public class TKPort: @unchecked Sendable {
         }
     }
 
+    /// The modes of `loop` that hold the port.
+    func modes(on loop: TKRunLoop) -> [TKRunLoop.Mode] {
+        links.withLock { l in l.memberships.filter { $0.loop === loop }.map(\.mode) }
+    }
+
     /// Called once, after the port left its loops.
     func didInvalidate() {}
 

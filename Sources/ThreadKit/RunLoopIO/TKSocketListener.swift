@@ -14,8 +14,6 @@ public final class TKSocketListener: @unchecked Sendable {
     /// The most connections accepted per readiness report, so one busy listener cannot starve the
     /// loop's other sources; the rest are accepted in the next pass.
     static let acceptBatch = 64
-    /// How long a listener out of descriptors waits before it tries again.
-    static let descriptorRetry: Duration = .milliseconds(100)
 
     private struct State {
         var listenFD: Int32
@@ -31,8 +29,6 @@ public final class TKSocketListener: @unchecked Sendable {
     private let acceptCallback: @Sendable (Int32) -> Void
     private let state: Protected<State>
     private let presence = LoopPresence()
-    /// Whether "out of descriptors" was printed, once per process. Relaxed: only the line is at stake.
-    private static let warnedOutOfDescriptors = Atomic<Bool>(false)
 
     /// Binds `host`:`port` (0: any free port) and listens with `backlog`. The callback receives
     /// each accepted socket (non-blocking, close-on-exec) on the loop's thread and owns it.
@@ -97,22 +93,15 @@ public final class TKSocketListener: @unchecked Sendable {
         state.withLock { s in
             guard s.listenFD >= 0, s.pending, s.retryTimer == nil else { return }
             s.pending = false
-            while accepted.count < Self.acceptBatch {
-                let fd = tk_accept(s.listenFD)
-                if fd >= 0 {
-                    accepted.append(fd)
-                    continue
-                }
-                switch -fd {
-                case EAGAIN: break
-                case EMFILE, ENFILE:
+            accepting: while accepted.count < Self.acceptBatch {
+                switch AcceptOutcome(acceptingOn: s.listenFD) {
+                case .accepted(let fd): accepted.append(fd)
+                case .connectionGone: continue
+                case .outOfDescriptors:
                     outOfDescriptors = true
-                case ECONNABORTED, EPROTO, EPERM:
-                    continue   // that connection is gone; the next may be fine
-                default:
-                    break      // ENOBUFS, ENOMEM: try again on the next report
+                    break accepting
+                case .drained, .failed: break accepting
                 }
-                break
             }
             if accepted.count == Self.acceptBatch { s.pending = true }   // more may wait
             if !outOfDescriptors {
@@ -125,18 +114,12 @@ public final class TKSocketListener: @unchecked Sendable {
     }
 
     /// Out of descriptors: leave the connections in the kernel's backlog (not watching, so no
-    /// busy loop) and try again from a timer on this loop, in the modes the listener is in.
+    /// busy loop) and try again from a timer on this loop, in the modes the listener is in
+    /// (DescriptorShortage).
     private func pauseForDescriptors() {
-        if !TKSocketListener.warnedOutOfDescriptors.exchange(true, ordering: .relaxed) {
-            var line = "ThreadKit: TKSocketListener on port \(port) is out of file descriptors (EMFILE/ENFILE); "
-                + "connections wait in the backlog and accepting is retried every \(Self.descriptorRetry). "
-                + "Fix: close descriptors or raise RLIMIT_NOFILE.\n"
-            line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
-        }
+        DescriptorShortage.warnOnce("TKSocketListener on port \(port)")
         let loop = TKRunLoop.current
-        let timer = TKTimer(fireAt: .now + Self.descriptorRetry, interval: .zero, repeats: false) { [weak self] _ in
-            self?.resumeAfterRetry()
-        }
+        let timer = DescriptorShortage.retryTimer { [weak self] in self?.resumeAfterRetry() }
         let modes = presence.modes(of: loop)
         let accepted = state.withLock { s -> Bool in
             guard s.listenFD >= 0 else { return false }

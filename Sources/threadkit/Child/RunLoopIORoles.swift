@@ -48,10 +48,27 @@ enum RunLoopIORoles {
         return fd
     }
 
-    private static func cpuMilliseconds() -> Int {
+    /// CPU time this process used, user and system, in milliseconds.
+    static func cpuMilliseconds() -> Int {
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
         return (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000 + Int(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1_000
+    }
+
+    /// Uses up every descriptor (with the limit lowered to 256, so it is quick); close the
+    /// returned ones to give them back.
+    static func exhaustDescriptors() -> [Int32] {
+        var limit = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        limit.rlim_cur = 256
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        var fillers: [Int32] = []
+        while true {
+            let fd = dup(2)
+            if fd < 0 { break }
+            fillers.append(fd)
+        }
+        return fillers
     }
 
     private static func listenerOutOfDescriptors() -> Int32 {
@@ -86,17 +103,7 @@ enum RunLoopIORoles {
         }
         thread.start()
         while !loopReady.load(ordering: .acquiring) { usleep(1_000) }
-        // Use up every descriptor (with a low limit, so it is quick).
-        var limit = rlimit()
-        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-        limit.rlim_cur = 256
-        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-        var fillers: [Int32] = []
-        while true {
-            let fd = dup(2)
-            if fd < 0 { break }
-            fillers.append(fd)
-        }
+        let fillers = exhaustDescriptors()
         go.store(true, ordering: .releasing)
         let cpuBefore = cpuMilliseconds()
         usleep(500_000)

@@ -97,6 +97,13 @@ enum ProcessProbe {
         return .microseconds(micros)
     }
 
+    /// Resident memory of this process in kB (VmRSS of /proc/self/status).
+    static var residentKB: Int {
+        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+        let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+
     /// Whether `fd` is open.
     static func isOpen(_ fd: Int32) -> Bool { fcntl(fd, F_GETFD) != -1 }
 }

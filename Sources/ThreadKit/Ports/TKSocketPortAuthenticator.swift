@@ -1,0 +1,42 @@
+// TKSocketPortAuthenticator: who may put messages into a socket port, decided per frame
+// (NSConnection's delegate pair `authenticationData(forComponents:)` /
+// `authenticateComponents(_:withData:)`). Immutable value; its closures run on the sending thread
+// (`sign`) and on the receiving port's I/O loop thread (`verify`), possibly at once, so they must
+// be thread-safe. docs/Ports.md, "Authentication", describes the envelope they fill and check.
+
+/// Signs the frames a remote `TKSocketPort` sends and verifies those a listening one receives.
+/// A listening port with an authenticator refuses, before decoding it, every frame whose
+/// authentication data `verify` does not accept (and every frame without any), closing that
+/// connection and reporting it through `connectionErrorHandler`.
+public struct TKSocketPortAuthenticator: Sendable {
+    /// The authentication data sent with a frame, computed over the frame's encoded body (the
+    /// message id, reply port and components as they go on the wire). At most 1,024 bytes. The
+    /// buffer is valid only during the call.
+    public let sign: @Sendable (_ body: UnsafeRawBufferPointer) -> [UInt8]
+    /// Whether `data` authenticates `body`. Both buffers are valid only during the call.
+    public let verify: @Sendable (_ body: UnsafeRawBufferPointer, _ data: UnsafeRawBufferPointer) -> Bool
+
+    public init(sign: @escaping @Sendable (_ body: UnsafeRawBufferPointer) -> [UInt8],
+                verify: @escaping @Sendable (_ body: UnsafeRawBufferPointer, _ data: UnsafeRawBufferPointer) -> Bool) {
+        self.sign = sign
+        self.verify = verify
+    }
+
+    /// The smallest shared key accepted, in bytes.
+    public static let minimumKeyLength = 16
+
+    /// HMAC-SHA256 over each frame's body under `key`, a secret both processes hold (at least 16
+    /// bytes; 32 random bytes is right). It proves a frame comes from a key holder and was not
+    /// altered; it neither hides the contents nor stops a recorded frame from being sent again.
+    public static func sharedKey(_ key: [UInt8]) throws(TKError) -> TKSocketPortAuthenticator {
+        guard key.count >= minimumKeyLength else {
+            throw TKError(.invalidArgument, "TKSocketPortAuthenticator.sharedKey: a key of \(key.count) bytes is too short to protect anything. "
+                          + "Fix: use at least \(minimumKeyLength) random bytes (32 is right for HMAC-SHA256).")
+        }
+        return TKSocketPortAuthenticator(
+            sign: { body in SHA256.hmac(key: key, message: body) },
+            verify: { body, data in
+                SHA256.hmac(key: key, message: body).withUnsafeBytes { SHA256.constantTimeEqual($0, data) }
+            })
+    }
+}
