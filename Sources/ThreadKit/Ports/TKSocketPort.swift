@@ -277,9 +277,7 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
 
     /// A poll(2) timeout covering `duration`, rounded up to whole milliseconds.
     private static func milliseconds(_ duration: Duration) -> Int32 {
-        let (seconds, attoseconds) = duration.components
-        let ms = seconds * 1_000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
-        return Int32(clamping: max(ms, 0))
+        duration.pollMilliseconds
     }
 
     // MARK: Receiving (the I/O loop's thread)

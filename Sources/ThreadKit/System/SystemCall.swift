@@ -18,8 +18,8 @@ enum SystemCall {
     static func futexWait(_ word: UnsafeMutablePointer<UInt32>, expected: UInt32, timeout: Duration?) -> FutexWaitResult {
         let r: Int32
         if let timeout {
-            let (seconds, attoseconds) = timeout.components
-            var ts = timespec(tv_sec: Int(max(seconds, 0)), tv_nsec: seconds < 0 ? 0 : Int(attoseconds / 1_000_000_000))
+            let (seconds, nanoseconds) = timeout.kernelTimespec
+            var ts = timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds))
             r = tk_futex_wait(word, expected, &ts)
         } else {
             r = tk_futex_wait(word, expected, nil)
