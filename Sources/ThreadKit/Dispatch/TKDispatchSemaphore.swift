@@ -152,7 +152,7 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
         guard let waiter = queued else { return true }
         while true {
             if waiter.isGranted { return true }
-            if !Parking.park(waiter.word, expected: ThreadWaiter.waiting, deadline: deadline) {
+            if !Parking.park(waiter.word, expected: ThreadWaiter.waiting, deadline: deadline, retryThreadStarts: true) {
                 return asyncWaiters.withLock { () -> Bool in
                     // Granted as the deadline passed: the unit is ours.
                     if waiter.isGranted { return true }

@@ -54,6 +54,29 @@ enum SystemCall {
         return String(cString: s)
     }
 
+    /// The errno's symbol and description, "EAGAIN (Resource temporarily unavailable)", for the
+    /// errors ThreadKit's messages name; others as "errno N (description)".
+    static func errnoName(_ code: Int32) -> String {
+        let symbols: [Int32: String] = [EAGAIN: "EAGAIN", ENOMEM: "ENOMEM", EINVAL: "EINVAL", EPERM: "EPERM",
+                                        EACCES: "EACCES", EROFS: "EROFS", ENOENT: "ENOENT", EEXIST: "EEXIST",
+                                        ELOOP: "ELOOP", EMFILE: "EMFILE", ENFILE: "ENFILE", EBADF: "EBADF",
+                                        ENOSPC: "ENOSPC", EDQUOT: "EDQUOT", ENOTDIR: "ENOTDIR", EISDIR: "EISDIR"]
+        return "\(symbols[code] ?? "errno \(code)") (\(errorName(code)))"
+    }
+
+    /// Writes one line to standard error (ThreadKit's reports of trouble it works around).
+    static func report(_ line: String) {
+        var text = line + "\n"
+        text.withUTF8 { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let n = write(2, bytes.baseAddress! + offset, bytes.count - offset)
+                if n < 0 { if errno == EINTR { continue }; return }
+                offset += n
+            }
+        }
+    }
+
     /// The calling thread's kernel thread id (cached per thread; never 0).
     @inlinable @inline(__always) static var currentThreadID: UInt32 { tk_current_tid() }
 }

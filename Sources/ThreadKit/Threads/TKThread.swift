@@ -282,7 +282,7 @@ open class TKThread: @unchecked Sendable {
             misuse("TKThread \(describe()).join() called on the thread itself: it would wait forever. "
                    + "Fix: join a thread from another thread.")
         }
-        return finished.wait(deadline: deadline, spinLimit: 0, observed: true)
+        return finished.wait(deadline: deadline, spinLimit: 0, observed: true, retryThreadStarts: true)
     }
 
     /// Whether the thread has ended (what `join` waits for). Acquiring: sees what the thread did.
@@ -442,7 +442,7 @@ open class TKThread: @unchecked Sendable {
         if r != 0 {
             let fix = r == EAGAIN ? "end threads or raise the thread limit (RLIMIT_NPROC, /proc/sys/kernel/threads-max)"
                 : "lower the stack size"
-            throw TKError(.systemCall, "TKThread \(thread.describe()).start(): pthread_create failed with \(SystemCall.errorName(r)) "
+            throw TKError(.systemCall, "TKThread \(thread.describe()).start(): pthread_create failed with \(SystemCall.errnoName(r)) "
                           + "for a \(stackSize)-byte stack. Fix: \(fix), then start a new TKThread.", errno: r)
         }
     }
@@ -539,7 +539,7 @@ extension TKThread {
     /// Blocks the calling thread until `deadline`; never returns early. Goes through ThreadKit's
     /// parking, so a pool sees the thread as blocked.
     public static func sleep(until deadline: ContinuousClock.Instant) {
-        while Parking.park(sleepWord, expected: 0, deadline: deadline) {}
+        while Parking.park(sleepWord, expected: 0, deadline: deadline, retryThreadStarts: true) {}
     }
 
     /// Blocks for `duration` (zero, negative: returns at once).
