@@ -12,9 +12,7 @@ enum ThreadLimitRoles {
                   + "after the limit is lifted the queued work and timer run with no further submission)") { _ in
             var initial = rlimit()
             _ = getrlimit(__rlimit_resource_t(__RLIMIT_NPROC.rawValue), &initial)
-            if geteuid() == 0 {
-                guard setgroups(0, nil) == 0, setgid(65534) == 0, setuid(65534) == 0 else { Console.err("cannot become nobody"); return 3 }
-            }
+            if geteuid() == 0 && !DistributedLockUserRoles.becomeNobody() { Console.err("cannot become nobody"); return 3 }
             func limitThreads(_ soft: rlim_t) {
                 var limit = rlimit(rlim_cur: min(soft, initial.rlim_max), rlim_max: initial.rlim_max)
                 if setrlimit(__rlimit_resource_t(__RLIMIT_NPROC.rawValue), &limit) != 0 { Console.err("setrlimit failed"); exit(3) }
