@@ -48,4 +48,64 @@ final class ThreadLocalTests: XCTestCase {
         XCTAssertTrue(t.join(until: .now + .seconds(30)))
         XCTAssertEqual(ran.load(ordering: .relaxed), 0)
     }
+
+    // MARK: Dropping a TKThreadLocal while threads hold values (issue 15, item 8)
+
+    /// A value that counts its own deallocation (64 KiB of payload, as in the report).
+    final class Payload: @unchecked Sendable {
+        let bytes = [UInt8](repeating: 1, count: 64 * 1024)
+        let freed: JudgedCounter
+        init(_ freed: JudgedCounter) { self.freed = freed }
+        deinit { freed.add() }
+    }
+
+    func testValuesHeldByLiveThreadsAreFinishedWhenTheLocalIsDeinitialised() {
+        let n = stress(32)
+        let destroyed = JudgedCounter(), freed = JudgedCounter()
+        let holding = DispatchSemaphore(value: 0), exit = DispatchSemaphore(value: 0), exited = DispatchSemaphore(value: 0)
+        var local: TKThreadLocal<Payload>? = TKThreadLocal<Payload> { _ in destroyed.add() }
+        // Each thread reaches the local through an unowned reference: the test's is the only one.
+        let threads = (0..<n).map { _ in
+            Thread { [unowned local = local!] in
+                local.value = Payload(freed)
+                holding.signal()
+                exit.wait()
+                exited.signal()
+            }
+        }
+        for t in threads { t.start() }
+        for _ in 0..<n { XCTAssertEqual(holding.wait(timeout: .now() + 30), .success) }
+        XCTAssertEqual(destroyed.count, 0)
+        local = nil
+        // Deinitialised here, on this thread, with every holder alive: all finished at once.
+        XCTAssertEqual(destroyed.count, n)
+        XCTAssertEqual(freed.count, n)
+        for _ in 0..<n { exit.signal() }
+        for _ in 0..<n { XCTAssertEqual(exited.wait(timeout: .now() + 30), .success) }
+        XCTAssertEqual(destroyed.count, n, "a thread exiting later runs nothing again")
+    }
+
+    func testThreadsExitingWhileTheLocalIsDroppedFinishEachValueOnce() {
+        let rounds = stress(50)
+        for _ in 0..<rounds {
+            let destroyed = JudgedCounter(), freed = JudgedCounter()
+            let holding = DispatchSemaphore(value: 0), go = DispatchSemaphore(value: 0)
+            let n = 4
+            var local: TKThreadLocal<Payload>? = TKThreadLocal<Payload> { _ in destroyed.add() }
+            let threads = (0..<n).map { _ in
+                TKThread { [unowned local = local!] in
+                    local.value = Payload(freed)
+                    holding.signal()
+                    go.wait()
+                }
+            }
+            for t in threads { t.start() }
+            for _ in 0..<n { XCTAssertEqual(holding.wait(timeout: .now() + 30), .success) }
+            for _ in 0..<n { go.signal() }
+            local = nil   // races with the threads' exits
+            for t in threads { XCTAssertTrue(t.join(until: .now + .seconds(30))) }
+            XCTAssertEqual(destroyed.count, n)
+            XCTAssertEqual(freed.count, n)
+        }
+    }
 }

@@ -102,7 +102,8 @@ public enum TKConcurrency {
     static func instant(_ seconds: Int64, _ nanoseconds: Int64, clock: Int32) -> ContinuousClock.Instant {
         var now = timespec()
         clock_gettime(clock == 1 ? CLOCK_BOOTTIME : CLOCK_MONOTONIC, &now)
-        let remaining = Duration.seconds(seconds - Int64(now.tv_sec)) + .nanoseconds(nanoseconds - Int64(now.tv_nsec))
+        // In Duration's 128-bit arithmetic: a deadline near Int64.min or .max seconds cannot overflow.
+        let remaining = Duration.seconds(seconds) - .seconds(Int64(now.tv_sec)) + .nanoseconds(nanoseconds) - .nanoseconds(Int64(now.tv_nsec))
         return .now + remaining
     }
 }

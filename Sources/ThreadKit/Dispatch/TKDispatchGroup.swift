@@ -99,7 +99,7 @@ public final class TKDispatchGroup: @unchecked Sendable {
         var spin = SpinWait(limit: DispatchSpin.longWait)
         while generation.pointer.pointee.load(ordering: .sequentiallyConsistent) == seen {
             if spin.spin() { continue }
-            if !Parking.park(generation, expected: seen, deadline: deadline) {
+            if !Parking.park(generation, expected: seen, deadline: deadline, retryThreadStarts: true) {
                 return generation.pointer.pointee.load(ordering: .sequentiallyConsistent) != seen
             }
         }

@@ -136,6 +136,6 @@ final class ConcurrentPerformJob: @unchecked Sendable {
 
     /// Caller: waits until every iteration has finished.
     func waitForAll() {
-        _ = done.wait(spinLimit: DispatchSpin.longWait, observed: true)
+        _ = done.wait(spinLimit: DispatchSpin.longWait, observed: true, retryThreadStarts: true)
     }
 }

@@ -178,6 +178,6 @@ final class SyncWaiter: @unchecked Sendable {
     /// Caller's thread: spin briefly, then park (through Parking: a pool worker waiting here lets
     /// another worker run).
     func waitForDrainer() {
-        _ = done.wait(spinLimit: DispatchSpin.longWait, observed: true)
+        _ = done.wait(spinLimit: DispatchSpin.longWait, observed: true, retryThreadStarts: true)
     }
 }

@@ -76,8 +76,18 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
     @discardableResult
     public func signal() -> Int {
         let old = value.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
-        if old >= 0 { return 0 }
+        if old >= 0 {
+            if old == Int.max { signalOverflow() }
+            return 0
+        }
         return signalSlow()
+    }
+
+    /// One signal more than Int.max units: the count wrapped to "Int.min waiters" and nothing it
+    /// says can be trusted any more.
+    private func signalOverflow() -> Never {
+        misuse("TKDispatchSemaphore.signal(): the semaphore already had Int.max units; one more overflows its count. "
+               + "Fix: balance signal() with wait(), or start from a value well below Int.max.")
     }
 
     /// A waiter exists: make its grant (see the type's comment).
@@ -142,7 +152,7 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
         guard let waiter = queued else { return true }
         while true {
             if waiter.isGranted { return true }
-            if !Parking.park(waiter.word, expected: ThreadWaiter.waiting, deadline: deadline) {
+            if !Parking.park(waiter.word, expected: ThreadWaiter.waiting, deadline: deadline, retryThreadStarts: true) {
                 return asyncWaiters.withLock { () -> Bool in
                     // Granted as the deadline passed: the unit is ours.
                     if waiter.isGranted { return true }

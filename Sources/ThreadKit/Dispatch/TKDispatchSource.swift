@@ -290,15 +290,17 @@ public final class TKDispatchSource: @unchecked Sendable {
         if let interval = state.interval {
             // Every slot of the schedule that has passed counts; the next one is strictly after now.
             let now = ContinuousClock.now
-            let missed = Int(((now - deadline) / interval).rounded(.down))
-            fires = UInt(max(missed, 0) + 1)
-            let next = deadline + interval * (max(missed, 0) + 1)
+            // Exact and saturating: a deadline Int.max intervals ago must not trap.
+            let (passed, next) = RepeatingSchedule.advance(start: deadline, interval: interval, now: now)
+            fires = UInt(max(passed, 1))
             state.deadline = next
             DispatchManager.shared.scheduleTimer(self, generation: generation, at: next)
         } else {
             state.deadline = nil
         }
-        state.pendingData &+= fires
+        // Saturating: a timer so far behind that its count overflows reports UInt.max.
+        let (sum, overflow) = state.pendingData.addingReportingOverflow(fires)
+        state.pendingData = overflow ? .max : sum
         state.hasPending = true
         let submit = planDeliveryLocked()
         lock.unlock()

@@ -39,7 +39,7 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
 
     /// Waits until the item has finished (performed, or skipped because it was cancelled).
     public func wait() {
-        _ = finished.wait(spinLimit: DispatchSpin.longWait, observed: true)
+        _ = finished.wait(spinLimit: DispatchSpin.longWait, observed: true, retryThreadStarts: true)
     }
 
     /// Suspends the calling task until the item has finished: performed, or skipped by the queue

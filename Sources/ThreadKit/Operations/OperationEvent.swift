@@ -14,7 +14,7 @@ final class OperationEvent: @unchecked Sendable {
     func set() { event.set() }
 
     /// Waits, parked through `Parking` (so the pool sees a blocked worker), until set.
-    func wait() { _ = event.wait(spinLimit: DispatchSpin.longWait, observed: true) }
+    func wait() { _ = event.wait(spinLimit: DispatchSpin.longWait, observed: true, retryThreadStarts: true) }
 
     /// The operation layer's counter wait (a queue's `drained` sequence): a short spin, then parks
     /// through `Parking` while `word` holds `value`. Acquiring: pairs with the releasing store or bump that changes it.
@@ -22,7 +22,7 @@ final class OperationEvent: @unchecked Sendable {
         var spin = SpinWait(limit: DispatchSpin.longWait)
         while word.pointer.pointee.load(ordering: .acquiring) == value {
             if spin.spin() { continue }
-            _ = Parking.park(word, expected: value)
+            _ = Parking.park(word, expected: value, retryThreadStarts: true)
         }
     }
 }

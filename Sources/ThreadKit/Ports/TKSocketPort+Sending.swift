@@ -105,8 +105,6 @@ extension TKSocketPort {
 
     /// A poll(2) timeout covering `duration`, rounded up to whole milliseconds.
     private static func milliseconds(_ duration: Duration) -> Int32 {
-        let (seconds, attoseconds) = duration.components
-        let ms = seconds * 1_000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
-        return Int32(clamping: max(ms, 0))
+        duration.pollMilliseconds   // saturating: a far-future deadline must not trap
     }
 }

@@ -101,11 +101,8 @@ public final class TKTimer: @unchecked Sendable {
         }
         return state.withLock { s -> TKRunLoop? in
             guard s.valid else { return nil }
-            if s.fireDate <= now {
-                let missed = (now - s.fireDate) / interval   // whole intervals already past
-                s.fireDate = s.fireDate + interval * (Int(missed) + 1)
-                if s.fireDate <= now { s.fireDate = s.fireDate + interval }
-            }
+            // Exact and saturating: a fire date Int.max intervals ago must not trap.
+            s.fireDate = RepeatingSchedule.advance(start: s.fireDate, interval: interval, now: now).next
             s.generation &+= 1
             return s.loop
         }

@@ -9,6 +9,10 @@ import Glibc
 final class BoundPipe: @unchecked Sendable {
     private let mutex = RawMutex()
     private let changed = RawCondition()
+    /// The most bytes the pair may hold (the size asked for, at least 1). Immutable.
+    private let capacity: Int
+    /// The bytes, grown on demand up to `capacity` (a pair made with a huge size costs nothing
+    /// until it holds that much).
     private var ring: [UInt8]
     private var head = 0
     private var count = 0
@@ -20,7 +24,10 @@ final class BoundPipe: @unchecked Sendable {
     private weak var reader: TKInputStream?
     private weak var writer: TKOutputStream?
 
-    init(capacity: Int) { ring = [UInt8](repeating: 0, count: max(1, capacity)) }
+    init(capacity: Int) {
+        self.capacity = max(1, capacity)
+        ring = [UInt8](repeating: 0, count: min(self.capacity, 4096))
+    }
 
     deinit {
         changed.deallocate()
@@ -68,12 +75,13 @@ final class BoundPipe: @unchecked Sendable {
 
     func write(_ buffer: UnsafePointer<UInt8>, _ length: Int) -> StreamTransfer {
         let tid = mutex.lockInternal()
-        while count == ring.count && !readerClosed && !writerClosed { _ = changed.wait(mutex, tid, deadline: nil) }
+        while count == capacity && !readerClosed && !writerClosed { _ = changed.wait(mutex, tid, deadline: nil) }
         guard !readerClosed else {
             mutex.unlockInternal(tid)
             return .failure(TKError(.systemCall, "TKOutputStream of a bound pair: the input stream was closed", errno: EPIPE))
         }
-        let n = min(length, ring.count - count)
+        let n = min(length, capacity - count)
+        if count + n > ring.count { grow(toHold: count + n) }
         let tail = head + count
         for i in 0..<n { ring[(tail + i) % ring.count] = buffer[i] }
         count += n
@@ -107,7 +115,7 @@ final class BoundPipe: @unchecked Sendable {
     /// One `hasSpaceAvailable` (also when the reader closed: the write then reports it).
     func armWrite(_ stream: TKOutputStream) {
         let now = mutex.withLock { () -> Bool in
-            if count < ring.count || readerClosed { return true }
+            if count < capacity || readerClosed { return true }
             writerWants = true
             return false
         }
@@ -115,7 +123,17 @@ final class BoundPipe: @unchecked Sendable {
     }
 
     var hasBytesAvailable: Bool { mutex.withLock { count > 0 || writerClosed } }
-    var hasSpaceAvailable: Bool { mutex.withLock { count < ring.count || readerClosed } }
+    var hasSpaceAvailable: Bool { mutex.withLock { count < capacity || readerClosed } }
+
+    /// Enlarges the ring (doubling, at most to `capacity`) to hold `needed` bytes, the held ones
+    /// moved to its start. Caller holds `mutex`.
+    private func grow(toHold needed: Int) {
+        let doubled = ring.count > capacity / 2 ? capacity : ring.count * 2
+        var larger = [UInt8](repeating: 0, count: max(needed, doubled))
+        for i in 0..<count { larger[i] = ring[(head + i) % ring.count] }
+        ring = larger
+        head = 0
+    }
 
     func closeReader() {
         let notice = mutex.withLock { () -> Notice in

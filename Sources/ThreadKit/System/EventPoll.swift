@@ -81,8 +81,7 @@ final class EventPoll: @unchecked Sendable {
             _ = tk_timerfd_arm(fd, 0, 1)
             return
         }
-        let (seconds, attoseconds) = delay.components
-        let nanoseconds = attoseconds / 1_000_000_000
+        let (seconds, nanoseconds) = delay.kernelTimespec
         _ = tk_timerfd_arm(fd, seconds, seconds == 0 && nanoseconds == 0 ? 1 : nanoseconds)
     }
 

@@ -29,13 +29,27 @@ enum Parking {
     /// the deadline passes. Returns false only when `deadline` has passed (never early: the clock
     /// is read again after the kernel says ETIMEDOUT). Returns true when woken, when the word no
     /// longer held `expected`, on a signal and spuriously: callers re-check their state and call
-    /// again.
-    static func park(_ word: FutexWord, expected: UInt32, deadline: ContinuousClock.Instant? = nil) -> Bool {
+    /// again. `retryThreadStarts`: the caller is a public wait holding no ThreadKit-internal lock,
+    /// so while a thread start waits for a retry (ThreadStartRetry) it sleeps no longer than the
+    /// next attempt and then runs it (returning true, as a spurious wake).
+    static func park(_ word: FutexWord, expected: UInt32, deadline: ContinuousClock.Instant? = nil,
+                     retryThreadStarts: Bool = false) -> Bool {
         var timeout: Duration? = nil
         if let deadline {
             let remaining = deadline - ContinuousClock.now
             if remaining <= .zero { return false }
             timeout = remaining
+        }
+        var retryDue = false
+        if retryThreadStarts, let retryIn = ThreadStartRetry.shared.untilNextAttempt {
+            if retryIn == .zero {
+                ThreadStartRetry.shared.runIfDue()
+                return true
+            }
+            if timeout.map({ retryIn < $0 }) ?? true {
+                timeout = retryIn
+                retryDue = true
+            }
         }
         let observer = currentObserver
         observer?.willPark()
@@ -46,6 +60,10 @@ enum Parking {
         case .woken, .valueChanged, .interrupted:
             return true
         case .timedOut:
+            if retryDue {
+                ThreadStartRetry.shared.runIfDue()
+                return true
+            }
             return deadline.map { ContinuousClock.now < $0 } ?? true
         }
     }

@@ -35,7 +35,8 @@ struct ParkingEvent: @unchecked Sendable {
     /// Waits until set (true) or `deadline` passes (false; never early). `observed`: sleep through
     /// `Parking` (a user-visible wait the pool must know about) or directly (the pool's own idle
     /// sleep, which must not count as a blocked worker).
-    func wait(deadline: ContinuousClock.Instant? = nil, spinLimit: Int, observed: Bool) -> Bool {
+    /// `retryThreadStarts`: see `Parking.park` (observed waits only).
+    func wait(deadline: ContinuousClock.Instant? = nil, spinLimit: Int, observed: Bool, retryThreadStarts: Bool = false) -> Bool {
         let atomic = word.pointer
         var spin = SpinWait(limit: spinLimit)
         while spin.spin() {
@@ -46,7 +47,9 @@ struct ParkingEvent: @unchecked Sendable {
             if state == 1 { return true }
             if state == 0, !atomic.pointee.compareExchange(expected: 0, desired: 2, ordering: .acquiring).exchanged { continue }
             if observed {
-                if !Parking.park(word, expected: 2, deadline: deadline) { return atomic.pointee.load(ordering: .acquiring) == 1 }
+                if !Parking.park(word, expected: 2, deadline: deadline, retryThreadStarts: retryThreadStarts) {
+                    return atomic.pointee.load(ordering: .acquiring) == 1
+                }
             } else {
                 var timeout: Duration? = nil
                 if let deadline {

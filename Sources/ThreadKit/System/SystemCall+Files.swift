@@ -12,14 +12,76 @@ extension SystemCall {
         let identity: FileIdentity
         let modified: timespec
         let isDirectory: Bool
+        /// What the entry is: "regular file", "directory", "FIFO", "symbolic link", "socket",
+        /// "device" (for messages that report what was found).
+        let kind: String
+        let owner: uid_t
+
+        init(_ st: stat) {
+            identity = FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+            modified = st.st_mtim
+            isDirectory = (st.st_mode & S_IFMT) == S_IFDIR
+            owner = st.st_uid
+            switch st.st_mode & S_IFMT {
+            case S_IFREG: kind = "regular file"
+            case S_IFDIR: kind = "directory"
+            case S_IFIFO: kind = "FIFO"
+            case S_IFLNK: kind = "symbolic link"
+            case S_IFSOCK: kind = "socket"
+            default: kind = "device"
+            }
+        }
+
+        var isRegular: Bool { kind == "regular file" }
     }
 
     /// stat(2); nil with `errno` set when it fails.
     static func status(_ path: String) -> FileStatus? {
         var st = stat()
         guard stat(path, &st) == 0 else { return nil }
-        return FileStatus(identity: FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino)),
-                          modified: st.st_mtim, isDirectory: (st.st_mode & S_IFMT) == S_IFDIR)
+        return FileStatus(st)
+    }
+
+    /// lstat(2): a symbolic link is reported as itself. Nil with `errno` set when it fails.
+    static func linkStatus(_ path: String) -> FileStatus? {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return nil }
+        return FileStatus(st)
+    }
+
+    /// Opens `path` only if it is a regular file: never following a symbolic link (O_NOFOLLOW),
+    /// never blocking on a FIFO (O_NONBLOCK; a FIFO is then refused by fstat). Returns the
+    /// descriptor, or what was found instead ("a FIFO", "a symbolic link", an errno name).
+    static func openRegular(_ path: String, _ flags: Int32, mode: mode_t = 0o644) -> Result<Int32, FileRefusal> {
+        var fd: Int32
+        repeat { fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode) } while fd < 0 && errno == EINTR
+        guard fd >= 0 else {
+            let error = errno
+            if error == ELOOP { return .failure(FileRefusal(found: "a symbolic link", errno: error)) }
+            return .failure(FileRefusal(found: nil, errno: error))
+        }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            let error = errno
+            close(fd)
+            return .failure(FileRefusal(found: nil, errno: error))
+        }
+        let status = FileStatus(st)
+        guard status.isRegular else {
+            close(fd)
+            return .failure(FileRefusal(found: "a \(status.kind) owned by uid \(status.owner)", errno: nil))
+        }
+        return .success(fd)
+    }
+
+    /// Why `openRegular` refused: something other than a regular file is there, or an errno.
+    struct FileRefusal: Error {
+        let found: String?
+        let errno: Int32?
+        var description: String {
+            if let found { return "\(found) is there instead of a regular file" }
+            return SystemCall.errnoName(errno ?? 0)
+        }
     }
 
     /// Creates `path` exclusively (O_EXCL) with `contents`. Returns 0 or an errno value.
@@ -42,10 +104,19 @@ extension SystemCall {
         }
     }
 
-    /// The whole small file at `path`, nil if it cannot be read.
+    /// The whole small file at `path`, nil if it cannot be read or is not a regular file (a FIFO
+    /// or a symbolic link planted there is never opened for reading or followed).
     static func readSmallFile(_ path: String, limit: Int = 4096) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
+        try? readRegularFile(path, limit: limit).get()
+    }
+
+    /// `readSmallFile`, saying why it could not read.
+    static func readRegularFile(_ path: String, limit: Int = 4096) -> Result<String, FileRefusal> {
+        let fd: Int32
+        switch openRegular(path, O_RDONLY) {
+        case .success(let opened): fd = opened
+        case .failure(let refusal): return .failure(refusal)
+        }
         defer { close(fd) }
         var buffer = [UInt8](repeating: 0, count: limit)
         var total = 0
@@ -55,13 +126,25 @@ extension SystemCall {
             if n <= 0 { break }
             total += n
         }
-        return String(decoding: buffer[0..<total], as: UTF8.self)
+        return .success(String(decoding: buffer[0..<total], as: UTF8.self))
     }
 
     /// link(2), rename(2), unlink(2): 0 or an errno value.
     static func link(_ from: String, _ to: String) -> Int32 { Glibc.link(from, to) == 0 ? 0 : errno }
     static func rename(_ from: String, _ to: String) -> Int32 { Glibc.rename(from, to) == 0 ? 0 : errno }
     static func unlink(_ path: String) -> Int32 { Glibc.unlink(path) == 0 ? 0 : errno }
+
+    /// This boot's id (/proc/sys/kernel/random/boot_id): differs after every reboot.
+    static let bootID = String((readSmallFile("/proc/sys/kernel/random/boot_id") ?? "").filter { !$0.isWhitespace })
+
+    /// This process's PID namespace ("pid:[4026531836]"): pids name the same processes only
+    /// within one namespace.
+    static var pidNamespace: String {
+        var buffer = [CChar](repeating: 0, count: 128)
+        let n = readlink("/proc/self/ns/pid", &buffer, buffer.count - 1)
+        guard n > 0 else { return "" }
+        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
 
     /// This host's name.
     static var hostName: String {

@@ -18,8 +18,8 @@ enum SystemCall {
     static func futexWait(_ word: UnsafeMutablePointer<UInt32>, expected: UInt32, timeout: Duration?) -> FutexWaitResult {
         let r: Int32
         if let timeout {
-            let (seconds, attoseconds) = timeout.components
-            var ts = timespec(tv_sec: Int(max(seconds, 0)), tv_nsec: seconds < 0 ? 0 : Int(attoseconds / 1_000_000_000))
+            let (seconds, nanoseconds) = timeout.kernelTimespec
+            var ts = timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds))
             r = tk_futex_wait(word, expected, &ts)
         } else {
             r = tk_futex_wait(word, expected, nil)
@@ -52,6 +52,29 @@ enum SystemCall {
     static func errorName(_ code: Int32) -> String {
         guard let s = strerror(code) else { return "errno \(code)" }
         return String(cString: s)
+    }
+
+    /// The errno's symbol and description, "EAGAIN (Resource temporarily unavailable)", for the
+    /// errors ThreadKit's messages name; others as "errno N (description)".
+    static func errnoName(_ code: Int32) -> String {
+        let symbols: [Int32: String] = [EAGAIN: "EAGAIN", ENOMEM: "ENOMEM", EINVAL: "EINVAL", EPERM: "EPERM",
+                                        EACCES: "EACCES", EROFS: "EROFS", ENOENT: "ENOENT", EEXIST: "EEXIST",
+                                        ELOOP: "ELOOP", EMFILE: "EMFILE", ENFILE: "ENFILE", EBADF: "EBADF",
+                                        ENOSPC: "ENOSPC", EDQUOT: "EDQUOT", ENOTDIR: "ENOTDIR", EISDIR: "EISDIR"]
+        return "\(symbols[code] ?? "errno \(code)") (\(errorName(code)))"
+    }
+
+    /// Writes one line to standard error (ThreadKit's reports of trouble it works around).
+    static func report(_ line: String) {
+        var text = line + "\n"
+        text.withUTF8 { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let n = write(2, bytes.baseAddress! + offset, bytes.count - offset)
+                if n < 0 { if errno == EINTR { continue }; return }
+                offset += n
+            }
+        }
     }
 
     /// The calling thread's kernel thread id (cached per thread; never 0).

@@ -170,8 +170,10 @@ open class TKThread: @unchecked Sendable {
     /// a multiple of 4096 and at least 16384, or when the thread has already started.
     public func setStackSize(_ bytes: Int) throws {
         guard bytes >= 16_384, bytes % 4096 == 0 else {
+            // Rounded up without overflow: a size within 4 KiB of Int.max has no multiple above it.
+            let suggestion = bytes > Int.max - 4095 ? Int.max & ~4095 : max(16_384, (bytes + 4095) / 4096 * 4096)
             throw TKError(.invalidArgument, "TKThread \(describe()).setStackSize(\(bytes)): a stack size must be a multiple "
-                          + "of 4096 bytes and at least 16384. Fix: round up to a multiple of 4 KiB, e.g. \(max(16_384, (bytes + 4095) / 4096 * 4096)).")
+                          + "of 4096 bytes and at least 16384. Fix: round up to a multiple of 4 KiB, e.g. \(suggestion).")
         }
         try attributes.withLock { a in
             guard a.lifecycle == .created else {
@@ -222,8 +224,24 @@ open class TKThread: @unchecked Sendable {
 
     // MARK: Starting and joining
 
-    /// Starts the thread. Calling it a second time is a misuse that stops the process.
+    /// Starts the thread. Calling it a second time is a misuse that stops the process. When the
+    /// OS refuses to create the thread (out of threads or memory: pthread_create's EAGAIN), the
+    /// thread is finished without running and the failure goes to `uncaughtErrorHandler` (by
+    /// default one line on standard error naming the thread and errno); `startOrThrow()` throws it
+    /// instead.
     public func start() {
+        do {
+            try startOrThrow()
+        } catch {
+            TKThread.reportUncaught(error, on: self)
+        }
+    }
+
+    /// As `start()`, but a thread the OS refuses to create throws a `TKError(.systemCall)` naming
+    /// the thread, the stack size and pthread_create's errno (EAGAIN: the process or user is out
+    /// of threads, RLIMIT_NPROC; ENOMEM/EINVAL: the stack cannot be mapped). The thread is then
+    /// finished (joins return at once) and cannot be started again: make a new one to retry.
+    public func startOrThrow() throws {
         let inherited = TKThread.current.attributes.current.scheduling
         let stackSize = attributes.withLock { a -> Int in
             guard a.lifecycle == .created else {
@@ -242,7 +260,7 @@ open class TKThread: @unchecked Sendable {
         } catch {
             markFinished()
             markEnded()
-            TKThread.reportUncaught(error, on: self)
+            throw error
         }
     }
 
@@ -264,7 +282,7 @@ open class TKThread: @unchecked Sendable {
             misuse("TKThread \(describe()).join() called on the thread itself: it would wait forever. "
                    + "Fix: join a thread from another thread.")
         }
-        return finished.wait(deadline: deadline, spinLimit: 0, observed: true)
+        return finished.wait(deadline: deadline, spinLimit: 0, observed: true, retryThreadStarts: true)
     }
 
     /// Whether the thread has ended (what `join` waits for). Acquiring: sees what the thread did.
@@ -422,8 +440,10 @@ open class TKThread: @unchecked Sendable {
             if r != 0 { Unmanaged<TKThread>.fromOpaque(context).release() }
         }
         if r != 0 {
-            throw TKError(.systemCall, "TKThread \(thread.describe()) could not be started: the OS refused to create a thread "
-                          + "with a \(stackSize)-byte stack. Fix: lower the stack size or the number of live threads.", errno: r)
+            let fix = r == EAGAIN ? "end threads or raise the thread limit (RLIMIT_NPROC, /proc/sys/kernel/threads-max)"
+                : "lower the stack size"
+            throw TKError(.systemCall, "TKThread \(thread.describe()).start(): pthread_create failed with \(SystemCall.errnoName(r)) "
+                          + "for a \(stackSize)-byte stack. Fix: \(fix), then start a new TKThread.", errno: r)
         }
     }
 
@@ -519,7 +539,7 @@ extension TKThread {
     /// Blocks the calling thread until `deadline`; never returns early. Goes through ThreadKit's
     /// parking, so a pool sees the thread as blocked.
     public static func sleep(until deadline: ContinuousClock.Instant) {
-        while Parking.park(sleepWord, expected: 0, deadline: deadline) {}
+        while Parking.park(sleepWord, expected: 0, deadline: deadline, retryThreadStarts: true) {}
     }
 
     /// Blocks for `duration` (zero, negative: returns at once).

@@ -1,14 +1,23 @@
 // TKThreadLocal: a per-thread value on a POSIX thread-specific key. The TKThreadLocal object is
 // thread-safe; each thread's slot is read and written only by that thread. At thread exit the
 // C library calls the key's destructor on the exiting thread, which releases the boxed value and
-// runs the user's destructor with it. `ThreadLocalKeys.live` lists every live key (guarded by its
-// lock), so a thread's exit can tell when all of its TKThreadLocal destructors have run.
+// runs the user's destructor with it.
+//
+// `ThreadLocalKeys.table` (one Protected lock, taken on set, at thread exit and at key creation
+// and deletion; never while another ThreadKit lock is held) lists every live key, so a thread's
+// exit can tell when all of its TKThreadLocal destructors have run, and every slot a thread holds,
+// so a TKThreadLocal dropped while threads still hold values can run their destructors and free
+// them instead of leaking them (pthread_key_delete alone forgets them). A slot is finished exactly
+// once, by whoever takes it out of the table: its thread's exit, a setter replacing it, or the
+// deinit. The exit path identifies its slot by address and owning thread, so a slot freed by a
+// deinit racing with the exit (glibc reads the value, then calls the destructor) is never touched.
 import Glibc
 
 /// One value per thread (pthread_key_create/pthread_setspecific). A thread's value starts as nil;
 /// when the thread exits with a value set, `destructor` runs on that thread with the value.
-/// Deinitialising the TKThreadLocal deletes the key: values other threads still hold are then
-/// released without their destructor running (POSIX key semantics).
+/// Deinitialising the TKThreadLocal deletes the key and finishes the values other threads still
+/// hold: `destructor` runs for each of them on the deinitialising thread (not on the value's own
+/// thread, which can no longer reach the value), and each is freed. Nothing is leaked.
 public final class TKThreadLocal<Value>: @unchecked Sendable {
     @usableFromInline let key: pthread_key_t
     private let destructor: (@Sendable (Value) -> Void)?
@@ -16,7 +25,8 @@ public final class TKThreadLocal<Value>: @unchecked Sendable {
     public init(destructor: (@Sendable (Value) -> Void)? = nil) {
         var key = pthread_key_t()
         let r = pthread_key_create(&key) { raw in
-            guard let raw else { return }
+            // Only a slot still in the table is this thread's to finish (see the file comment).
+            guard let raw, ThreadLocalKeys.claimAtExit(raw) else { return }
             Unmanaged<ThreadLocalSlot>.fromOpaque(raw).takeRetainedValue().threadDidExit()
         }
         if r != 0 {
@@ -25,12 +35,20 @@ public final class TKThreadLocal<Value>: @unchecked Sendable {
         }
         self.key = key
         self.destructor = destructor
-        ThreadLocalKeys.live.withLock { $0.append(key) }
+        ThreadLocalKeys.table.withLock { $0.keys.append(key) }
     }
 
     deinit {
-        ThreadLocalKeys.live.withLock { keys in keys.removeAll { $0 == key } }
+        // Out of the table first: a thread exiting from now on finishes nothing of this key.
+        let orphans = ThreadLocalKeys.table.withLock { table -> [UnsafeMutableRawPointer] in
+            table.keys.removeAll { $0 == key }
+            var orphans: [UnsafeMutableRawPointer] = []
+            for (raw, holding) in table.slots where holding.key == key { orphans.append(raw) }
+            for raw in orphans { table.slots[raw] = nil }
+            return orphans
+        }
         pthread_key_delete(key)
+        for raw in orphans { Unmanaged<ThreadLocalSlot>.fromOpaque(raw).takeRetainedValue().threadDidExit() }
     }
 
     /// This thread's value. Setting nil removes it (without running the destructor).
@@ -44,7 +62,13 @@ public final class TKThreadLocal<Value>: @unchecked Sendable {
             // A slot's value never changes (reads need no exclusivity check): a new value gets a
             // new slot, and the old one is released without its destructor.
             let old = pthread_getspecific(key)
-            pthread_setspecific(key, newValue.map { Unmanaged.passRetained(Slot($0, destructor)).toOpaque() })
+            let new = newValue.map { Unmanaged.passRetained(Slot($0, destructor)).toOpaque() }
+            let owner = pthread_self()
+            ThreadLocalKeys.table.withLock { table in
+                if let old { table.slots[old] = nil }
+                if let new { table.slots[new] = ThreadLocalKeys.Holding(key: key, owner: owner) }
+            }
+            pthread_setspecific(key, new)
             if let old { Unmanaged<Slot>.fromOpaque(old).release() }
         }
     }
@@ -68,16 +92,43 @@ class ThreadLocalSlot {
     func threadDidExit() {}
 }
 
-/// The keys of every live TKThreadLocal. A thread's exit (TKThread's end, joiners woken) waits
-/// until none of them holds a value on it: every TKThreadLocal destructor has run (pthread_join's
-/// guarantee). Guarded by the Protected lock; taken only at key creation and deletion and in a
-/// thread's exit, never under another ThreadKit lock.
+/// The keys of every live TKThreadLocal and the slots threads hold in them. A thread's exit
+/// (TKThread's end, joiners woken) waits until none of the keys holds a value on it: every
+/// TKThreadLocal destructor has run (pthread_join's guarantee). Guarded by the Protected lock;
+/// never taken under another ThreadKit lock.
 enum ThreadLocalKeys {
-    static let live = Protected<[pthread_key_t]>([])
+    struct Holding {
+        let key: pthread_key_t
+        let owner: pthread_t
+    }
+
+    struct Table {
+        var keys: [pthread_key_t] = []
+        /// Every slot set and not yet finished, by address: its key and the thread holding it.
+        var slots: [UnsafeMutableRawPointer: Holding] = [:]
+    }
+
+    static let table = Protected(Table())
 
     /// Whether the calling thread still holds a value in a TKThreadLocal other than `key` (whose
     /// destructor glibc has not run yet in this round, or that a destructor set again).
     static func anyValueSet(except key: pthread_key_t) -> Bool {
-        live.withLock { keys in keys.contains { $0 != key && pthread_getspecific($0) != nil } }
+        table.withLock { t in t.keys.contains { $0 != key && pthread_getspecific($0) != nil } }
     }
+
+    /// At thread exit: takes `raw` out of the table if it is still there as a slot of the calling
+    /// thread. False when a TKThreadLocal's deinit took it (and finished it) first. The address
+    /// alone could name a newer slot allocated at the same place, but only for another thread: no
+    /// code of this thread runs between glibc reading the value and calling the destructor.
+    static func claimAtExit(_ raw: UnsafeMutableRawPointer) -> Bool {
+        let me = pthread_self()
+        return table.withLock { t in
+            guard let holding = t.slots[raw], pthread_equal(holding.owner, me) != 0 else { return false }
+            t.slots[raw] = nil
+            return true
+        }
+    }
+
+    /// Slots still held (tests).
+    static var heldSlotCount: Int { table.withLock { $0.slots.count } }
 }

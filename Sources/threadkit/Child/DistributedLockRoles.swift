@@ -50,3 +50,29 @@ enum DistributedLockRoles {
         },
     ]
 }
+
+/// Child processes for the distributed lock shared with another user (issue 15, items 9–11).
+enum DistributedLockUserRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "dlock-check", usage: "PATH [nobody] (print the holder's liveness and try breakLockIfHolderIsDead, as nobody if asked)") { args in
+            if args.count > 1 && args[1] == "nobody" && !becomeNobody() { return 3 }
+            guard let lock = try? TKDistributedLock(path: args[0]) else { return 2 }
+            let holder = lock.holder
+            Console.out("dead=\(holder?.isDefinitelyDead.description ?? "none") verdict=\(holder?.verdict ?? "")")
+            do { Console.out("broke=\(try lock.breakLockIfHolderIsDead())") } catch { Console.out("threw \(error)") }
+            return 0
+        },
+        ChildRole(name: "dlock-readonly", usage: "PATH (as nobody: tryLock, lastError, tryLockOrThrow in a directory nobody may not write)") { args in
+            guard becomeNobody(), let lock = try? TKDistributedLock(path: args[0]) else { return 3 }
+            Console.out("tryLock=\(lock.tryLock()) holder=\(lock.holder.map { "\($0.pid)" } ?? "nil") lastError=\(lock.lastError.map { "\($0)" } ?? "nil")")
+            do { Console.out("tryLockOrThrow=\(try lock.tryLockOrThrow())") } catch { Console.out("threw \(error)") }
+            return 0
+        },
+    ]
+
+    /// Drops root for user and group nobody (65534); true if the process now runs as nobody.
+    static func becomeNobody() -> Bool {
+        if geteuid() == 0 { guard setgroups(0, nil) == 0, setgid(65534) == 0, setuid(65534) == 0 else { return false } }
+        return geteuid() == 65534
+    }
+}

@@ -73,6 +73,8 @@ final class DispatchManager: @unchecked Sendable {
     /// A wake-up write is outstanding (coalesces wakes). Cleared by the manager thread after it
     /// drains the eventfd, before it looks at its state again (sequentially consistent both sides).
     private let wakePending = Atomic<Bool>(false)
+    /// A failed start of the thread was reported (once per process).
+    private let reportedStartFailure = Atomic<Bool>(false)
 
     private init() {
         epoll = tk_epoll_create()
@@ -240,9 +242,36 @@ final class DispatchManager: @unchecked Sendable {
         return true
     }
 
+    /// Starts the manager thread (the caller set `threadRunning`). When the OS refuses, timers and
+    /// sources would never be served: `threadRunning` is cleared, the failure reported once, and
+    /// ThreadStartRetry tries again with back-off.
     private func startThread() {
         let thread = TKThread(name: "tk.dispatch.manager") { [self] in run() }
-        thread.start()
+        do {
+            try thread.startOrThrow()
+        } catch {
+            lock.withLock { threadRunning = false }
+            if !reportedStartFailure.exchange(true, ordering: .relaxed) {
+                SystemCall.report("ThreadKit: the dispatch manager thread (asyncAfter, timer and descriptor sources) could not "
+                                  + "be started (\(error)). ThreadKit retries with back-off (up to 1 s); they run once a "
+                                  + "thread can start. (Reported once.)")
+            }
+            ThreadStartRetry.shared.register(self) { [self] in retryStart() }
+        }
+    }
+
+    /// ThreadStartRetry's round for the manager: start the thread if something is registered.
+    private func retryStart() {
+        lock.lock()
+        let start = hasRegistrationsLocked && startThreadLocked()
+        lock.unlock()
+        if start { startThread() }
+    }
+
+    /// Anything for the thread to serve. Caller holds lock.
+    private var hasRegistrationsLocked: Bool {
+        !(heap.isEmpty && watches.isEmpty && signalSources.isEmpty && owned.isEmpty
+          && inotifySources.isEmpty && ownSignalSources.isEmpty)
     }
 
     /// Makes the manager's epoll_wait return (coalesced).
@@ -266,9 +295,7 @@ final class DispatchManager: @unchecked Sendable {
             lock.lock()
             let now = ContinuousClock.now
             let due = heap.popDue(now)
-            let nothing = heap.isEmpty && watches.isEmpty && signalSources.isEmpty && owned.isEmpty
-                && inotifySources.isEmpty && ownSignalSources.isEmpty
-            if nothing {
+            if !hasRegistrationsLocked {
                 if let since = idleSince, now - since >= DispatchManager.idleTimeout {
                     threadRunning = false
                     lock.unlock()

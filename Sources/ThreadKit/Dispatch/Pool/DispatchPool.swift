@@ -51,6 +51,9 @@ final class DispatchPool: @unchecked Sendable {
     /// Normal (0) and background (1), guarded by lock; in memory of their own like the run queues.
     private let tiers: UnsafeMutablePointer<Tier>
     private var nextWorkerNumber = 0             // guarded by lock
+    /// 0: no worker start has failed; 1: one did and was reported; 2: a start succeeded after that
+    /// and was reported too. Each report is made once per process.
+    private let reportedStartFailure = Atomic<Int>(0)
 
     private init() {
         width = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
@@ -282,16 +285,42 @@ final class DispatchPool: @unchecked Sendable {
         let worker = PoolWorker(pool: self, background: background)
         let thread = TKThread(name: background ? "tk.dispatch.bg.\(number)" : "tk.dispatch.\(number)") { worker.run() }
         if background { thread.qualityOfService = .background }
-        thread.start()
-        if thread.isFinished && !worker.started.load(ordering: .acquiring) {
-            // The OS refused a thread (TKThread reported it): give the slot back.
+        do {
+            try thread.startOrThrow()
+            if reportedStartFailure.load(ordering: .relaxed) == 1 && reportedStartFailure.compareExchange(
+                expected: 1, desired: 2, ordering: .relaxed).exchanged {
+                SystemCall.report("ThreadKit: the dispatch pool started a worker thread again; the work queued meanwhile runs now.")
+            }
+        } catch {
+            // The OS refused a thread: give the slot back, and let ThreadStartRetry try again (with
+            // back-off) so the queued work runs once a thread can start, even if nothing else is
+            // ever submitted.
             let t = background ? 1 : 0
-            lock.withLock {
+            let queued = lock.withLock { () -> Int in
                 tiers[t].threads -= 1
                 tiers[t].running -= 1
                 tiers[t].searching -= 1
+                return runQueues.totalCount
             }
+            if reportedStartFailure.compareExchange(expected: 0, desired: 1, ordering: .relaxed).exchanged {
+                SystemCall.report("ThreadKit: the dispatch pool could not start a worker thread (\(error)). \(queued) job(s) "
+                                  + "wait; ThreadKit retries with back-off (up to 1 s) and runs them once a thread can start. "
+                                  + "(Reported once.)")
+            }
+            ThreadStartRetry.shared.register(self) { [self] in retryWorkers() }
         }
+    }
+
+    /// ThreadStartRetry's round for the pool: offer the waiting work to each tier again (starting
+    /// a worker where none searches; a failure registers the next retry).
+    private func retryWorkers() {
+        lock.lock()
+        var actions = Actions(), background = Actions()
+        offerWorkLocked(background: false, &actions)
+        offerWorkLocked(background: true, &background)
+        lock.unlock()
+        actions.perform(self)
+        background.perform(self)
     }
 
     // MARK: Observing (tests)

@@ -41,6 +41,9 @@ struct RunQueues {
 
     func count(_ level: Int) -> Int { levels[level].count }
 
+    /// Jobs waiting at every level.
+    var totalCount: Int { levels.reduce(0) { $0 + $1.count } }
+
     /// Whether jobs for the normal tier (levels 1–4) or the background tier (level 0) wait.
     func hasWork(background: Bool) -> Bool {
         background ? nonEmpty & 1 != 0 : nonEmpty & RunQueues.normalMask != 0
