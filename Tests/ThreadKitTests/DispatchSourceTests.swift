@@ -64,6 +64,42 @@ final class DispatchSourceTests: XCTestCase {
         }
     }
 
+    func testARepeatingTimerOnASuspendedQueueCostsNothingAndCountsWhatItMissed() {
+        // libdispatch's program: a fast repeating timer whose queue is suspended used to keep the
+        // manager thread busy (a fire per interval, none delivered). Now the timer waits for the
+        // delivery and counts the slots that passed when its handler finally runs.
+        let queue = TKDispatchQueue(label: "suspended-timer")
+        queue.suspend()
+        let source = TKDispatchSource.makeTimerSource(queue: queue)
+        let fired = Atomic<Int>(0)
+        let delivered = DispatchSemaphore(value: 0)
+        source.setEventHandler {
+            fired.add(Int(source.data), ordering: .relaxed)
+            delivered.signal()
+        }
+        let interval = Duration.microseconds(100)
+        let start = ContinuousClock.now
+        source.schedule(deadline: start, repeating: interval)
+        source.activate()
+        let cpuBefore = ProcessProbe.cpuTime
+        let idle = ContinuousClock.now
+        while ContinuousClock.now - idle < .milliseconds(500) { usleep(20_000) }
+        let cpu = ProcessProbe.cpuTime - cpuBefore
+        XCTAssertLessThan(cpu, .milliseconds(100), "a timer nobody can handle must not keep a thread busy")
+        let cancelled = DispatchSemaphore(value: 0)
+        source.setCancelHandler { cancelled.signal() }
+        queue.resume()
+        XCTAssertEqual(delivered.wait(timeout: .now() + 30), .success)
+        source.cancel()
+        XCTAssertEqual(cancelled.wait(timeout: .now() + 30), .success)   // no delivery after this
+        // The deliveries carry every slot missed while the queue was suspended: at least those of
+        // the 0.5 s idle, never more than have passed.
+        let count = fired.load(ordering: .relaxed)
+        let slots = Int((ContinuousClock.now - start) / interval) + 1
+        XCTAssertGreaterThanOrEqual(count, 5_000 - 1)
+        XCTAssertLessThanOrEqual(count, slots)
+    }
+
     func testUserDataAddCoalescesWhileTheHandlerIsHeldUp() {
         let queue = TKDispatchQueue(label: "adds")
         let source = TKDispatchSource.makeUserDataAddSource(queue: queue)

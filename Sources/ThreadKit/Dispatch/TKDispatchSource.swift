@@ -53,6 +53,11 @@ public final class TKDispatchSource: @unchecked Sendable {
         var leeway: Duration = .zero
         /// Bumped by every schedule and by cancel: older heap entries are ignored when they fire.
         var timerGeneration: UInt64 = 0
+        /// A repeating timer fired while its previous fires were still undelivered (the source or
+        /// its queue suspended, or the handler behind): it is not put back in the manager's heap
+        /// until a delivery takes the data, which then counts the slots missed meanwhile (as
+        /// libdispatch does). So a timer nobody is handling costs the manager nothing.
+        var timerParked = false
         /// Signal sources: the signal is caught for this source (released once).
         var holdsSignal = false
         /// Descriptors the source opened (a pidfd, PSI triggers); closed at cancel or deinit.
@@ -215,6 +220,7 @@ public final class TKDispatchSource: @unchecked Sendable {
             state.interval = interval
             state.leeway = leeway
             state.timerGeneration &+= 1
+            state.timerParked = false
             if state.lifecycle == .active {
                 DispatchManager.shared.scheduleTimer(self, generation: state.timerGeneration, at: deadline)
             }
@@ -294,7 +300,11 @@ public final class TKDispatchSource: @unchecked Sendable {
             let (passed, next) = RepeatingSchedule.advance(start: deadline, interval: interval, now: now)
             fires = UInt(max(passed, 1))
             state.deadline = next
-            DispatchManager.shared.scheduleTimer(self, generation: generation, at: next)
+            if state.hasPending {
+                state.timerParked = true   // undelivered fires wait: see `timerParked`
+            } else {
+                DispatchManager.shared.scheduleTimer(self, generation: generation, at: next)
+            }
         } else {
             state.deadline = nil
         }
@@ -463,6 +473,18 @@ public final class TKDispatchSource: @unchecked Sendable {
         }
     }
 
+    /// A parked repeating timer (see `timerParked`) counts the slots that passed while it waited
+    /// into the data being delivered and goes back in the manager's heap. Caller holds lock.
+    private func unparkTimerLocked() {
+        guard state.timerParked, let deadline = state.deadline, let interval = state.interval else { return }
+        state.timerParked = false
+        let (passed, next) = RepeatingSchedule.advance(start: deadline, interval: interval, now: .now)
+        let (sum, overflow) = state.pendingData.addingReportingOverflow(UInt(passed))
+        state.pendingData = overflow ? .max : sum
+        state.deadline = next
+        DispatchManager.shared.scheduleTimer(self, generation: state.timerGeneration, at: next)
+    }
+
     private func submitDelivery() {
         queue.async { [self] in deliver() }
     }
@@ -481,6 +503,7 @@ public final class TKDispatchSource: @unchecked Sendable {
         var data: UInt = 0
         if state.lifecycle == .active && state.hasPending && state.suspendCount == 0 {
             state.hasPending = false
+            unparkTimerLocked()
             data = state.pendingData
             state.pendingData = 0
             event = state.eventHandler
