@@ -308,9 +308,7 @@ public final class TKDispatchSource: @unchecked Sendable {
         } else {
             state.deadline = nil
         }
-        // Saturating: a timer so far behind that its count overflows reports UInt.max.
-        let (sum, overflow) = state.pendingData.addingReportingOverflow(fires)
-        state.pendingData = overflow ? .max : sum
+        addFiresLocked(fires)
         state.hasPending = true
         let submit = planDeliveryLocked()
         lock.unlock()
@@ -473,14 +471,20 @@ public final class TKDispatchSource: @unchecked Sendable {
         }
     }
 
+    /// Adds timer fires to the pending data, saturating: a timer so far behind that its count
+    /// overflows reports UInt.max. Caller holds lock.
+    private func addFiresLocked(_ fires: UInt) {
+        let (sum, overflow) = state.pendingData.addingReportingOverflow(fires)
+        state.pendingData = overflow ? .max : sum
+    }
+
     /// A parked repeating timer (see `timerParked`) counts the slots that passed while it waited
     /// into the data being delivered and goes back in the manager's heap. Caller holds lock.
     private func unparkTimerLocked() {
         guard state.timerParked, let deadline = state.deadline, let interval = state.interval else { return }
         state.timerParked = false
         let (passed, next) = RepeatingSchedule.advance(start: deadline, interval: interval, now: .now)
-        let (sum, overflow) = state.pendingData.addingReportingOverflow(UInt(passed))
-        state.pendingData = overflow ? .max : sum
+        addFiresLocked(UInt(passed))
         state.deadline = next
         DispatchManager.shared.scheduleTimer(self, generation: state.timerGeneration, at: next)
     }
