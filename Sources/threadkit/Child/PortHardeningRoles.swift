@@ -101,12 +101,7 @@ enum PortHardeningRoles {
 
     /// Polls `condition` every millisecond until it holds or `seconds` pass.
     static func wait(seconds: Int = 30, _ condition: () -> Bool) -> Bool {
-        let deadline = ContinuousClock.now + .seconds(seconds)
-        while !condition() {
-            if ContinuousClock.now >= deadline { return false }
-            usleep(1_000)
-        }
-        return true
+        pollUntil(.now + .seconds(seconds), condition)
     }
 
     /// A field of /proc/self/status in kB (VmRSS, VmHWM).

@@ -13,21 +13,6 @@ import ThreadKit
 enum NetworkScenarios {
     static let all: [Scenario] = [backgroundRequest, residentNetworkThread, echoServer]
 
-    /// Waits (polling) until `condition` holds or the deadline passes.
-    static func eventually(_ deadline: ContinuousClock.Instant, _ condition: () -> Bool) -> Bool {
-        while !condition() {
-            if ContinuousClock.now >= deadline { return false }
-            var pause = timespec(tv_sec: 0, tv_nsec: 1_000_000)
-            nanosleep(&pause, nil)
-        }
-        return true
-    }
-
-    final class Box<T>: @unchecked Sendable {
-        var value: T
-        init(_ value: T) { self.value = value }
-    }
-
     // MARK: background-request
 
     static let backgroundRequest = Scenario(
@@ -42,7 +27,7 @@ enum NetworkScenarios {
         /// delegate calls it got, once the thread has ended.
         func attempt(_ label: String, _ body: @escaping @Sendable (HTTPConnection, TKRunLoop) -> Void) throws -> [String] {
             let calls = Mutex<[String]>([])
-            let connection = Box<HTTPConnection?>(nil)
+            let connection = SharedBox<HTTPConnection?>(nil)   // the background thread writes it; read after that thread ended
             let requestsBefore = server.requests.load(ordering: .relaxed)
             let thread = TKThread.performInBackground {
                 let on = TKThread.current.name ?? "?"
@@ -54,7 +39,7 @@ enum NetworkScenarios {
                 connection.value = c
                 body(c, TKRunLoop.current)
             }
-            try say.check(eventually(.now + .seconds(20)) { thread.isFinished }, "\(label): the background thread did not end")
+            try say.check(pollUntil(.now + .seconds(20)) { thread.isFinished }, "\(label): the background thread did not end")
             let got = calls.withLock { $0 }
             let requests = server.requests.load(ordering: .relaxed) - requestsBefore
             say.say("\(label): the thread has ended; the server read \(requests) request(s); delegate calls: "
@@ -114,7 +99,7 @@ enum NetworkScenarios {
         let records = Mutex<[String: Record]>([:])
         let order = Mutex<[String]>([])   // which request each piece of data belonged to, in order
         let allThreadsRight = Atomic<Bool>(true)
-        let connections = Box<[String: HTTPConnection]>([:])   // network thread only
+        let connections = SharedBox<[String: HTTPConnection]>([:])   // network thread only
         let firstDataOfC = Latch(count: 1)
         let twoDone = Latch(count: 2)
         for name in ["A", "B", "C"] {
@@ -141,7 +126,7 @@ enum NetworkScenarios {
         try network.perform(modes: [.default]) { connections.value["C"]?.cancel() }
         say.say("C cancelled after its first bytes")
         try say.check(twoDone.wait(until: .now + .seconds(20)), "A and B did not finish")
-        try say.check(eventually(.now + .seconds(20)) { server.abandoned.load(ordering: .relaxed) == 1 }, "the server never saw C go away")
+        try say.check(pollUntil(.now + .seconds(20)) { server.abandoned.load(ordering: .relaxed) == 1 }, "the server never saw C go away")
         let final = records.withLock { $0 }
         for name in ["A", "B", "C"] {
             let r = final[name] ?? Record()
@@ -185,7 +170,7 @@ enum NetworkScenarios {
         let allDone = Latch(count: clients)
         let loopThread = TKThread(name: "echo-loop") {
             let loop = TKRunLoop.current
-            let echoes = Box<[EchoConnection]>([])
+            let echoes = SharedBox<[EchoConnection]>([])   // the loop thread only
             let listener: TKSocketListener
             do {
                 listener = try TKSocketListener { fd in
