@@ -13,6 +13,7 @@
 // Dispatch sources: the signal catcher and FIONREAD (a header of its own).
 #include "CThreadKitDispatch.h"
 #include "CThreadKitConcurrency.h"
+#include "CThreadKitDiagnostics.h"
 
 /// Blocks while `*addr == expected` (FUTEX_WAIT_PRIVATE). `relative` is a relative timeout on
 /// CLOCK_MONOTONIC, or NULL for none. Returns 0 when woken (possibly spuriously) or -errno:

@@ -1,0 +1,37 @@
+// CThreadKitDiagnostics: the one word that says which diagnostics are on (docs/Diagnostics.md).
+// It lives in C so that it is initialised before any Swift code runs (a constructor reads
+// TK_DIAGNOSTICS) and so that every hook in the library reads it with one relaxed load and a
+// branch: no lazy-global once check in front of it.
+#ifndef CTHREADKIT_DIAGNOSTICS_H
+#define CTHREADKIT_DIAGNOSTICS_H
+
+#include <stdint.h>
+
+/// Feature bits of tk_diagnostics_word. Keep in step with DiagnosticsFeature in Swift.
+enum {
+    TK_DIAG_LOCK_ORDER = 1u << 0,       // record lock order, report cycles (docs/Diagnostics.md §1)
+    TK_DIAG_LOCK_ORDER_FATAL = 1u << 1, // ... and stop the process at the first cycle
+    TK_DIAG_HANGS = 1u << 2,            // watchdog samples long passes / items (§2)
+    TK_DIAG_CONTENTION = 1u << 3,       // per-lock and per-queue wait counters (§3)
+    TK_DIAG_TRACE = 1u << 4,            // the ring-buffered trace recorder (§4)
+};
+
+/// Which diagnostics are on. Written by the constructor (from TK_DIAGNOSTICS) and by the Swift API
+/// (TKDiagnostics.enable/disable); read by every hook. Relaxed is enough for readers: a hook that
+/// sees a bit late only misses events from the instant the switch flipped, and each feature's own
+/// data is published by its own locks or atomics, never by this word.
+extern uint32_t tk_diagnostics_word;
+
+static inline uint32_t tk_diagnostics_load(void) {
+    return __atomic_load_n(&tk_diagnostics_word, __ATOMIC_RELAXED);
+}
+
+static inline void tk_diagnostics_store(uint32_t value) {
+    __atomic_store_n(&tk_diagnostics_word, value, __ATOMIC_RELAXED);
+}
+
+/// The TK_DIAGNOSTICS value the process started with (NULL when unset): the Swift side parses
+/// its arguments (thresholds such as `hangs:250ms`) from it.
+const char *tk_diagnostics_environment(void);
+
+#endif

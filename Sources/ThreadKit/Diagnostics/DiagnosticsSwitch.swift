@@ -1,0 +1,50 @@
+// DiagnosticsSwitch: which diagnostics are on (docs/Diagnostics.md). The word itself is C's
+// tk_diagnostics_word (CThreadKitDiagnostics.h), set from TK_DIAGNOSTICS before main runs and by
+// TKDiagnostics.enable/disable afterwards. Every hook in the library starts with
+// `if DiagnosticsSwitch.isOn(.feature)`: one relaxed load and a branch when diagnostics are off.
+// Any thread may read it; writes are rare (configuration) and need no ordering with readers,
+// because each feature publishes its own data through its own locks and atomics.
+
+import CThreadKit
+
+/// The diagnostics features, one bit each in the switch word.
+public struct TKDiagnosticsFeature: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+
+    /// Lock-order (potential deadlock) prediction.
+    public static let lockOrder = TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_LOCK_ORDER))
+    /// With `lockOrder`: stop the process at the first cycle instead of reporting it.
+    public static let lockOrderFatal = TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_LOCK_ORDER_FATAL))
+    /// Hang reports from the watchdog thread.
+    public static let hangs = TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_HANGS))
+    /// Per-lock and per-queue contention counters.
+    public static let contention = TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_CONTENTION))
+    /// The trace recorder.
+    public static let trace = TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_TRACE))
+}
+
+@usableFromInline
+enum DiagnosticsSwitch {
+    /// True when any feature in `feature` is on. Inlined into every hook.
+    @inlinable @inline(__always)
+    static func isOn(_ feature: TKDiagnosticsFeature) -> Bool {
+        tk_diagnostics_load() & feature.rawValue != 0
+    }
+
+    /// The features on now.
+    static var current: TKDiagnosticsFeature {
+        TKDiagnosticsFeature(rawValue: tk_diagnostics_load())
+    }
+
+    /// Replaces the switch word. Callers (TKDiagnostics) serialise their own read-modify-write.
+    static func store(_ features: TKDiagnosticsFeature) {
+        tk_diagnostics_store(features.rawValue)
+    }
+
+    /// TK_DIAGNOSTICS as the process started with it, for parsing feature arguments.
+    static var environment: String? {
+        guard let value = tk_diagnostics_environment() else { return nil }
+        return String(cString: value)
+    }
+}
