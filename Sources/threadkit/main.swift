@@ -2,6 +2,7 @@
 //   threadkit tour            narrated run of every scenario from the seed documents
 //   threadkit tour --list     the scenario names
 //   threadkit tour NAME...    run only those
+//   threadkit trace SCENARIO -o FILE.json [--html FILE.html]   a scenario under the trace recorder
 //   threadkit child ROLE ...  (internal) a child process role for tests and the tour: misuse
 //                             diagnostics that must stop a process, distributed-lock contenders
 import Glibc
@@ -10,6 +11,8 @@ let arguments = Array(CommandLine.arguments.dropFirst())
 switch arguments.first {
 case "tour":
     exit(Tour.main(Array(arguments.dropFirst())))
+case "trace":
+    exit(TraceScenario.main(Array(arguments.dropFirst())))
 case "child":
     exit(ChildRoles.main(Array(arguments.dropFirst())))
 case "--help", "-h", "help", nil:
@@ -18,6 +21,9 @@ case "--help", "-h", "help", nil:
       tour            run every scenario of the seed documents, narrated, each ending with its verdict
       tour --list     list the scenarios
       tour NAME...    run the named scenarios only
+    usage: threadkit trace SCENARIO -o FILE.json [--html FILE.html]
+      trace           run a tour scenario under the trace recorder; write Chrome trace-event JSON
+                      (chrome://tracing, ui.perfetto.dev) and optionally a self-contained HTML timeline
     """)
     exit(0)
 default:

@@ -138,11 +138,15 @@ public final class TKDispatchQueue: @unchecked Sendable {
 
     public func async(group: TKDispatchGroup? = nil, flags: WorkFlags = [], execute work: @escaping @Sendable () -> Void) {
         group?.enter()
-        enqueue(DispatchEntry(.block(work), group: group, barrier: flags.contains(.barrier)))
+        var entry = DispatchEntry(.block(work), group: group, barrier: flags.contains(.barrier))
+        if DiagnosticsSwitch.isOn(.trace) { entry.traceFlow = TraceRecorder.dispatchEnqueued(self) }
+        enqueue(entry)
     }
 
     public func async(execute workItem: TKDispatchWorkItem) {
-        enqueue(DispatchEntry(.item(workItem), barrier: workItem.flags.contains(.barrier)))
+        var entry = DispatchEntry(.item(workItem), barrier: workItem.flags.contains(.barrier))
+        if DiagnosticsSwitch.isOn(.trace) { entry.traceFlow = TraceRecorder.dispatchEnqueued(self) }
+        enqueue(entry)
     }
 
     /// Submits `work` at `deadline` or later, never earlier.

@@ -75,6 +75,7 @@ open class TKOperation: @unchecked Sendable {
         case .runFromQueue:
             main()   // the token has recorded this operation as running on this thread
         case .runByHand:
+            if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.operation(self, TKTraceEvent.operationExecuting) }
             // Recorded as running here while main() runs, so a wait for itself is reported.
             let context = OperationContext.current
             let outer = context.runningOperation
@@ -132,6 +133,7 @@ open class TKOperation: @unchecked Sendable {
             if exchanged { break }
             s = original
         } while true
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.operation(self, TKTraceEvent.operationCancelled) }
         if resolveSlowly { resolveDependents() }
         // A cancelled operation is ready at once: its queue starts it, and it finishes.
         if OperationState.isDispatchable(new) { tryDispatch() }
@@ -308,7 +310,10 @@ open class TKOperation: @unchecked Sendable {
         while s & OperationState.cancelled == 0 {
             let new = (s & ~OperationState.phaseMask) | OperationState.executing
             let (exchanged, original) = state.compareExchange(expected: s, desired: new, ordering: .acquiringAndReleasing)
-            if exchanged { return start() }
+            if exchanged {
+                if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.operation(self, TKTraceEvent.operationExecuting) }
+                return start()
+            }
             s = original
         }
         finishExecution(caller: "cancel()")
@@ -331,6 +336,7 @@ open class TKOperation: @unchecked Sendable {
             if exchanged { break }
             s = original
         } while true
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.operation(self, TKTraceEvent.operationFinished) }
         // Finished inside start() on the token that runs it: the token does the queue's bookkeeping
         // and then pops again, so dependents this readies on the same queue need no new token.
         var inline: OperationContext?
@@ -387,6 +393,7 @@ open class TKOperation: @unchecked Sendable {
             let (exchanged, original) = state.compareExchange(expected: s, desired: s | OperationState.dispatched,
                                                               ordering: .acquiringAndReleasing)
             if exchanged {
+                if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.operation(self, TKTraceEvent.operationReady) }
                 queue!.pushReady(self)
                 return
             }

@@ -139,7 +139,9 @@ public class TKPort: @unchecked Sendable {
         var handled = false
         for message in batch {
             guard isValid else { break }
+            if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.portMessage(.begin, message) }
             delegate.handlePortMessage(message)
+            if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.portMessage(.end, message) }
             handled = true
         }
         batch.removeAll(keepingCapacity: true)

@@ -41,6 +41,7 @@ public final class TKPortMessage: @unchecked Sendable {
             return false
         }
         failureReason = nil
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.portSent(self) }
         return port.transmit(self, before: deadline)
     }
 }

@@ -53,6 +53,7 @@ extension TKRunLoop {
         notify(.entry, mode)
         var result: RunResult?
         while result == nil {
+            if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.runLoopPass(.begin, mode) }
             notify(.beforeTimers, mode)
             notify(.beforeSources, mode)
             let drainedMainQueue = runBlocks(mode)
@@ -62,7 +63,9 @@ extension TKRunLoop {
             let timeUp = deadline.map { ContinuousClock.now >= $0 } ?? false
             let mustPoll = handledSource || timeUp
             if !mustPoll { notify(.beforeWaiting, mode) }
+            if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.runLoopSleep(.begin, mode) }
             sleep(mode, deadline: deadline, poll: mustPoll)
+            if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.runLoopSleep(.end, mode) }
             if !mustPoll { notify(.afterWaiting, mode) }
             // Run-loop I/O objects told of readiness signal their sources: run them now if this
             // mode holds them (docs/RunLoopIO.md), as CFRunLoop runs version-1 sources on waking.
@@ -72,6 +75,7 @@ extension TKRunLoop {
             if runBlocks(mode) { handledSource = true }
             result = outcome(mode, deadline: deadline, handledSource: handledSource,
                              returnAfterSourceHandled: returnAfterSourceHandled)
+            if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.runLoopPass(.end, mode) }
         }
         notify(.exit, mode)
         return result!
@@ -116,6 +120,7 @@ extension TKRunLoop {
 
     /// Calls the observers of `mode` watching `activity`, in order; non-repeating ones once.
     private func notify(_ activity: TKRunLoopActivity, _ mode: Mode) {
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.runLoopActivity(activity, mode) }
         let observers = lock.withLock { () -> [TKRunLoopObserver] in
             guard let all = itemsLocked(mode)?.observers, !all.isEmpty else { return [] }
             return all.filter { $0.activities.contains(activity) }

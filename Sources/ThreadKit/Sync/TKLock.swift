@@ -59,7 +59,10 @@ public final class TKLock: TKLocking, @unchecked Sendable {
     }
 
     private func lockSlow(_ tid: UInt32, deadline: ContinuousClock.Instant?) -> Bool {
-        switch raw.lockSlow(tid, deadline: deadline) {
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.begin, self, name: label.name ?? "TKLock") }
+        let result = raw.lockSlow(tid, deadline: deadline)
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: label.name ?? "TKLock") }
+        switch result {
         case .acquired: return true
         case .timedOut: return false
         case .heldByCaller:

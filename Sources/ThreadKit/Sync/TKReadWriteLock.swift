@@ -73,7 +73,9 @@ public final class TKReadWriteLock: @unchecked Sendable {
         let s = state.wrappingAdd(1, ordering: .acquiring).oldValue
         if s & (Self.writer | Self.writersWaiting) == 0 { return }
         readUnlock()
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.begin, self, name: "TKReadWriteLock (read)") }
         readLockSlow()
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: "TKReadWriteLock (read)") }
     }
 
     /// Acquiring on success pairs with the releasing unlock of the previous writer.
@@ -113,7 +115,9 @@ public final class TKReadWriteLock: @unchecked Sendable {
 
     public func writeLock() {
         if tryWriteLock() { return }
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.begin, self, name: "TKReadWriteLock (write)") }
         writeLockSlow()
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: "TKReadWriteLock (write)") }
     }
 
     public func tryWriteLock() -> Bool {

@@ -83,7 +83,10 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
             return true
         }
         if !raw.tryLockFast(tid) {
-            switch raw.lockSlow(tid, deadline: deadline) {
+            if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.begin, self, name: label.name ?? "TKRecursiveLock") }
+            let result = raw.lockSlow(tid, deadline: deadline)
+            if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: label.name ?? "TKRecursiveLock") }
+            switch result {
             case .acquired: break
             case .timedOut: return false
             case .heldByCaller: preconditionFailure("owner checked above")

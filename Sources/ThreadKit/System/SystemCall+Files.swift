@@ -86,7 +86,13 @@ extension SystemCall {
 
     /// Creates `path` exclusively (O_EXCL) with `contents`. Returns 0 or an errno value.
     static func createExclusive(_ path: String, contents: String) -> Int32 {
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        writeFile(path, contents: contents, flags: O_EXCL)
+    }
+
+    /// Writes `contents` to `path`, created (0644) or, without O_EXCL in `flags`, truncated.
+    /// Returns 0 or an errno value.
+    static func writeFile(_ path: String, contents: String, flags: Int32 = O_TRUNC) -> Int32 {
+        let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0o644)
         guard fd >= 0 else { return errno }
         defer { close(fd) }
         var text = contents

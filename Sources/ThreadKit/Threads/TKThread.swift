@@ -324,6 +324,7 @@ open class TKThread: @unchecked Sendable {
             if a.scheduling != a.inherited { applySchedulingLocked(&a) }
         }
         markStarted()
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.threadStarted(self) }
         main()
         finishCurrentThread()
     }
@@ -332,6 +333,7 @@ open class TKThread: @unchecked Sendable {
     /// when its thread-local destructors have run (`threadLocalsDidExit`).
     fileprivate func finishCurrentThread() {
         TKNotificationCenter.default.post(name: TKThread.willExitNotification, object: self)
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.threadFinished() }
         markFinished()
     }
 

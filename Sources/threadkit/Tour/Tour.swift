@@ -44,6 +44,7 @@ enum Tour {
     static let scenarios: [Scenario] = ThreadScenarios.all + RunLoopScenarios.all + PerformScenarios.all + PortScenarios.all + NetworkScenarios.all
         + NotificationQueueScenarios.all + LockScenarios.all + [DistributedLockScenario.scenario] + DispatchScenarios.all
         + OperationScenarios.all + ConcurrencyScenarios.all
+        + [TraceScenario.scenario]
 
     static func main(_ arguments: [String]) -> Int32 {
         if arguments.contains("--list") {

@@ -25,6 +25,9 @@ struct DispatchEntry {
     var group: TKDispatchGroup?
     /// Runs alone on a concurrent queue, after everything submitted before it.
     var barrier: Bool
+    /// The item's trace flow id when its submission was recorded, else 0 (in the padding after
+    /// `barrier`; docs/DiagnosticsTrace.md).
+    var traceFlow: UInt32 = 0
 
     init(_ work: DispatchWork, group: TKDispatchGroup? = nil, barrier: Bool = false) {
         self.work = work
@@ -43,6 +46,7 @@ struct DispatchEntry {
     /// Runs the entry on the calling thread. The caller has pushed the frame of the queue the entry
     /// belongs to (for user work); lanes and tokens push their own.
     func run() {
+        if traceFlow != 0 { TraceRecorder.dispatchItem(.begin, flow: traceFlow) }
         switch work {
         case .block(let block): block()
         case .item(let item): item.runFromQueue()
@@ -52,6 +56,7 @@ struct DispatchEntry {
         case .job(let job, let queue): queue.runJob(job)
         case .globalJob(let job): job.runSynchronously(on: TKConcurrency.genericExecutor)
         }
+        if traceFlow != 0 { TraceRecorder.dispatchItem(.end, flow: traceFlow) }
         group?.leaveAfterWork()
     }
 }

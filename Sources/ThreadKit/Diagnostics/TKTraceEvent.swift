@@ -1,0 +1,85 @@
+// TKTraceEvent: one recorded event as the exporter hands it out (docs/DiagnosticsTrace.md §2),
+// with its kind and phase. Immutable values; the recording side stores the same fields in C's
+// 32-byte tk_trace_event (CThreadKitTrace.h), with the name as an index into the interned names.
+
+/// One event of a trace.
+public struct TKTraceEvent: Sendable, Hashable {
+    /// What the event is about.
+    public enum Kind: UInt16, Sendable, CaseIterable {
+        /// A TKThread's lifetime: begin when its entry point starts, end when it finishes.
+        case thread = 1
+        /// A run-loop pass (one turn of the loop in `run(mode:…)`); `name` is the mode.
+        case runLoopPass = 2
+        /// A run-loop phase: the observer activity announced (`detail` is its raw value).
+        case runLoopPhase = 3
+        /// A run loop asleep, waiting for a timer, a source or a port.
+        case runLoopSleep = 4
+        /// A dispatch item submitted: `name` is the queue label, `detail` the queue's QoS level,
+        /// `object` the item's flow id (the same as its `dispatchItem`).
+        case dispatchEnqueue = 5
+        /// A dispatch item running (begin, end); `object` is its flow id.
+        case dispatchItem = 6
+        /// An operation's state: `detail` is a `TKTraceEvent.operationState…` value; executing is
+        /// a begin, finished an end, cancelled an instant. `name` is the operation's name.
+        case operation = 7
+        /// A thread waiting for a lock held by another (the contended slow path only).
+        case lockWait = 8
+        /// A port message sent (`object` is its msgid, `argument` its component count).
+        case portSend = 9
+        /// A port message handled by its port's delegate (begin, end).
+        case portReceive = 10
+        /// A mark placed by `TKTrace.mark(_:)`.
+        case mark = 11
+
+        /// How the timeline names the kind.
+        public var label: String {
+            switch self {
+            case .thread: "thread"
+            case .runLoopPass: "run-loop pass"
+            case .runLoopPhase: "run-loop phase"
+            case .runLoopSleep: "sleep"
+            case .dispatchEnqueue: "enqueue"
+            case .dispatchItem: "dispatch item"
+            case .operation: "operation"
+            case .lockWait: "lock wait"
+            case .portSend: "port send"
+            case .portReceive: "port message"
+            case .mark: "mark"
+            }
+        }
+    }
+
+    /// Where the event stands in a span.
+    public enum Phase: UInt8, Sendable {
+        case begin = 1, end = 2, instant = 3
+    }
+
+    /// `detail` of an `.operation` event.
+    public static let operationReady: UInt8 = 1
+    public static let operationExecuting: UInt8 = 2
+    public static let operationFinished: UInt8 = 3
+    public static let operationCancelled: UInt8 = 4
+
+    /// Nanoseconds on CLOCK_MONOTONIC.
+    public let timestamp: UInt64
+    /// The recording thread's kernel id.
+    public let threadID: UInt32
+    public let kind: Kind
+    public let phase: Phase
+    /// The queue label, mode, lock, operation or thread name, if any.
+    public let name: String?
+    public let object: UInt64
+    public let argument: UInt64
+    public let detail: UInt8
+}
+
+/// The events one thread recorded, oldest first.
+public struct TKTraceThread: Sendable {
+    /// The kernel thread id.
+    public let threadID: UInt32
+    /// The thread's name: its TKThread name if it started one, else its OS name.
+    public let name: String
+    public let events: [TKTraceEvent]
+    /// Events its ring dropped because it wrapped (the oldest go first).
+    public let overwritten: UInt64
+}

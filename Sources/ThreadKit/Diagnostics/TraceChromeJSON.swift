@@ -1,0 +1,95 @@
+// TraceChromeJSON: a TraceTimeline as Chrome trace-event JSON (docs/DiagnosticsTrace.md §3), the
+// format chrome://tracing and Perfetto open: {"traceEvents": [...], "displayTimeUnit": "ms"}.
+// Per thread: "M" metadata (thread_name, thread_sort_index), "B"/"E" pairs for spans, "i" instants
+// (thread scope), and for dispatch items a flow: "s" at the enqueue, "f" (binding to the enclosing
+// slice) at the item's start. Timestamps are microseconds from the first event, three decimals.
+// Built by the exporting thread only.
+import Glibc
+
+enum TraceChromeJSON {
+    static func render(_ timeline: TraceTimeline, processName: String = "ThreadKit") -> String {
+        let pid = Int(getpid())
+        var out = "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"recorder\":\"ThreadKit TKTrace\"},\"traceEvents\":[\n"
+        var first = true
+        func emit(_ object: String) {
+            if !first { out += ",\n" }
+            first = false
+            out += object
+        }
+        emit("{\"ph\":\"M\",\"pid\":\(pid),\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\(quote(processName))}}")
+        for (index, row) in timeline.rows.enumerated() {
+            let tid = Int(row.threadID)
+            emit("{\"ph\":\"M\",\"pid\":\(pid),\"tid\":\(tid),\"name\":\"thread_name\",\"args\":{\"name\":\(quote(row.name))}}")
+            emit("{\"ph\":\"M\",\"pid\":\(pid),\"tid\":\(tid),\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":\(index)}}")
+            // Begins, ends and instants in recording order (their sequence numbers).
+            enum Item { case begin(Int), end(Int), instant(Int) }
+            var items: [(Int, Item)] = []
+            items.reserveCapacity(row.spans.count * 2 + row.instants.count)
+            for (i, span) in row.spans.enumerated() {
+                items.append((span.beginSequence, .begin(i)))
+                items.append((span.endSequence, .end(i)))
+            }
+            for (i, instant) in row.instants.enumerated() { items.append((instant.sequence, .instant(i))) }
+            items.sort { $0.0 < $1.0 }
+            let head = "\"pid\":\(pid),\"tid\":\(tid)"
+            for (_, item) in items {
+                switch item {
+                case .begin(let i):
+                    let span = row.spans[i]
+                    let ts = micros(span.start, timeline.origin)
+                    emit("{\"ph\":\"B\",\(head),\"ts\":\(ts),\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label)),\"args\":\(arguments(span.args))}")
+                    if let flow = span.flowIn, timeline.completeFlows.contains(flow) {
+                        emit("{\"ph\":\"f\",\"bp\":\"e\",\(head),\"ts\":\(ts),\"id\":\(flow),\"name\":\"dispatch\",\"cat\":\"flow\"}")
+                    }
+                case .end(let i):
+                    let span = row.spans[i]
+                    emit("{\"ph\":\"E\",\(head),\"ts\":\(micros(span.end, timeline.origin)),\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label))}")
+                case .instant(let i):
+                    let instant = row.instants[i]
+                    let ts = micros(instant.time, timeline.origin)
+                    emit("{\"ph\":\"i\",\"s\":\"t\",\(head),\"ts\":\(ts),\"name\":\(quote(instant.name)),\"cat\":\(quote(instant.kind.label)),\"args\":\(arguments(instant.args))}")
+                    if let flow = instant.flowOut, timeline.completeFlows.contains(flow) {
+                        emit("{\"ph\":\"s\",\(head),\"ts\":\(ts),\"id\":\(flow),\"name\":\"dispatch\",\"cat\":\"flow\"}")
+                    }
+                }
+            }
+        }
+        out += "\n]}\n"
+        return out
+    }
+
+    /// Microseconds from `origin`, with three decimals (nanosecond resolution).
+    static func micros(_ time: UInt64, _ origin: UInt64) -> String {
+        let ns = time >= origin ? time - origin : 0
+        let fraction = ns % 1000
+        let padded = fraction < 10 ? "00\(fraction)" : fraction < 100 ? "0\(fraction)" : "\(fraction)"
+        return "\(ns / 1000).\(padded)"
+    }
+
+    static func arguments(_ args: [(String, String)]) -> String {
+        "{" + args.map { "\(quote($0.0)):\(quote($0.1))" }.joined(separator: ",") + "}"
+    }
+
+    /// A JSON string literal. `<` is escaped too, so the text can sit inside an HTML <script>.
+    static func quote(_ s: String) -> String {
+        var out = "\""
+        for scalar in s.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case "<": out += "\\u003c"
+            default:
+                if scalar.value < 0x20 || scalar.value == 0x2028 || scalar.value == 0x2029 {
+                    let hex = String(scalar.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out + "\""
+    }
+}
