@@ -15,6 +15,7 @@ let groups: [(String, () -> [Row])] = [
     ("operations", OperationBenchmarks.rows),
     ("concurrency", ConcurrencyBenchmarks.rows),
     ("io", IOBenchmarks.rows),
+    ("trace", TraceBenchmarks.rows),
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())

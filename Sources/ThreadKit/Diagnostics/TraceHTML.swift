@@ -3,8 +3,9 @@
 // One row per thread, its spans stacked by nesting depth inside the row, instants as ticks,
 // dispatch flows as curves from the enqueue to the item's start. Wheel zooms around the pointer,
 // dragging pans, hovering shows a tooltip; "Reset" fits the whole trace. Once drawn, the page
-// writes the number of rows into its title and <body data-rows>, which the tests read back
-// from headless Chromium. Built by the exporting thread only.
+// writes the number of rows into its title and <body data-rows>, and where each row's band was
+// laid out into <body data-row-tops>, which the tests read back from headless Chromium. Spans
+// the exporter closed (no end recorded) are drawn dashed. Built by the exporting thread only.
 
 enum TraceHTML {
     static func render(_ timeline: TraceTimeline, title: String) -> String {
@@ -13,7 +14,7 @@ enum TraceHTML {
             let spans = row.spans.map { s in
                 "[\(TraceChromeJSON.micros(s.start, timeline.origin)),\(TraceChromeJSON.micros(s.end, timeline.origin)),\(s.depth),"
                     + "\(TraceChromeJSON.quote(s.name)),\(TraceChromeJSON.quote(s.kind.label)),\(TraceChromeJSON.arguments(s.args)),"
-                    + "\(s.flowIn.map { timeline.completeFlows.contains($0) ? "\($0)" : "0" } ?? "0")]"
+                    + "\(s.flowIn.map { timeline.completeFlows.contains($0) ? "\($0)" : "0" } ?? "0"),\(s.closedByExport ? 1 : 0)]"
             }
             let instants = row.instants.map { i in
                 "[\(TraceChromeJSON.micros(i.time, timeline.origin)),\(TraceChromeJSON.quote(i.name)),\(TraceChromeJSON.quote(i.kind.label)),"
@@ -106,7 +107,7 @@ function draw() {
   const nice = [1, 2, 5, 10].map(m => m * step).find(s => (t1 - t0) / s <= 10) || step * 10;
   for (let t = Math.ceil(t0 / nice) * nice; t <= t1; t += nice) {
     el("line", {x1: x(t), x2: x(t), y1: AXIS_H - 6, y2: y, stroke: "#e6e6e6"}, axis);
-    el("text", {x: x(t) + 2, y: AXIS_H - 10, fill: "#555"}, axis).textContent = fmt(t);
+    if (x(t) + 70 < width) el("text", {x: x(t) + 2, y: AXIS_H - 10, fill: "#555"}, axis).textContent = fmt(t);
   }
   const pos = {};
   TRACE.rows.forEach((row, r) => {
@@ -117,11 +118,12 @@ function draw() {
     el("text", {x: 8, y: top + 28, fill: "#777"}, g).textContent = "tid " + row.tid + " · " + row.spans.length + " spans" + (row.overwritten ? " · " + row.overwritten + " dropped" : "");
     const plot = el("g", {"clip-path": "url(#plot)"}, g);
     for (const s of row.spans) {
-      const [start, end, depth, name, kind, args, flow] = s;
+      const [start, end, depth, name, kind, args, flow, unended] = s;
       if (end < t0 || start > t1) continue;
       const x0 = x(start), w = Math.max(1, x(end) - x0), yy = top + ROW_GAP / 2 + depth * LANE_H;
       const rect = el("rect", {x: x0, y: yy, width: w, height: LANE_H - 2, rx: 2, fill: COLORS[kind] || "#b0bec5", stroke: "rgba(0,0,0,.25)"}, plot);
-      rect.dataset.tip = describe(name, kind, start, end, args);
+      if (unended) rect.setAttribute("stroke-dasharray", "4 2");
+      rect.dataset.tip = describe(name, kind, start, end, args) + (unended ? "\n(no end recorded: drawn to the thread's last event)" : "");
       if (w > 30) { const t = el("text", {x: x0 + 3, y: yy + LANE_H - 5, "font-size": 10}, plot); t.textContent = name.length * 6 > w ? name.slice(0, Math.max(1, Math.floor(w / 6) - 1)) + "…" : name; }
       if (flow) pos[flow] = Object.assign(pos[flow] || {}, {to: [x0, yy + LANE_H / 2]});
     }
@@ -142,6 +144,8 @@ function draw() {
   }
   const drawn = svg.querySelectorAll("g.row").length;
   document.body.dataset.rows = drawn;
+  // Where the browser laid each row out (read back by the rendering test).
+  document.body.dataset.rowTops = Array.from(svg.querySelectorAll("g.row > rect:first-child"), r => Math.round(r.getBoundingClientRect().top)).join(",");
   document.title = "ThreadKit trace: " + drawn + " rows";
   document.getElementById("summary").textContent = TRACE.rows.length + " threads · " + fmt(TRACE.duration) + " · showing " + fmt(t0) + " – " + fmt(t1);
 }

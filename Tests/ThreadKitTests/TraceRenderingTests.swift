@@ -1,0 +1,116 @@
+// The HTML timeline rendered by a real browser: headless Chromium (Debian's `chromium`; .ci/run
+// installs it) loads the exported page from disk with no network, runs its script, and the test
+// reads back the DOM it produced (one `g.row` per recorded thread, labelled with the thread's
+// name, laid out as separate bands from top to bottom) and a screenshot (a PNG of the window's
+// size, not blank). Without Chromium the test fails under CI (TK_REQUIRE_CHROMIUM=1 or CI set)
+// and is skipped elsewhere, saying how to install it.
+import Foundation
+import XCTest
+@testable import ThreadKit
+
+final class TraceRenderingTests: XCTestCase {
+    override func tearDown() {
+        TKTrace.stop()
+        super.tearDown()
+    }
+
+    func testTheHTMLTimelineRendersOneRowPerThreadInHeadlessChromium() throws {
+        let chromium = try Chromium.locate()
+        TKTrace.start(capacity: 8192)
+        try TracedWork.run()
+        TKTrace.stop()
+        let threads = TKTrace.threads
+        XCTAssertGreaterThanOrEqual(threads.count, 3, "the loop thread, the lock waiter and the main thread at least")
+
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tk-trace-\(getpid())-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let page = directory.appendingPathComponent("trace.html").path
+        try TKTrace.writeHTML(to: page, title: "rendering test")
+
+        let dom = try chromium.run(["--dump-dom", "file://" + page], profile: directory.appendingPathComponent("profile").path)
+        XCTAssertTrue(dom.contains("<title>ThreadKit trace: \(threads.count) rows</title>"), "title not set by the page's script")
+        XCTAssertEqual(attribute("data-rows", in: dom), "\(threads.count)")
+        XCTAssertEqual(dom.components(separatedBy: "class=\"row\"").count - 1, threads.count, "one drawn row per thread")
+        for thread in threads {
+            XCTAssertTrue(dom.contains("data-tid=\"\(thread.threadID)\""), "no row for thread \(thread.threadID) \(thread.name)")
+        }
+        XCTAssertTrue(dom.contains("data-thread=\"trace-loop\""))
+        let tops = (attribute("data-row-tops", in: dom) ?? "").split(separator: ",").compactMap { Int($0) }
+        XCTAssertEqual(tops.count, threads.count)
+        XCTAssertEqual(tops, tops.sorted(), "rows laid out top to bottom")
+        XCTAssertEqual(Set(tops).count, tops.count, "each row a band of its own")
+
+        let shot = directory.appendingPathComponent("trace.png").path
+        _ = try chromium.run(["--screenshot=" + shot, "--window-size=1400,900", "file://" + page],
+                             profile: directory.appendingPathComponent("profile").path)
+        let png = try Data(contentsOf: URL(fileURLWithPath: shot))
+        XCTAssertEqual(Array(png.prefix(8)), [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A], "not a PNG")
+        XCTAssertEqual(png.count > 24 ? bigEndian(png, at: 16) : 0, 1400, "PNG width")
+        XCTAssertEqual(png.count > 24 ? bigEndian(png, at: 20) : 0, 900, "PNG height")
+        // A blank 1400x900 page compresses to a few kilobytes; rows, spans and labels do not.
+        XCTAssertGreaterThan(png.count, 15_000, "the screenshot looks blank")
+    }
+
+    private func attribute(_ name: String, in dom: String) -> String? {
+        guard let start = dom.range(of: "\(name)=\"") else { return nil }
+        return String(dom[start.upperBound...].prefix { $0 != "\"" })
+    }
+
+    private func bigEndian(_ data: Data, at offset: Int) -> Int {
+        data[offset..<offset + 4].reduce(0) { $0 << 8 | Int($1) }
+    }
+}
+
+/// The headless browser the rendering test drives.
+struct Chromium {
+    let path: String
+
+    static func locate() throws -> Chromium {
+        let environment = ProcessInfo.processInfo.environment
+        let candidates = [environment["TK_CHROMIUM"]].compactMap { $0 }
+            + ["chromium", "chromium-browser", "google-chrome"].flatMap { name in
+                (environment["PATH"] ?? "/usr/bin").split(separator: ":").map { "\($0)/\(name)" }
+            }
+        if let found = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) {
+            return Chromium(path: found)
+        }
+        let message = "headless Chromium is needed to render the trace's HTML timeline and was not found "
+            + "(looked for TK_CHROMIUM, chromium, chromium-browser, google-chrome on PATH). "
+            + "Install it: sudo apt-get update && sudo apt-get install -y chromium"
+        if environment["TK_REQUIRE_CHROMIUM"] == "1" || environment["CI"] != nil {
+            XCTFail(message)
+            throw XCTSkip("failed above: " + message)
+        }
+        throw XCTSkip(message)
+    }
+
+    /// Runs Chromium headless on `arguments`; returns its standard output. A fresh profile per
+    /// run, no sandbox (CI runs as root), no GPU; fails after 120 s.
+    func run(_ arguments: [String], profile: String) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+                             "--user-data-dir=" + profile] + arguments
+        let output = Pipe(), errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let finished = DispatchSemaphore(value: 0)
+        let collected = Guarded<Data>(Data())
+        Thread {
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            collected.withLock { $0 = data }
+            finished.signal()
+        }.start()
+        let drainErrors = Thread { _ = errors.fileHandleForReading.readDataToEndOfFile() }
+        drainErrors.start()
+        if finished.wait(timeout: .now() + 120) == .timedOut {
+            process.terminate()
+            XCTFail("chromium did not finish within 120 s")
+        }
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0, "chromium \(arguments) exited with \(process.terminationStatus)")
+        return String(decoding: collected.withLock { $0 }, as: UTF8.self)
+    }
+}
