@@ -172,6 +172,38 @@ final class TraceTests: XCTestCase {
         _ = TraceJudge.events(TKTrace.chromeJSON())
     }
 
+    func testSnapshotsTakenWhileThreadsRecordAndWrapAreNeverTorn() {
+        TKTrace.start(capacity: 256)
+        let writers = 3, rounds = stress(200)
+        let stop = Flag()
+        let threads = TestThread.spawn(writers, "trace-writer") { index in
+            // Each writer marks with its own name until told to stop: a torn slot would show
+            // another writer's name, a kind other than mark, or time going back.
+            let name = "writer \(index)"
+            while !stop.isSet { TKTrace.mark(name) }
+        }
+        // Foundation threads do not pass their names to the OS on Linux: know them by kernel id.
+        let writerOf = Dictionary(uniqueKeysWithValues: threads.enumerated().map { (UInt32($1.kernelID), $0) })
+        var checked = 0
+        for _ in 0..<rounds {
+            for thread in TKTrace.threads {
+                guard let index = writerOf[thread.threadID] else { continue }
+                checked += 1
+                let expected = "writer \(index)"
+                XCTAssertLessThanOrEqual(thread.events.count, 255)
+                for (a, b) in zip(thread.events, thread.events.dropFirst()) where a.timestamp > b.timestamp {
+                    XCTFail("time goes back in a snapshot: \(a.timestamp) then \(b.timestamp)")
+                }
+                let strangers = thread.events.filter { $0.kind != .mark || $0.name != expected }
+                XCTAssertTrue(strangers.isEmpty, "torn or foreign events on \(thread.name): \(strangers.prefix(3))")
+            }
+        }
+        stop.set()
+        XCTAssertTrue(joinAll(threads))
+        TKTrace.stop()
+        XCTAssertGreaterThan(checked, rounds, "the writers' rings were not seen while they recorded")
+    }
+
     func testNothingIsRecordedWhileStoppedAndANewSessionForgetsTheOldOne() {
         TKTrace.start()
         TKTrace.mark("first session")

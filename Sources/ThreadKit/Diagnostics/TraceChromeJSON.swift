@@ -32,25 +32,27 @@ enum TraceChromeJSON {
             for (i, instant) in row.instants.enumerated() { items.append((instant.sequence, .instant(i))) }
             items.sort { $0.0 < $1.0 }
             let head = "\"pid\":\(pid),\"tid\":\(tid)"
+            /// One event; `rest` holds its name, category and arguments, or a flow's id and binding.
+            func event(_ ph: String, _ time: UInt64, _ rest: String) {
+                emit("{\"ph\":\"\(ph)\",\(head),\"ts\":\(micros(time, timeline.origin)),\(rest)}")
+            }
+            func flow(_ ph: String, _ id: UInt64?, _ time: UInt64) {
+                guard let id, timeline.completeFlows.contains(id) else { return }
+                event(ph, time, "\"id\":\(id),\"name\":\"dispatch\",\"cat\":\"flow\"" + (ph == "f" ? ",\"bp\":\"e\"" : ""))
+            }
             for (_, item) in items {
                 switch item {
                 case .begin(let i):
                     let span = row.spans[i]
-                    let ts = micros(span.start, timeline.origin)
-                    emit("{\"ph\":\"B\",\(head),\"ts\":\(ts),\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label)),\"args\":\(arguments(span.args))}")
-                    if let flow = span.flowIn, timeline.completeFlows.contains(flow) {
-                        emit("{\"ph\":\"f\",\"bp\":\"e\",\(head),\"ts\":\(ts),\"id\":\(flow),\"name\":\"dispatch\",\"cat\":\"flow\"}")
-                    }
+                    event("B", span.start, "\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label)),\"args\":\(arguments(span.args))")
+                    flow("f", span.flowIn, span.start)
                 case .end(let i):
                     let span = row.spans[i]
-                    emit("{\"ph\":\"E\",\(head),\"ts\":\(micros(span.end, timeline.origin)),\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label))}")
+                    event("E", span.end, "\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label))")
                 case .instant(let i):
                     let instant = row.instants[i]
-                    let ts = micros(instant.time, timeline.origin)
-                    emit("{\"ph\":\"i\",\"s\":\"t\",\(head),\"ts\":\(ts),\"name\":\(quote(instant.name)),\"cat\":\(quote(instant.kind.label)),\"args\":\(arguments(instant.args))}")
-                    if let flow = instant.flowOut, timeline.completeFlows.contains(flow) {
-                        emit("{\"ph\":\"s\",\(head),\"ts\":\(ts),\"id\":\(flow),\"name\":\"dispatch\",\"cat\":\"flow\"}")
-                    }
+                    event("i", instant.time, "\"s\":\"t\",\"name\":\(quote(instant.name)),\"cat\":\(quote(instant.kind.label)),\"args\":\(arguments(instant.args))")
+                    flow("s", instant.flowOut, instant.time)
                 }
             }
         }
