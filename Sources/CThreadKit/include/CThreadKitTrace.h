@@ -59,6 +59,10 @@ static inline uint64_t tk_trace_session_now(void) { return __atomic_load_n(&tk_t
 static inline void tk_trace_session_store(uint64_t session) { __atomic_store_n(&tk_trace_session, session, __ATOMIC_RELAXED); }
 /// Events written since the ring's reset (acquiring: pairs with the owner's releasing store).
 static inline uint64_t tk_trace_head(tk_trace_ring *ring) { return __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE); }
+/// The name cache, as pointers: a Swift `&ring.pointee.cache_keys` would be an access to the
+/// whole ring, which ThreadSanitizer reports against the exporter's reads of other fields.
+static inline uint64_t *tk_trace_cache_keys(tk_trace_ring *ring) { return ring->cache_keys; }
+static inline uint32_t *tk_trace_cache_values(tk_trace_ring *ring) { return ring->cache_values; }
 /// Whether the ring's thread has exited (acquiring: pairs with the exit destructor's store).
 static inline uint32_t tk_trace_is_retired(tk_trace_ring *ring) { return __atomic_load_n(&ring->retired, __ATOMIC_ACQUIRE); }
 

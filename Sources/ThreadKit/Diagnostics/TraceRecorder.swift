@@ -93,15 +93,8 @@ enum TraceRecorder {
         var hash = (low ^ (high &* 0x9E37_79B9_7F4A_7C15)) &* 0xBF58_476D_1CE4_E5B9
         hash ^= hash >> 29
         let slot = Int(hash & 63)
-        let hit = withUnsafeMutablePointer(to: &ring.pointee.cache_keys) { keys in
-            keys.withMemoryRebound(to: UInt64.self, capacity: 128) { $0[2 * slot] == low && $0[2 * slot + 1] == high }
-        }
-        if hit {
-            let value = withUnsafeMutablePointer(to: &ring.pointee.cache_values) { values in
-                values.withMemoryRebound(to: UInt32.self, capacity: 64) { $0[slot] }
-            }
-            if value != 0 { return value }
-        }
+        let keys = tk_trace_cache_keys(ring)!, values = tk_trace_cache_values(ring)!
+        if keys[2 * slot] == low && keys[2 * slot + 1] == high && values[slot] != 0 { return values[slot] }
         let index = registry.withLock { r -> UInt32 in
             if let index = r.nameIndex[name] { return index }
             let index = UInt32(r.names.count)
@@ -111,12 +104,9 @@ enum TraceRecorder {
         }
         let owner = Unmanaged<TraceRing>.fromOpaque(ring.pointee.owner).takeUnretainedValue()
         owner.cachedNames[slot] = name
-        withUnsafeMutablePointer(to: &ring.pointee.cache_keys) { keys in
-            keys.withMemoryRebound(to: UInt64.self, capacity: 128) { $0[2 * slot] = low; $0[2 * slot + 1] = high }
-        }
-        withUnsafeMutablePointer(to: &ring.pointee.cache_values) { values in
-            values.withMemoryRebound(to: UInt32.self, capacity: 64) { $0[slot] = index }
-        }
+        keys[2 * slot] = low
+        keys[2 * slot + 1] = high
+        values[slot] = index
         return index
     }
 
