@@ -117,20 +117,28 @@ function draw() {
     el("text", {x: 8, y: top + 14, "font-weight": 600}, g).textContent = row.name;
     el("text", {x: 8, y: top + 28, fill: "#777"}, g).textContent = "tid " + row.tid + " · " + row.spans.length + " spans" + (row.overwritten ? " · " + row.overwritten + " dropped" : "");
     const plot = el("g", {"clip-path": "url(#plot)"}, g);
+    // A span under one pixel wide that starts where the previous one at its depth was drawn adds
+    // nothing visible: skipped, so a large trace draws at most about one element per pixel.
+    const drawnTo = [];
     for (const s of row.spans) {
       const [start, end, depth, name, kind, args, flow, unended] = s;
       if (end < t0 || start > t1) continue;
       const x0 = x(start), w = Math.max(1, x(end) - x0), yy = top + ROW_GAP / 2 + depth * LANE_H;
+      if (x(end) - x0 < 1 && x0 < (drawnTo[depth] ?? -1) + 1) continue;
+      drawnTo[depth] = x0 + w;
       const rect = el("rect", {x: x0, y: yy, width: w, height: LANE_H - 2, rx: 2, fill: COLORS[kind] || "#b0bec5", stroke: "rgba(0,0,0,.25)"}, plot);
       if (unended) rect.setAttribute("stroke-dasharray", "4 2");
       rect.dataset.tip = describe(name, kind, start, end, args) + (unended ? "\n(no end recorded: drawn to the thread's last event)" : "");
       if (w > 30) { const t = el("text", {x: x0 + 3, y: yy + LANE_H - 5, "font-size": 10}, plot); t.textContent = name.length * 6 > w ? name.slice(0, Math.max(1, Math.floor(w / 6) - 1)) + "…" : name; }
       if (flow) pos[flow] = Object.assign(pos[flow] || {}, {to: [x0, yy + LANE_H / 2]});
     }
+    let tickAt = -2;
     for (const i of row.instants) {
       const [time, name, kind, args, flow] = i;
       if (time < t0 || time > t1) continue;
       const xx = x(time), yy = top + ROW_GAP / 2;
+      if (xx < tickAt + 1 && !flow) continue;
+      tickAt = xx;
       const tick = el("rect", {x: xx - 1, y: yy, width: 3, height: row.depth * LANE_H, fill: TICKS[kind] || "#555", opacity: .55}, plot);
       tick.dataset.tip = describe(name, kind, time, undefined, args);
       if (flow) pos[flow] = Object.assign(pos[flow] || {}, {from: [xx, yy + 4]});
