@@ -1,8 +1,8 @@
 // The HTML timeline rendered by a real browser: headless Chromium (Debian's `chromium`; .ci/run
 // installs it) loads the exported page from disk with no network, runs its script, and the test
 // reads back the DOM it produced (one `g.row` per recorded thread, labelled with the thread's
-// name, laid out as separate bands from top to bottom) and a screenshot (a PNG of the window's
-// size, not blank). Without Chromium the test fails under CI (TK_REQUIRE_CHROMIUM=1 or CI set)
+// name, laid out as separate bands from top to bottom) and a screenshot, decoded (PNGImage),
+// whose pixels show one alternating background band per thread. Without Chromium the test fails under CI (TK_REQUIRE_CHROMIUM=1 or CI set)
 // and is skipped elsewhere, saying how to install it.
 import Foundation
 import XCTest
@@ -41,24 +41,45 @@ final class TraceRenderingTests: XCTestCase {
         XCTAssertEqual(tops, tops.sorted(), "rows laid out top to bottom")
         XCTAssertEqual(Set(tops).count, tops.count, "each row a band of its own")
 
+        // The screenshot, tall enough for every row: its pixels must show one band per thread.
         let shot = directory.appendingPathComponent("trace.png").path
-        _ = try chromium.run(["--screenshot=" + shot, "--window-size=1400,900", "file://" + page],
+        let height = max(600, (tops.last ?? 0) + 400)
+        _ = try chromium.run(["--screenshot=" + shot, "--window-size=1400,\(height)", "file://" + page],
                              profile: directory.appendingPathComponent("profile").path)
-        let png = try Data(contentsOf: URL(fileURLWithPath: shot))
-        XCTAssertEqual(Array(png.prefix(8)), [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A], "not a PNG")
-        XCTAssertEqual(png.count > 24 ? bigEndian(png, at: 16) : 0, 1400, "PNG width")
-        XCTAssertEqual(png.count > 24 ? bigEndian(png, at: 20) : 0, 900, "PNG height")
-        // A blank 1400x900 page compresses to a few kilobytes; rows, spans and labels do not.
-        XCTAssertGreaterThan(png.count, 15_000, "the screenshot looks blank")
+        let image = try PNGImage(Data(contentsOf: URL(fileURLWithPath: shot)))
+        XCTAssertEqual(image.width, 1400)
+        XCTAssertEqual(image.height, height)
+        XCTAssertEqual(rowBands(image, from: tops.first ?? 0), threads.count, "the screenshot shows a band per thread")
+    }
+
+    /// Counts the row bands in the screenshot: down the column just left of the plot (x = 188,
+    /// background only), rows alternate white and #f3f5f7 from the first row's top until the
+    /// page's #fafafa. Runs under 4 pixels (anti-aliased edges) are ignored.
+    private func rowBands(_ image: PNGImage, from top: Int) -> Int {
+        enum Shade { case white, stripe, other }
+        func shade(_ y: Int) -> Shade {
+            switch image.rgb(188, y) {
+            case (255, 255, 255): .white
+            case (243, 245, 247): .stripe
+            default: .other
+            }
+        }
+        var runs: [(Shade, Int)] = []
+        for y in max(0, top - 2)..<image.height {
+            let s = shade(y)
+            if let last = runs.last, last.0 == s { runs[runs.count - 1].1 += 1 } else { runs.append((s, 1)) }
+        }
+        var bands: [Shade] = []
+        for (s, length) in runs where length >= 4 {
+            if s == .other { if !bands.isEmpty { break } else { continue } }
+            if bands.last != s { bands.append(s) }
+        }
+        return bands.count
     }
 
     private func attribute(_ name: String, in dom: String) -> String? {
         guard let start = dom.range(of: "\(name)=\"") else { return nil }
         return String(dom[start.upperBound...].prefix { $0 != "\"" })
-    }
-
-    private func bigEndian(_ data: Data, at offset: Int) -> Int {
-        data[offset..<offset + 4].reduce(0) { $0 << 8 | Int($1) }
     }
 }
 
