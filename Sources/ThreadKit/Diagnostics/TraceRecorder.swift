@@ -97,6 +97,8 @@ enum TraceRecorder {
         if keys[2 * slot] == low && keys[2 * slot + 1] == high && values[slot] != 0 { return values[slot] }
         let index = registry.withLock { r -> UInt32 in
             if let index = r.nameIndex[name] { return index }
+            // A program naming every event differently would grow the table without end.
+            if r.names.count >= maximumNames { return overflowName(&r) }
             let index = UInt32(r.names.count)
             r.names.append(name)
             r.nameIndex[name] = index
@@ -108,6 +110,17 @@ enum TraceRecorder {
         keys[2 * slot + 1] = high
         values[slot] = index
         return index
+    }
+
+    /// Distinct names kept (for the process's life); later new names share one placeholder.
+    static let maximumNames = 1 << 16
+
+    private static func overflowName(_ r: inout Registry) -> UInt32 {
+        let placeholder = "(more than \(maximumNames) names)"
+        if let index = r.nameIndex[placeholder] { return index }
+        r.names.append(placeholder)
+        r.nameIndex[placeholder] = UInt32(r.names.count - 1)
+        return UInt32(r.names.count - 1)
     }
 
     // MARK: Registering (once per thread and session)
