@@ -14,6 +14,7 @@
 #include "CThreadKitDispatch.h"
 #include "CThreadKitConcurrency.h"
 #include "CThreadKitDiagnostics.h"
+#include "CThreadKitLockOrder.h"
 
 /// Blocks while `*addr == expected` (FUTEX_WAIT_PRIVATE). `relative` is a relative timeout on
 /// CLOCK_MONOTONIC, or NULL for none. Returns 0 when woken (possibly spuriously) or -errno:

@@ -308,7 +308,13 @@ open class TKOperation: @unchecked Sendable {
         while s & OperationState.cancelled == 0 {
             let new = (s & ~OperationState.phaseMask) | OperationState.executing
             let (exchanged, original) = state.compareExchange(expected: s, desired: new, ordering: .acquiringAndReleasing)
-            if exchanged { return start() }
+            if exchanged {
+                // Hang watchdog (docs/Diagnostics.md §2): the operation's start() is one activity.
+                guard DiagnosticsSwitch.isOn(.hangs) else { return start() }
+                let hang = HangWatchdog.begin(.operation(described))
+                defer { HangWatchdog.end(hang) }
+                return start()
+            }
             s = original
         }
         finishExecution(caller: "cancel()")

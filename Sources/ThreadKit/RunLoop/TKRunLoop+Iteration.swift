@@ -53,6 +53,8 @@ extension TKRunLoop {
         notify(.entry, mode)
         var result: RunResult?
         while result == nil {
+            // Hang watchdog (docs/Diagnostics.md §2): a pass is the work between two waits.
+            var hang = DiagnosticsSwitch.isOn(.hangs) ? HangWatchdog.begin(.runLoopPass(mode: mode.rawValue)) : nil
             notify(.beforeTimers, mode)
             notify(.beforeSources, mode)
             let drainedMainQueue = runBlocks(mode)
@@ -62,7 +64,9 @@ extension TKRunLoop {
             let timeUp = deadline.map { ContinuousClock.now >= $0 } ?? false
             let mustPoll = handledSource || timeUp
             if !mustPoll { notify(.beforeWaiting, mode) }
+            if let pass = hang { HangWatchdog.end(pass) }
             sleep(mode, deadline: deadline, poll: mustPoll)
+            hang = DiagnosticsSwitch.isOn(.hangs) ? HangWatchdog.begin(.runLoopPass(mode: mode.rawValue)) : nil
             if !mustPoll { notify(.afterWaiting, mode) }
             // Run-loop I/O objects told of readiness signal their sources: run them now if this
             // mode holds them (docs/RunLoopIO.md), as CFRunLoop runs version-1 sources on waking.
@@ -72,6 +76,7 @@ extension TKRunLoop {
             if runBlocks(mode) { handledSource = true }
             result = outcome(mode, deadline: deadline, handledSource: handledSource,
                              returnAfterSourceHandled: returnAfterSourceHandled)
+            if let pass = hang { HangWatchdog.end(pass) }
         }
         notify(.exit, mode)
         return result!

@@ -1,0 +1,118 @@
+// Contention: the contention counters (docs/Diagnostics.md §3). Locks call `start` before a wait
+// and `lockWaited` after it, only on their slow (contended) paths; queues call `queueWaited` after
+// a `sync` that had to wait and `itemStarted` with an item's enqueue time. The uncontended paths
+// never reach this file. Counters are kept per name (`TKLock "cache"`, `queue "com.app.io"`;
+// unnamed locks of one kind share one row) in `rows`, guarded by `mutex` (a RawMutex leaf).
+import Glibc
+
+final class Contention: @unchecked Sendable {
+    static let shared = Contention()
+
+    private let mutex = RawMutex()
+    private var rows: [String: TKContentionCounters] = [:]   // guarded by mutex
+
+    /// The time a wait starts, or 0 when the counters are off (then `lockWaited` does nothing).
+    @inline(__always)
+    static func start() -> UInt64 {
+        DiagnosticsSwitch.isOn(.contention) ? now() : 0
+    }
+
+    /// CLOCK_MONOTONIC in nanoseconds.
+    static func now() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+
+    /// A lock's contended acquisition that began at `start` (from `start()`) has ended.
+    @inline(__always)
+    static func lockWaited(_ lock: LockName, kind: StaticString, since start: UInt64) {
+        if start != 0 { shared.recordLock(lock, kind: kind, start: start) }
+    }
+
+    /// A `sync` onto `queue` that could not run at once waited from `start` until now.
+    static func queueWaited(_ label: String, since start: UInt64) {
+        if start != 0 { shared.update(queueRow(label)) { $0.addWait(now() &- start) } }
+    }
+
+    /// An item enqueued on `queue` at `enqueued` (nonzero) starts now.
+    static func itemStarted(_ label: String, enqueuedAt enqueued: UInt64) {
+        shared.update(queueRow(label)) { $0.addLatency(now() &- enqueued) }
+    }
+
+    private static func queueRow(_ label: String) -> String { "queue \"\(label)\"" }
+
+    @inline(never)
+    private func recordLock(_ lock: LockName, kind: StaticString, start: UInt64) {
+        let waited = Contention.now() &- start
+        let row = lock.name.map { "\(kind) \"\($0)\"" } ?? "\(kind) (unnamed)"
+        update(row) { $0.addWait(waited) }
+    }
+
+    private func update(_ row: String, _ change: (inout TKContentionCounters) -> Void) {
+        mutex.withLock {
+            var counters = rows[row] ?? TKContentionCounters(name: row)
+            change(&counters)
+            rows[row] = counters
+        }
+    }
+
+    /// Every row, most total waiting first.
+    var snapshot: [TKContentionCounters] {
+        mutex.withLock { Array(rows.values) }.sorted { ($0.totalWait + $0.totalLatency) > ($1.totalWait + $1.totalLatency) }
+    }
+
+    func reset() { mutex.withLock { rows.removeAll() } }
+}
+
+/// Contention counters of one named lock or one queue (docs/Diagnostics.md §3), counted while
+/// `TKDiagnosticsFeature.contention` is on. Unnamed locks of one kind share a row.
+public struct TKContentionCounters: Sendable, CustomStringConvertible {
+    /// `TKLock "cache"`, `TKLock (unnamed)`, `queue "com.app.io"`.
+    public let name: String
+    /// Acquisitions that could not take the lock at once (for a queue: `sync` calls that waited).
+    public internal(set) var waits = 0
+    /// Time spent in those waits, all together and the longest one.
+    public internal(set) var totalWait: Duration = .zero
+    public internal(set) var maxWait: Duration = .zero
+    /// Queue items whose enqueue-to-start latency was measured.
+    public internal(set) var starts = 0
+    /// Enqueue-to-start latency of those items, all together and the longest one.
+    public internal(set) var totalLatency: Duration = .zero
+    public internal(set) var maxLatency: Duration = .zero
+
+    init(name: String) { self.name = name }
+
+    mutating func addWait(_ nanoseconds: UInt64) {
+        let d = Duration.nanoseconds(Int64(clamping: nanoseconds))
+        waits += 1
+        totalWait += d
+        maxWait = max(maxWait, d)
+    }
+
+    mutating func addLatency(_ nanoseconds: UInt64) {
+        let d = Duration.nanoseconds(Int64(clamping: nanoseconds))
+        starts += 1
+        totalLatency += d
+        maxLatency = max(maxLatency, d)
+    }
+
+    /// One line: the name, then waits (count, total, max) and latency (items, total, max) when any.
+    public var description: String {
+        var parts: [String] = []
+        if waits > 0 { parts.append("waits \(waits), total \(Self.format(totalWait)), max \(Self.format(maxWait))") }
+        if starts > 0 {
+            let mean = totalLatency / starts
+            parts.append("started \(starts), latency mean \(Self.format(mean)), max \(Self.format(maxLatency))")
+        }
+        return "\(name): " + (parts.isEmpty ? "no waits" : parts.joined(separator: "; "))
+    }
+
+    static func format(_ d: Duration) -> String {
+        let ns = d.components.seconds * 1_000_000_000 + d.components.attoseconds / 1_000_000_000
+        if ns >= 1_000_000_000 { return "\(ns / 1_000_000_000).\(ns / 100_000_000 % 10) s" }
+        if ns >= 1_000_000 { return "\(ns / 1_000_000).\(ns / 100_000 % 10) ms" }
+        if ns >= 1_000 { return "\(ns / 1_000).\(ns / 100 % 10) µs" }
+        return "\(ns) ns"
+    }
+}
