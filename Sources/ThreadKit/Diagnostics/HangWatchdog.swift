@@ -34,8 +34,10 @@ final class HangSlot: @unchecked Sendable {
     private let mutex = RawMutex()
     private var activity: HangActivity?   // guarded by mutex
     private var started: UInt64 = 0       // guarded by mutex; 0: idle
-    /// The start of the last activity reported (watchdog thread only).
-    var reportedStart: UInt64 = 0
+    /// The start of the last activity reported. Watchdog threads only (an old one finishing its
+    /// last scan may overlap a new one): the exchange makes one of them report it. Relaxed: only
+    /// this word is involved.
+    let reportedStart = Atomic<UInt64>(0)
 
     init(tid: UInt32) { self.tid = tid }
     deinit { mutex.deallocate() }
@@ -65,7 +67,10 @@ final class HangWatchdog: @unchecked Sendable {
 
     private let mutex = RawMutex()
     private var slots: [ObjectIdentifier: HangSlot] = [:]   // guarded by mutex
-    private var running = false                              // guarded by mutex: a watchdog thread exists
+    private var running = false                              // guarded by mutex: a watchdog thread should run
+    /// Which watchdog thread is the current one (guarded by mutex): a thread told to stop that has
+    /// not yet seen it exits when a newer one has started, so two never scan at once.
+    private var generation = 0
     private var threshold = DiagnosticsConfiguration.fromEnvironment.hangThreshold // guarded by mutex
     /// Bumped to wake the watchdog (threshold changed, stopped); it parks on it between scans.
     private let wakeWord = FutexWord(0)
@@ -109,14 +114,15 @@ final class HangWatchdog: @unchecked Sendable {
 
     /// Starts the watchdog thread unless one runs.
     func startIfNeeded() {
-        let start: Bool = mutex.withLock {
-            if running { return false }
+        let start: Int? = mutex.withLock {
+            if running { return nil }
             running = true
-            return true
+            generation += 1
+            return generation
         }
-        guard start else { return }
+        guard let start else { return }
         _ = tk_hang_sampler_install()
-        let thread = TKThread(name: "tk.hang-watchdog") { HangWatchdog.shared.watch() }
+        let thread = TKThread(name: "tk.hang-watchdog") { HangWatchdog.shared.watch(start) }
         thread.start()
     }
 
@@ -131,17 +137,17 @@ final class HangWatchdog: @unchecked Sendable {
         Parking.unparkAll(wakeWord)
     }
 
-    private func watch() {
+    private func watch(_ mine: Int) {
         while true {
             let seen = wakeWord.pointer.pointee.load(ordering: .relaxed)
-            let (keepRunning, limit, listed) = mutex.withLock { (running, threshold, Array(slots.values)) }
+            let (keepRunning, limit, listed) = mutex.withLock { (running && generation == mine, threshold, Array(slots.values)) }
             guard keepRunning else { return }
             let now = Contention.now()
             let limitNs = UInt64(limit.components.seconds) * 1_000_000_000 + UInt64(limit.components.attoseconds / 1_000_000_000)
             for slot in listed {
                 let (activity, started) = slot.current
-                guard let activity, started != 0, now &- started >= limitNs, slot.reportedStart != started else { continue }
-                slot.reportedStart = started
+                guard let activity, started != 0, now &- started >= limitNs,
+                      slot.reportedStart.exchange(started, ordering: .relaxed) != started else { continue }
                 let report = sample(slot, activity: activity, running: .nanoseconds(Int64(now &- started)))
                 TKDiagnostics.deliver(report)
             }

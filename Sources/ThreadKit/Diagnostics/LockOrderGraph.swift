@@ -46,7 +46,10 @@ final class LockOrderGraph: @unchecked Sendable {
     /// reported before. The edge enters the C cache only after the graph has it, so a thread that
     /// finds it cached never skips a cycle search that has not happened.
     func addEdge(from: UInt32, to: UInt32, stack: LockOrderStack, thread: LockOrderThread) -> TKLockOrderReport? {
-        let report: TKLockOrderReport? = mutex.withLock {
+        // The cycle's locks are described after the mutex is released: reading a weak LockName
+        // makes a strong reference, and if that is the last one, the LockName's deinit (which
+        // takes this mutex) must not run under it.
+        let found: (cycle: [UInt32], nodes: [(StaticString, LockName?)], edges: [Edge])? = mutex.withLock {
             guard nodes[from] != nil, nodes[to] != nil, outgoing[from]?[to] == nil else { return nil }
             outgoing[from, default: [:]][to] = Edge(stack: stack, thread: thread)
             incoming[to, default: []].insert(from)
@@ -56,11 +59,21 @@ final class LockOrderGraph: @unchecked Sendable {
             let key = canonical(cycle)
             guard !reported.contains(key) else { return nil }
             reported.insert(key)
-            let report = reportLocked(cycle)
-            reports.append(report)
-            return report
+            let described = cycle.map { (nodes[$0]?.kind ?? "lock", nodes[$0]?.lock) }
+            let edges = cycle.indices.compactMap { outgoing[cycle[$0]]?[cycle[($0 + 1) % cycle.count]] }
+            return (cycle, described, edges)
         }
         _ = tk_lockorder_edge_insert(from, to)
+        guard let found else { return nil }
+        let names = zip(found.cycle, found.nodes).map { id, node in
+            node.1?.name.map { "\(node.0) \"\($0)\"" } ?? "\(node.0) #\(id)"
+        }
+        let edges = found.edges.indices.map { i in
+            TKLockOrderReport.Edge(held: names[i], acquired: names[(i + 1) % names.count],
+                                   thread: found.edges[i].thread.description, stack: found.edges[i].stack)
+        }
+        let report = TKLockOrderReport(locks: names, edges: edges)
+        mutex.withLock { reports.append(report) }
         return report
     }
 
@@ -104,24 +117,5 @@ final class LockOrderGraph: @unchecked Sendable {
     private func canonical(_ cycle: [UInt32]) -> [UInt32] {
         guard let low = cycle.indices.min(by: { cycle[$0] < cycle[$1] }) else { return cycle }
         return Array(cycle[low...] + cycle[..<low])
-    }
-
-    private func describeLocked(_ id: UInt32) -> String {
-        guard let node = nodes[id] else { return "lock #\(id) (freed)" }
-        if let name = node.lock?.name { return "\(node.kind) \"\(name)\"" }
-        return "\(node.kind) #\(id)"
-    }
-
-    /// cycle[0] → cycle[1] is the new edge (the acquisition now happening); the rest were seen before.
-    private func reportLocked(_ cycle: [UInt32]) -> TKLockOrderReport {
-        let names = cycle.map(describeLocked)
-        var edges: [TKLockOrderReport.Edge] = []
-        for i in cycle.indices {
-            let from = cycle[i], to = cycle[(i + 1) % cycle.count]
-            guard let edge = outgoing[from]?[to] else { continue }
-            edges.append(TKLockOrderReport.Edge(held: names[i], acquired: names[(i + 1) % cycle.count],
-                                                thread: edge.thread.description, stack: edge.stack))
-        }
-        return TKLockOrderReport(locks: names, edges: edges)
     }
 }
