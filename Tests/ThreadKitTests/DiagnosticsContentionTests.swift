@@ -85,13 +85,13 @@ final class DiagnosticsContentionTests: XCTestCase {
         XCTAssertEqual(counters.waits, 1)
     }
 
-    /// TK_DIAGNOSTICS as a child process starts with it: features, threshold, unknown names.
-    func testEnvironmentIsParsedAndUnknownNamesWarned() throws {
+    /// Runs `threadkit child diagnostics-config` with TK_DIAGNOSTICS set; returns its output.
+    private func configuration(_ value: String) throws -> (status: Int32, stdout: String, stderr: String) {
         let process = Process()
         process.executableURL = ChildProcess.executable
         process.arguments = ["child", "diagnostics-config"]
         var environment = ProcessInfo.processInfo.environment
-        environment["TK_DIAGNOSTICS"] = "hangs:75ms,contention,frobnicate"
+        environment["TK_DIAGNOSTICS"] = value
         process.environment = environment
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
@@ -99,25 +99,20 @@ final class DiagnosticsContentionTests: XCTestCase {
         try process.run()
         let outText = DrainedPipe(out), errText = DrainedPipe(err)
         process.waitUntilExit()
-        let stdout = outText.text(), stderr = errText.text()
-        XCTAssertEqual(process.terminationStatus, 0, stderr)
+        return (process.terminationStatus, outText.text(), errText.text())
+    }
+
+    /// TK_DIAGNOSTICS as a child process starts with it: features, threshold, unknown names.
+    func testEnvironmentIsParsedAndUnknownNamesWarned() throws {
+        let (status, stdout, stderr) = try configuration("hangs:75ms,contention,frobnicate")
+        XCTAssertEqual(status, 0, stderr)
         XCTAssertTrue(stdout.contains("threshold-ns 75000000"), stdout)
         XCTAssertTrue(stdout.contains("hangs") && stdout.contains("contention"), stdout)
         XCTAssertTrue(stderr.contains("\"frobnicate\""), stderr)
     }
 
     func testOffTurnsEverythingOff() throws {
-        let process = Process()
-        process.executableURL = ChildProcess.executable
-        process.arguments = ["child", "diagnostics-config"]
-        var environment = ProcessInfo.processInfo.environment
-        environment["TK_DIAGNOSTICS"] = "off"
-        process.environment = environment
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let outText = DrainedPipe(out)
-        process.waitUntilExit()
-        XCTAssertTrue(outText.text().contains("ThreadKit diagnostics: off"), outText.text())
+        let (_, stdout, _) = try configuration("off")
+        XCTAssertTrue(stdout.contains("ThreadKit diagnostics: off"), stdout)
     }
 }

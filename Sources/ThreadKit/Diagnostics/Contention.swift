@@ -1,6 +1,6 @@
 // Contention: the contention counters (docs/Diagnostics.md §3). Locks call `start` before a wait
 // and `lockWaited` after it, only on their slow (contended) paths; queues call `queueWaited` after
-// a `sync` that had to wait and `itemStarted` with an item's enqueue time. The uncontended paths
+// a `sync` that had to wait, and wrap each `async` block with `timedBlock` to time its start. The uncontended paths
 // never reach this file. Counters are kept per name (`TKLock "cache"`, `queue "com.app.io"`;
 // unnamed locks of one kind share one row) in `rows`, guarded by `mutex` (a RawMutex leaf).
 import Glibc
@@ -35,9 +35,16 @@ final class Contention: @unchecked Sendable {
         if start != 0 { shared.update(queueRow(label)) { $0.addWait(now() &- start) } }
     }
 
-    /// An item enqueued on `queue` at `enqueued` (nonzero) starts now.
-    static func itemStarted(_ label: String, enqueuedAt enqueued: UInt64) {
-        shared.update(queueRow(label)) { $0.addLatency(now() &- enqueued) }
+    /// `work`, submitted to the queue labelled `queue` now, wrapped to count its enqueue-to-start
+    /// latency when it starts. (The time travels in the closure, not in DispatchEntry, so entries
+    /// keep their size whether counters are on or off.)
+    @inline(never)
+    static func timedBlock(_ work: @escaping @Sendable () -> Void, queue label: String) -> @Sendable () -> Void {
+        let enqueued = now()
+        return {
+            shared.update(queueRow(label)) { $0.addLatency(now() &- enqueued) }
+            work()
+        }
     }
 
     private static func queueRow(_ label: String) -> String { "queue \"\(label)\"" }

@@ -1,13 +1,13 @@
 // DispatchEntry+Diagnostics: how a queue runs an entry when diagnostics are on (docs/Diagnostics.md):
-// the enqueue-to-start latency (§3), the queue held as a lock while an exclusive item runs (§1),
-// and the hang watchdog's mark (§2). Runs on the thread that runs the entry.
+// the queue held as a lock while an exclusive item runs (§1) and the hang watchdog's mark (§2).
+// Runs on the thread that runs the entry.
 
 extension DispatchEntry {
     /// Runs the entry as an item of `queue` (`exclusive`: nothing else of it runs meanwhile).
     /// With diagnostics off this is one relaxed load and a branch in front of `run()`.
     @inline(__always)
     func runObserved(on queue: TKDispatchQueue, exclusive: Bool) {
-        if DiagnosticsSwitch.isOn([.hangs, .contention, .lockOrder]) {
+        if DiagnosticsSwitch.isOn([.hangs, .lockOrder]) {
             runDiagnosed(on: queue, exclusive: exclusive)
         } else {
             run()
@@ -16,9 +16,6 @@ extension DispatchEntry {
 
     @inline(never)
     private func runDiagnosed(on queue: TKDispatchQueue, exclusive: Bool) {
-        if enqueuedAt != 0 && isUserWork && DiagnosticsSwitch.isOn(.contention) {
-            Contention.itemStarted(queue.label, enqueuedAt: enqueuedAt)
-        }
         // The draining thread does not wait for the queue, so it adds no edge to it (as a
         // try-lock), but locks taken inside the item order after the queue.
         let ordered = exclusive && isUserWork && DiagnosticsSwitch.isOn(.lockOrder)

@@ -27,13 +27,18 @@ enum HangActivity: Sendable {
     }
 }
 
+/// An activity and when it started (CLOCK_MONOTONIC ns; 0: none).
+struct HangMark: Sendable {
+    var activity: HangActivity?
+    var started: UInt64
+}
+
 /// One thread's current activity. Owned by its thread (through a thread-local); listed by the
 /// watchdog until the thread exits.
 final class HangSlot: @unchecked Sendable {
     let tid: UInt32
     private let mutex = RawMutex()
-    private var activity: HangActivity?   // guarded by mutex
-    private var started: UInt64 = 0       // guarded by mutex; 0: idle
+    private var mark = HangMark(activity: nil, started: 0)   // guarded by mutex
     /// The start of the last activity reported. Watchdog threads only (an old one finishing its
     /// last scan may overlap a new one): the exchange makes one of them report it. Relaxed: only
     /// this word is involved.
@@ -43,20 +48,25 @@ final class HangSlot: @unchecked Sendable {
     deinit { mutex.deallocate() }
 
     /// Sets the current activity and returns the one it replaces (restored by `restore`).
-    func replace(_ new: HangActivity?, at time: UInt64) -> (HangActivity?, UInt64) {
-        mutex.withLock {
-            let previous = (activity, started)
-            activity = new
-            started = new == nil ? 0 : time
-            return previous
-        }
+    func replace(_ new: HangActivity, at time: UInt64) -> HangMark {
+        let tid = mutex.lockInternal()
+        let previous = mark
+        mark = HangMark(activity: new, started: time)
+        mutex.unlockInternal(tid)
+        return previous
     }
 
-    func restore(_ previous: (HangActivity?, UInt64)) {
-        mutex.withLock { (activity, started) = previous }
+    func restore(_ previous: HangMark) {
+        let tid = mutex.lockInternal()
+        mark = previous
+        mutex.unlockInternal(tid)
     }
 
-    var current: (HangActivity?, UInt64) { mutex.withLock { (activity, started) } }
+    var current: HangMark {
+        let tid = mutex.lockInternal()
+        defer { mutex.unlockInternal(tid) }
+        return mark
+    }
 }
 
 final class HangWatchdog: @unchecked Sendable {
@@ -79,14 +89,14 @@ final class HangWatchdog: @unchecked Sendable {
 
     /// The calling thread starts `activity`; pass the result to `end`.
     @inline(never)
-    static func begin(_ activity: HangActivity) -> (HangActivity?, UInt64) {
+    static func begin(_ activity: HangActivity) -> HangMark {
         let slot = local.value ?? shared.list()
         return slot.replace(activity, at: Contention.now())
     }
 
     /// The activity begun by the matching `begin` is over; the one before it (if any) resumes.
     @inline(never)
-    static func end(_ previous: (HangActivity?, UInt64)) {
+    static func end(_ previous: HangMark) {
         local.value?.restore(previous)
     }
 
@@ -140,13 +150,16 @@ final class HangWatchdog: @unchecked Sendable {
     private func watch(_ mine: Int) {
         while true {
             let seen = wakeWord.pointer.pointee.load(ordering: .relaxed)
-            let (keepRunning, limit, listed) = mutex.withLock { (running && generation == mine, threshold, Array(slots.values)) }
+            let tid = mutex.lockInternal()
+            let keepRunning = running && generation == mine, limit = threshold, listed = Array(slots.values)
+            mutex.unlockInternal(tid)
             guard keepRunning else { return }
             let now = Contention.now()
             let limitNs = UInt64(limit.components.seconds) * 1_000_000_000 + UInt64(limit.components.attoseconds / 1_000_000_000)
             for slot in listed {
-                let (activity, started) = slot.current
-                guard let activity, started != 0, now &- started >= limitNs,
+                let mark = slot.current
+                let started = mark.started
+                guard let activity = mark.activity, started != 0, now &- started >= limitNs,
                       slot.reportedStart.exchange(started, ordering: .relaxed) != started else { continue }
                 let report = sample(slot, activity: activity, running: .nanoseconds(Int64(now &- started)))
                 TKDiagnostics.deliver(report)

@@ -92,8 +92,13 @@ struct LockOrderStack: Sendable {
         defer { free(symbols) }
         var lines = (0..<frames.count).map { symbols[$0].map { CallStackSymbol(String(cString: $0)).readable } ?? "?" }
         if dropLeadingThreadKitFrames {
-            let own = lines.prefix { $0.contains(" ThreadKit.") || $0.contains(" static ThreadKit.") || $0.contains(" tk_") }
-            if own.count < lines.count { lines.removeFirst(own.count) }
+            // The hook's own frames: up to the last ThreadKit-named one near the top (private
+            // helpers between them are not exported, so they show as bare addresses).
+            let own = lines.prefix(8).lastIndex { line in
+                let symbol = line.drop { $0 != " " }.dropFirst()   // after "image "
+                return symbol.hasPrefix("ThreadKit.") || symbol.hasPrefix("static ThreadKit.")
+            }
+            if let own, own + 1 < lines.count { lines.removeFirst(own + 1) }
         }
         return Array(lines.prefix(limit))
     }

@@ -142,7 +142,9 @@ public final class TKDispatchQueue: @unchecked Sendable {
 
     public func async(group: TKDispatchGroup? = nil, flags: WorkFlags = [], execute work: @escaping @Sendable () -> Void) {
         group?.enter()
-        enqueue(DispatchEntry(.block(work), group: group, barrier: flags.contains(.barrier)))
+        // Contention counters (docs/Diagnostics.md §3): the block carries its enqueue time.
+        let block = DiagnosticsSwitch.isOn(.contention) ? Contention.timedBlock(work, queue: label) : work
+        enqueue(DispatchEntry(.block(block), group: group, barrier: flags.contains(.barrier)))
     }
 
     public func async(execute workItem: TKDispatchWorkItem) {

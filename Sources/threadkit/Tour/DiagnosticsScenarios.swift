@@ -33,18 +33,12 @@ enum DiagnosticsScenarios {
         auditLog.name = "audit log"
 
         say.say("thread A: lock(accounts), lock(audit log) — transfer, then write the log entry")
-        SpawnedThread {
-            accounts.lock(); auditLog.lock()
-            auditLog.unlock(); accounts.unlock()
-        }.join()
+        SpawnedThread { DiagnosticsScenarios.transferThenLog(accounts, auditLog) }.join()
         say.say("thread A done; no report: one order alone cannot deadlock")
         let afterA = reportsLock.withLock { reports.value.count }
 
         say.say("thread B (later, alone): lock(audit log), lock(accounts) — the opposite order")
-        SpawnedThread {
-            auditLog.lock(); accounts.lock()
-            accounts.unlock(); auditLog.unlock()
-        }.join()
+        SpawnedThread { DiagnosticsScenarios.auditThenAdjust(auditLog, accounts) }.join()
         say.say("thread B done: it never waited, nothing deadlocked — but had A and B run together, each could hold one lock and wait for the other")
 
         let found = reportsLock.withLock { reports.value }
@@ -55,5 +49,19 @@ enum DiagnosticsScenarios {
         try say.check(names.contains("\"accounts\"") && names.contains("\"audit log\""), "the report does not name both locks: \(names)")
         try say.check(found[0].edges.count == 2, "the cycle should have two edges")
         return "the cycle accounts → audit log → accounts was reported at thread B's second lock(), before any deadlock"
+    }
+
+    /// Thread A's work: the transfer under `accounts`, then its log entry under `auditLog`.
+    @inline(never)
+    static func transferThenLog(_ accounts: TKLock, _ auditLog: TKLock) {
+        accounts.lock(); auditLog.lock()
+        auditLog.unlock(); accounts.unlock()
+    }
+
+    /// Thread B's work: an audit under `auditLog` that adjusts a balance under `accounts`.
+    @inline(never)
+    static func auditThenAdjust(_ auditLog: TKLock, _ accounts: TKLock) {
+        auditLog.lock(); accounts.lock()
+        accounts.unlock(); auditLog.unlock()
     }
 }

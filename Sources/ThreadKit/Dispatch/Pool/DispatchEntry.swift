@@ -25,14 +25,11 @@ struct DispatchEntry {
     var group: TKDispatchGroup?
     /// Runs alone on a concurrent queue, after everything submitted before it.
     var barrier: Bool
-    /// When it was made (CLOCK_MONOTONIC ns), only while contention counters are on; else 0.
-    var enqueuedAt: UInt64
 
     init(_ work: DispatchWork, group: TKDispatchGroup? = nil, barrier: Bool = false) {
         self.work = work
         self.group = group
         self.barrier = barrier
-        enqueuedAt = DiagnosticsSwitch.isOn(.contention) ? Contention.now() : 0
     }
 
     /// Whether this entry is user work (as opposed to a lane or token, which push their own frame).
