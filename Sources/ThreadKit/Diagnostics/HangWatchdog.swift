@@ -5,69 +5,11 @@
 // (CThreadKitLockOrder.h: a real-time signal whose handler calls backtrace()), then reports the
 // thread, the activity, how long it has run and the symbolized frames, once per activity.
 //
-// Threads: a slot's activity and start are written by its own thread and read by the watchdog,
-// under the slot's `mutex` (a leaf). `slots` and the watchdog's state are guarded by `mutex` of
-// HangWatchdog.shared (a leaf; never held while a slot's mutex is taken... except to list slots,
-// which takes no slot mutex). Reports are delivered on the watchdog thread, with no lock held.
+// Threads: `slots`, `running`, `generation` and `threshold` are guarded by `mutex` (a leaf: no
+// slot's mutex is taken under it). Slots are described in HangSlot.swift. Reports are sampled,
+// symbolized and delivered on the watchdog thread with no lock held.
 import CThreadKit
 import Synchronization
-
-/// What a thread is doing, for the report.
-enum HangActivity: Sendable {
-    case runLoopPass(mode: String)
-    case queueItem(label: String)
-    case operation(String)
-
-    var description: String {
-        switch self {
-        case .runLoopPass(let mode): "a run-loop pass in mode \(mode)"
-        case .queueItem(let label): "a work item of queue \"\(label)\""
-        case .operation(let name): "operation \(name)"
-        }
-    }
-}
-
-/// An activity and when it started (CLOCK_MONOTONIC ns; 0: none).
-struct HangMark: Sendable {
-    var activity: HangActivity?
-    var started: UInt64
-}
-
-/// One thread's current activity. Owned by its thread (through a thread-local); listed by the
-/// watchdog until the thread exits.
-final class HangSlot: @unchecked Sendable {
-    let tid: UInt32
-    private let mutex = RawMutex()
-    private var mark = HangMark(activity: nil, started: 0)   // guarded by mutex
-    /// The start of the last activity reported. Watchdog threads only (an old one finishing its
-    /// last scan may overlap a new one): the exchange makes one of them report it. Relaxed: only
-    /// this word is involved.
-    let reportedStart = Atomic<UInt64>(0)
-
-    init(tid: UInt32) { self.tid = tid }
-    deinit { mutex.deallocate() }
-
-    /// Sets the current activity and returns the one it replaces (restored by `restore`).
-    func replace(_ new: HangActivity, at time: UInt64) -> HangMark {
-        let tid = mutex.lockInternal()
-        let previous = mark
-        mark = HangMark(activity: new, started: time)
-        mutex.unlockInternal(tid)
-        return previous
-    }
-
-    func restore(_ previous: HangMark) {
-        let tid = mutex.lockInternal()
-        mark = previous
-        mutex.unlockInternal(tid)
-    }
-
-    var current: HangMark {
-        let tid = mutex.lockInternal()
-        defer { mutex.unlockInternal(tid) }
-        return mark
-    }
-}
 
 final class HangWatchdog: @unchecked Sendable {
     static let shared = HangWatchdog()
@@ -190,27 +132,5 @@ final class HangWatchdog: @unchecked Sendable {
         let thread = LockOrderThread(tid: slot.tid, name: LockOrderThread.name(of: slot.tid))
         return TKHangReport(thread: thread.description, threadID: slot.tid, activity: activity.description,
                             duration: running, addresses: frames)
-    }
-}
-
-/// A hang: an activity that ran past the threshold, with its thread's stack as sampled then.
-public struct TKHangReport: Sendable, CustomStringConvertible {
-    /// `thread TID "name"`.
-    public let thread: String
-    /// The kernel thread id of the stuck thread.
-    public let threadID: UInt32
-    /// What it was doing: `a work item of queue "label"`, `a run-loop pass in mode default`, …
-    public let activity: String
-    /// How long the activity had run when it was sampled.
-    public let duration: Duration
-    let addresses: [UInt]
-
-    /// The stuck thread's call stack, innermost first (empty if the thread could not be sampled).
-    public var callStack: [String] { LockOrderStack.symbolize(addresses, dropLeadingThreadKitFrames: false) }
-
-    public var description: String {
-        var text = "ThreadKit hang: \(thread) has been running \(activity) for \(TKContentionCounters.format(duration)):\n"
-        for frame in callStack { text += "      \(frame)\n" }
-        return text + "  Fix: move long or blocking work off this thread, or split it into shorter items."
     }
 }

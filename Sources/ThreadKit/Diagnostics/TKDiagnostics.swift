@@ -31,7 +31,9 @@ public enum TKDiagnostics {
     public static var hangThreshold: Duration {
         get { HangWatchdog.shared.currentThreshold }
         set {
-            precondition(newValue > .zero, "ThreadKit misuse: TKDiagnostics.hangThreshold must be positive")
+            if newValue <= .zero {
+                misuse("TKDiagnostics.hangThreshold set to \(newValue). Fix: give a positive duration, such as .milliseconds(250).")
+            }
             HangWatchdog.shared.currentThreshold = newValue
         }
     }
@@ -118,36 +120,4 @@ public enum TKDiagnostics {
     }
 
     static func printError(_ text: String) { SystemCall.report(text) }
-}
-
-/// The mutable state behind TKDiagnostics, guarded by `mutex` (a leaf: handlers run outside it).
-final class DiagnosticsState: @unchecked Sendable {
-    static let shared = DiagnosticsState()
-
-    struct State {
-        var prints = true
-        var lockOrderHandler: (@Sendable (TKLockOrderReport) -> Void)?
-        var hangHandler: (@Sendable (TKHangReport) -> Void)?
-        var hangs: [TKHangReport] = []
-    }
-
-    private let mutex = RawMutex()
-    private var state = State()   // guarded by mutex
-
-    init() {
-        _ = DiagnosticsConfiguration.fromEnvironment // warns about unknown items, once
-    }
-
-    func read<T>(_ body: (State) -> T) -> T { mutex.withLock { body(state) } }
-    func update<T>(_ body: (inout State) -> T) -> T { mutex.withLock { body(&state) } }
-
-    /// Changes the switch word; returns it before and after.
-    func change(_ transform: (TKDiagnosticsFeature) -> TKDiagnosticsFeature) -> (TKDiagnosticsFeature, TKDiagnosticsFeature) {
-        mutex.withLock {
-            let before = DiagnosticsSwitch.current
-            let after = transform(before)
-            DiagnosticsSwitch.store(after)
-            return (before, after)
-        }
-    }
 }
