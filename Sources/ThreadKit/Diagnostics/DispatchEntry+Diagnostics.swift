@@ -7,7 +7,7 @@ extension DispatchEntry {
     /// With diagnostics off this is one relaxed load and a branch in front of `run()`.
     @inline(__always)
     func runObserved(on queue: TKDispatchQueue, exclusive: Bool) {
-        if DiagnosticsSwitch.isOn([.hangs, .lockOrder]) {
+        if DiagnosticsSwitch.isOn(TKDiagnosticsFeature.hangs.union(.lockOrder)) {
             runDiagnosed(on: queue, exclusive: exclusive)
         } else {
             run()
