@@ -74,7 +74,7 @@ final class HangWatchdog: @unchecked Sendable {
         }
         guard let start else { return }
         _ = tk_hang_sampler_install()
-        let thread = TKThread(name: "tk.hang-watchdog") { HangWatchdog.shared.watch(start) }
+        let thread = TKThread(name: "tk.hang-watch") { HangWatchdog.shared.watch(start) }
         thread.start()
     }
 
