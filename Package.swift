@@ -4,6 +4,8 @@
 // target for the handful of syscalls Swift cannot call directly.
 import PackageDescription
 
+let exportSymbols: [LinkerSetting] = [.unsafeFlags(["-Xlinker", "--export-dynamic"])]
+
 let package = Package(
     name: "ThreadKit",
     products: [
@@ -13,8 +15,10 @@ let package = Package(
     targets: [
         .target(name: "CThreadKit"),
         .target(name: "ThreadKit", dependencies: ["CThreadKit"]),
-        .executableTarget(name: "threadkit", dependencies: ["ThreadKit"]),
-        .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "threadkit"]),
+        // Exported symbols let backtrace_symbols name the frames of diagnostics reports
+        // (docs/Diagnostics.md §1, caveats).
+        .executableTarget(name: "threadkit", dependencies: ["ThreadKit"], linkerSettings: exportSymbols),
+        .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "threadkit"], linkerSettings: exportSymbols),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -2,6 +2,7 @@
 //   threadkit tour            narrated run of every scenario from the seed documents
 //   threadkit tour --list     the scenario names
 //   threadkit tour NAME...    run only those
+//   threadkit tour --counters NAME...  also count contention and print the counters at the end
 //   threadkit trace SCENARIO -o FILE.json [--html FILE.html]   a scenario under the trace recorder
 //   threadkit child ROLE ...  (internal) a child process role for tests and the tour: misuse
 //                             diagnostics that must stop a process, distributed-lock contenders
@@ -17,10 +18,11 @@ case "child":
     exit(ChildRoles.main(Array(arguments.dropFirst())))
 case "--help", "-h", "help", nil:
     Console.out("""
-    usage: threadkit tour [--list] [NAME...]
+    usage: threadkit tour [--list] [--counters] [NAME...]
       tour            run every scenario of the seed documents, narrated, each ending with its verdict
       tour --list     list the scenarios
       tour NAME...    run the named scenarios only
+      tour --counters NAME...  count lock and queue contention meanwhile and print the counters after
     usage: threadkit trace SCENARIO -o FILE.json [--html FILE.html]
       trace           run a tour scenario under the trace recorder; write Chrome trace-event JSON
                       (chrome://tracing, ui.perfetto.dev) and optionally a self-contained HTML timeline

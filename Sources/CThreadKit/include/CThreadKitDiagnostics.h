@@ -26,8 +26,11 @@ static inline uint32_t tk_diagnostics_load(void) {
     return __atomic_load_n(&tk_diagnostics_word, __ATOMIC_RELAXED);
 }
 
-static inline void tk_diagnostics_store(uint32_t value) {
-    __atomic_store_n(&tk_diagnostics_word, value, __ATOMIC_RELAXED);
+/// Replaces the word with `desired` if it still holds `expected` (the read-modify-write of
+/// DiagnosticsSwitch.update: TKDiagnostics and TKTrace change different bits concurrently).
+static inline _Bool tk_diagnostics_compare_exchange(uint32_t expected, uint32_t desired) {
+    return __atomic_compare_exchange_n(&tk_diagnostics_word, &expected, desired, 0,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
 /// The TK_DIAGNOSTICS value the process started with (NULL when unset): the Swift side parses

@@ -8,20 +8,23 @@
 import CThreadKit
 
 /// The diagnostics features, one bit each in the switch word.
+// The constants are inlinable computed properties, not `static let`s: a stored static is a lazy
+// global, and every hook would call its accessor (a function call and a once-check) before the
+// one relaxed load it is meant to cost.
 public struct TKDiagnosticsFeature: OptionSet, Sendable, Hashable {
     public let rawValue: UInt32
-    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    @inlinable public init(rawValue: UInt32) { self.rawValue = rawValue }
 
     /// Lock-order (potential deadlock) prediction.
-    public static let lockOrder = TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_LOCK_ORDER))
+    @inlinable public static var lockOrder: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_LOCK_ORDER)) }
     /// With `lockOrder`: stop the process at the first cycle instead of reporting it.
-    public static let lockOrderFatal = TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_LOCK_ORDER_FATAL))
+    @inlinable public static var lockOrderFatal: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_LOCK_ORDER_FATAL)) }
     /// Hang reports from the watchdog thread.
-    public static let hangs = TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_HANGS))
+    @inlinable public static var hangs: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_HANGS)) }
     /// Per-lock and per-queue contention counters.
-    public static let contention = TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_CONTENTION))
+    @inlinable public static var contention: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_CONTENTION)) }
     /// The trace recorder.
-    public static let trace = TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_TRACE))
+    @inlinable public static var trace: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_TRACE)) }
 }
 
 @usableFromInline
@@ -37,9 +40,16 @@ enum DiagnosticsSwitch {
         TKDiagnosticsFeature(rawValue: tk_diagnostics_load())
     }
 
-    /// Replaces the switch word. Callers (TKDiagnostics) serialise their own read-modify-write.
-    static func store(_ features: TKDiagnosticsFeature) {
-        tk_diagnostics_store(features.rawValue)
+    /// Changes the switch word atomically (a compare-and-swap loop, so TKDiagnostics and TKTrace,
+    /// each with its own lock, never lose each other's bits); returns it before and after.
+    @discardableResult
+    static func update(_ transform: (TKDiagnosticsFeature) -> TKDiagnosticsFeature)
+        -> (before: TKDiagnosticsFeature, after: TKDiagnosticsFeature) {
+        while true {
+            let before = current
+            let after = transform(before)
+            if tk_diagnostics_compare_exchange(before.rawValue, after.rawValue) { return (before, after) }
+        }
     }
 
     /// TK_DIAGNOSTICS as the process started with it, for parsing feature arguments.

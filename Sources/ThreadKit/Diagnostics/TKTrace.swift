@@ -7,7 +7,7 @@
 import Glibc
 
 public enum TKTrace {
-    /// Serialises start/stop: their read-modify-write of the diagnostics switch.
+    /// Serialises start/stop (a session's rings are set up before the switch turns on).
     private static let control = Protected(())
 
     /// Starts recording, in a new session (events of earlier sessions are no longer exported).
@@ -16,7 +16,7 @@ public enum TKTrace {
     public static func start(capacity: Int = 16_384) {
         control.withLock { _ in
             TraceRecorder.beginSession(capacity: capacity)
-            DiagnosticsSwitch.store(DiagnosticsSwitch.current.union(.trace))
+            _ = DiagnosticsSwitch.update { $0.union(.trace) }
         }
     }
 
@@ -24,7 +24,7 @@ public enum TKTrace {
     /// the next `start`.
     public static func stop() {
         control.withLock { _ in
-            DiagnosticsSwitch.store(DiagnosticsSwitch.current.subtracting(.trace))
+            _ = DiagnosticsSwitch.update { $0.subtracting(.trace) }
         }
     }
 

@@ -96,7 +96,7 @@ extension TKDispatchQueue {
                     lock.unlock()
                     break
                 }
-                entry.run()
+                entry.runObserved(on: self, exclusive: true)
                 ran += 1
             }
             lock.lock()
@@ -134,7 +134,7 @@ extension TKDispatchQueue {
         lock.unlock()
         let context = DispatchContext.current
         context.push(self, exclusive: entry.barrier)
-        entry.run()
+        entry.runObserved(on: self, exclusive: entry.barrier)
         context.pop()
         finishConcurrent(barrier: entry.barrier)
     }

@@ -8,7 +8,12 @@ extension TKDispatchQueue {
     /// thread that drains the queue runs it while the caller waits. `sync` onto a queue the caller
     /// is running on (directly or through its targets) is a misuse that stops the process.
     public func sync<T>(flags: WorkFlags = [], execute work: () throws -> T) rethrows -> T {
-        try syncHelper(barrier: flags.contains(.barrier), work, rescue: { throw $0 })
+        let barrier = flags.contains(.barrier)
+        // To the lock-order checker an exclusive sync is taking a lock: the queue (§1).
+        let ordered = DiagnosticsSwitch.isOn(.lockOrder) && (kind != .concurrent || barrier) && !isRoot
+        if ordered { LockOrder.acquire(orderLabel, kind: "TKDispatchQueue") }
+        defer { if ordered { LockOrder.release(orderLabel) } }
+        return try syncHelper(barrier: barrier, work, rescue: { throw $0 })
     }
 
     /// `rescue` rethrows the error the block threw on the drainer's thread: a rethrowing function may
@@ -43,7 +48,9 @@ extension TKDispatchQueue {
             let box = SyncResult<T>()
             let waiter = SyncWaiter { box.value = Result { try escapable() } }
             enqueue(DispatchEntry(.sync(waiter), barrier: barrier))
+            let start = Contention.start()
             waiter.waitForDrainer()
+            Contention.queueWaited(label, since: start)
             return box.value!
         }
         switch result {

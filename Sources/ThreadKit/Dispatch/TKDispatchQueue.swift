@@ -68,6 +68,8 @@ public final class TKDispatchQueue: @unchecked Sendable {
     /// inactive (see the header).
     var target: TKDispatchQueue?
     let lock = DispatchLock()
+    /// The queue as a lock to the lock-order checker (docs/Diagnostics.md §1): `sync` waits for it.
+    let orderLabel: LockName
     var state: State                                         // guarded by lock
     /// Entries not yet started: a serial lane's queue, a concurrent queue's waiting entries.
     var pending = JobRing<DispatchEntry>()                   // guarded by lock
@@ -85,6 +87,7 @@ public final class TKDispatchQueue: @unchecked Sendable {
     public init(label: String, qos: TKQualityOfService = .default, attributes: Attributes = [],
                 target: TKDispatchQueue? = nil) {
         self.label = label
+        orderLabel = LockName(label)
         self.qos = qos
         kind = attributes.contains(.concurrent) ? .concurrent : .serial
         self.target = target ?? TKDispatchQueue.global(qos: qos)
@@ -93,6 +96,7 @@ public final class TKDispatchQueue: @unchecked Sendable {
 
     private init(label: String, kind: Kind, qos: TKQualityOfService) {
         self.label = label
+        orderLabel = LockName(label)
         self.kind = kind
         self.qos = qos
         target = nil
@@ -138,7 +142,9 @@ public final class TKDispatchQueue: @unchecked Sendable {
 
     public func async(group: TKDispatchGroup? = nil, flags: WorkFlags = [], execute work: @escaping @Sendable () -> Void) {
         group?.enter()
-        var entry = DispatchEntry(.block(work), group: group, barrier: flags.contains(.barrier))
+        // Contention counters (docs/Diagnostics.md §3): the block carries its enqueue time.
+        let block = DiagnosticsSwitch.isOn(.contention) ? Contention.timedBlock(work, queue: label) : work
+        var entry = DispatchEntry(.block(block), group: group, barrier: flags.contains(.barrier))
         if DiagnosticsSwitch.isOn(.trace) { entry.traceFlow = TraceRecorder.dispatchEnqueued(self) }
         enqueue(entry)
     }

@@ -312,6 +312,10 @@ open class TKOperation: @unchecked Sendable {
             let (exchanged, original) = state.compareExchange(expected: s, desired: new, ordering: .acquiringAndReleasing)
             if exchanged {
                 if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.operation(self, TKTraceEvent.operationExecuting) }
+                // Hang watchdog (docs/Diagnostics.md §2): the operation's start() is one activity.
+                guard DiagnosticsSwitch.isOn(.hangs) else { return start() }
+                let hang = HangWatchdog.begin(.operation(described))
+                defer { HangWatchdog.end(hang) }
                 return start()
             }
             s = original

@@ -54,6 +54,8 @@ extension TKRunLoop {
         var result: RunResult?
         while result == nil {
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.runLoopPass(.begin, mode) }
+            // Hang watchdog (docs/Diagnostics.md §2): a pass is the work between two waits.
+            var hang = DiagnosticsSwitch.isOn(.hangs) ? HangWatchdog.begin(.runLoopPass(mode: mode.rawValue)) : nil
             notify(.beforeTimers, mode)
             notify(.beforeSources, mode)
             let drainedMainQueue = runBlocks(mode)
@@ -63,9 +65,11 @@ extension TKRunLoop {
             let timeUp = deadline.map { ContinuousClock.now >= $0 } ?? false
             let mustPoll = handledSource || timeUp
             if !mustPoll { notify(.beforeWaiting, mode) }
+            if let pass = hang { HangWatchdog.end(pass) }
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.runLoopSleep(.begin, mode) }
             sleep(mode, deadline: deadline, poll: mustPoll)
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.runLoopSleep(.end, mode) }
+            hang = DiagnosticsSwitch.isOn(.hangs) ? HangWatchdog.begin(.runLoopPass(mode: mode.rawValue)) : nil
             if !mustPoll { notify(.afterWaiting, mode) }
             // Run-loop I/O objects told of readiness signal their sources: run them now if this
             // mode holds them (docs/RunLoopIO.md), as CFRunLoop runs version-1 sources on waking.
@@ -76,6 +80,7 @@ extension TKRunLoop {
             result = outcome(mode, deadline: deadline, handledSource: handledSource,
                              returnAfterSourceHandled: returnAfterSourceHandled)
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.runLoopPass(.end, mode) }
+            if let pass = hang { HangWatchdog.end(pass) }
         }
         notify(.exit, mode)
         return result!

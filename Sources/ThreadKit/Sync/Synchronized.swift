@@ -3,7 +3,8 @@
 // so the table never holds more entries than tokens in use at once (plus a few spare slots).
 // Thread-safe.
 //
-// Lock order: a stripe's mutex is a leaf taken only to look up or release an entry, never while
+// Lock order: a stripe's mutex is taken only to look up or release an entry (under it only the
+// lock-order graph's mutex, a leaf, may be taken), never while
 // waiting for an entry's lock.
 
 /// Runs `body` holding a recursive lock that belongs to `token`'s identity, as Objective-C's
@@ -72,6 +73,10 @@ final class SyncTable: @unchecked Sendable {
             if free == nil { stripe.slots.append(entry) }
             entry.token = id
             entry.users = 1
+            // A slot serves one token at a time: to the lock-order checker each token it serves is
+            // a new lock (docs/Diagnostics.md §1), so orders seen for an earlier token do not stick.
+            entry.lock.label.renewOrderIdentity()
+            if DiagnosticsSwitch.isOn(.lockOrder) { entry.lock.name = "synchronized(\(id))" }
             return entry
         }
     }

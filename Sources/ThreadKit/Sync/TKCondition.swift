@@ -23,8 +23,12 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
 
     public func lock() {
         let tid = SystemCall.currentThreadID
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKCondition") }
         if raw.tryLockFast(tid) { return }
-        if raw.lockSlow(tid, deadline: nil) == .heldByCaller {
+        let start = Contention.start()
+        let result = raw.lockSlow(tid, deadline: nil)
+        Contention.lockWaited(label, kind: "TKCondition", since: start)
+        if result == .heldByCaller {
             misuse("\(label.describe("TKCondition", self)).lock() called again on thread \(tid), which already holds it: "
                    + "this would deadlock. Fix: unlock before locking again.")
         }
@@ -32,7 +36,10 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
 
     public func unlock() {
         let tid = SystemCall.currentThreadID
-        if raw.unlock(tid) { return }
+        if raw.unlock(tid) {
+            if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
+            return
+        }
         misuse("\(label.describe("TKCondition", self)).unlock() called on thread \(tid), but \(raw.ownerDescription()). "
                + "Fix: unlock on the thread that locked it, once per lock().")
     }

@@ -31,7 +31,7 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
         let tid = SystemCall.currentThreadID
         if raw.owner() == tid { return value }
         acquire(tid, deadline: nil)
-        defer { _ = raw.unlock(tid) }
+        defer { releaseRaw(tid) }
         return value
     }
 
@@ -52,13 +52,18 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
     }
 
     public func tryLock() -> Bool {
-        raw.tryLockFast(SystemCall.currentThreadID)
+        guard raw.tryLockFast(SystemCall.currentThreadID) else { return false }
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKConditionLock", isTry: true) }
+        return true
     }
 
     public func tryLock(whenCondition condition: Int) -> Bool {
         let tid = SystemCall.currentThreadID
         guard raw.tryLockFast(tid) else { return false }
-        if value == condition { return true }
+        if value == condition {
+            if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKConditionLock", isTry: true) }
+            return true
+        }
         _ = raw.unlock(tid)
         return false
     }
@@ -79,19 +84,27 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
             if !changed.wait(raw, tid, deadline: deadline) {
                 // Timed out, and the mutex is held again: one last look, then give it back.
                 if value == wanted { return true }
-                _ = raw.unlock(tid)
+                releaseRaw(tid)
                 return false
             }
         }
         return true
     }
 
+    /// Takes the mutex (checking the lock order first: a wait here may be the deadlock).
     @discardableResult
     private func acquire(_ tid: UInt32, deadline: ContinuousClock.Instant?) -> Bool {
+        let checked = DiagnosticsSwitch.isOn(.lockOrder)
+        if checked { LockOrder.acquire(label, kind: "TKConditionLock") }
         if raw.tryLockFast(tid) { return true }
-        switch raw.lockSlow(tid, deadline: deadline) {
+        let start = Contention.start()
+        let result = raw.lockSlow(tid, deadline: deadline)
+        Contention.lockWaited(label, kind: "TKConditionLock", since: start)
+        switch result {
         case .acquired: return true
-        case .timedOut: return false
+        case .timedOut:
+            if checked { LockOrder.release(label) }
+            return false
         case .heldByCaller:
             misuse("\(label.describe("TKConditionLock", self)) locked again on thread \(tid), which already holds it: "
                    + "this would deadlock. Fix: unlock (or unlock(withCondition:)) before locking again.")
@@ -109,6 +122,12 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
         // Broadcast before releasing: waiters re-check `value` under the mutex, so waking them
         // first lets them spin for the mutex rather than park again.
         if wake { changed.broadcast() }
+        releaseRaw(tid)
+    }
+
+    /// Releases the mutex held by the caller, telling the lock-order checker.
+    private func releaseRaw(_ tid: UInt32) {
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
         _ = raw.unlock(tid)
     }
 }

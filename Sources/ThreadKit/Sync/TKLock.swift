@@ -6,7 +6,7 @@
 /// that does not hold it.
 public final class TKLock: TKLocking, @unchecked Sendable {
     @usableFromInline let raw = RawMutex()
-    private let label = LockName()
+    @usableFromInline let label = LockName()
 
     public init() {}
     deinit { raw.deallocate() }
@@ -17,17 +17,22 @@ public final class TKLock: TKLocking, @unchecked Sendable {
     }
 
     // lock() and unlock() are inlinable so the uncontended path compiles into the caller: one
-    // thread-local load and one CAS each, as with Synchronization.Mutex.
+    // thread-local load and one CAS each, as with Synchronization.Mutex, plus one relaxed load and
+    // a branch for the lock-order checker (docs/Diagnostics.md §1).
 
     @inlinable
     public func lock() {
         let tid = SystemCall.currentThreadID
-        if raw.tryLockFast(tid) { return }
+        if raw.tryLockFast(tid) {
+            if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKLock") }
+            return
+        }
         lockContended(tid)
     }
 
     @inlinable
     public func unlock() {
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
         let tid = SystemCall.currentThreadID
         if raw.tryUnlockFast(tid) { return }
         unlockContended(tid)
@@ -35,7 +40,11 @@ public final class TKLock: TKLocking, @unchecked Sendable {
 
     @usableFromInline
     func lockContended(_ tid: UInt32) {
+        // Checked before waiting: the cycle is reported even if this wait is the deadlock.
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKLock") }
+        let start = Contention.start()
         _ = lockSlow(tid, deadline: nil)
+        Contention.lockWaited(label, kind: "TKLock", since: start)
     }
 
     @usableFromInline
@@ -48,14 +57,22 @@ public final class TKLock: TKLocking, @unchecked Sendable {
 
     /// Takes the lock if it is free now; never blocks.
     public func tryLock() -> Bool {
-        raw.tryLockFast(SystemCall.currentThreadID)
+        guard raw.tryLockFast(SystemCall.currentThreadID) else { return false }
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKLock", isTry: true) }
+        return true
     }
 
     /// Waits for the lock until `deadline`; false when it was not acquired in time.
     public func lock(before deadline: ContinuousClock.Instant) -> Bool {
         let tid = SystemCall.currentThreadID
+        let checked = DiagnosticsSwitch.isOn(.lockOrder)
+        if checked { LockOrder.acquire(label, kind: "TKLock") }
         if raw.tryLockFast(tid) { return true }
-        return lockSlow(tid, deadline: deadline)
+        let start = Contention.start()
+        let acquired = lockSlow(tid, deadline: deadline)
+        Contention.lockWaited(label, kind: "TKLock", since: start)
+        if !acquired && checked { LockOrder.release(label) }
+        return acquired
     }
 
     private func lockSlow(_ tid: UInt32, deadline: ContinuousClock.Instant?) -> Bool {

@@ -35,6 +35,8 @@ public final class TKReadWriteLock: @unchecked Sendable {
     private let writerThread = Atomic<UInt32>(0)
 
     private let queue = RawMutex()
+    /// The lock's identity for the diagnostics (it has no public name).
+    private let label = LockName()
     /// Bumped (under `queue`) each time the waiting readers are admitted; readers park on it.
     private let readerGeneration = FutexWord(0)
     /// Bumped (under `queue`) each time a writer is handed the lock; writers park on it.
@@ -67,6 +69,8 @@ public final class TKReadWriteLock: @unchecked Sendable {
     // MARK: Readers
 
     public func readLock() {
+        // Checked before any wait: a read lock can wait (behind a writer), so it orders too.
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKReadWriteLock") }
         // Optimistic: one fetch-add, as pthread_rwlock does, instead of a load + CAS that fails
         // whenever another reader moves the count. If a writer holds or waits, the increment is
         // undone as a read unlock (which hands the lock on if it was the last) and we queue.
@@ -74,12 +78,20 @@ public final class TKReadWriteLock: @unchecked Sendable {
         if s & (Self.writer | Self.writersWaiting) == 0 { return }
         readUnlock()
         if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.begin, self, name: "TKReadWriteLock (read)") }
+        let start = Contention.start()
         readLockSlow()
+        Contention.lockWaited(label, kind: "TKReadWriteLock", since: start)
         if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: "TKReadWriteLock (read)") }
     }
 
-    /// Acquiring on success pairs with the releasing unlock of the previous writer.
     public func tryReadLock() -> Bool {
+        guard tryReadLockNow() else { return false }
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKReadWriteLock", isTry: true) }
+        return true
+    }
+
+    /// Acquiring on success pairs with the releasing unlock of the previous writer.
+    private func tryReadLockNow() -> Bool {
         var s = state.load(ordering: .relaxed)
         while s & (Self.writer | Self.writersWaiting) == 0 {
             let (exchanged, now) = state.compareExchange(expected: s, desired: s + 1,
@@ -93,7 +105,7 @@ public final class TKReadWriteLock: @unchecked Sendable {
     private func readLockSlow() {
         let tid = lockQueue()
         while true {
-            if tryReadLock() { return unlockQueue(tid) }
+            if tryReadLockNow() { return unlockQueue(tid) }
             // Announce ourselves; the fetch-or is ordered with the writer's unlock on the same word,
             // so either the writer sees readersWaiting or we see it gone.
             waitingReaders += 1
@@ -114,13 +126,22 @@ public final class TKReadWriteLock: @unchecked Sendable {
     // MARK: Writers
 
     public func writeLock() {
-        if tryWriteLock() { return }
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKReadWriteLock") }
+        if tryWriteLockNow() { return }
         if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.begin, self, name: "TKReadWriteLock (write)") }
+        let start = Contention.start()
         writeLockSlow()
+        Contention.lockWaited(label, kind: "TKReadWriteLock", since: start)
         if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: "TKReadWriteLock (write)") }
     }
 
     public func tryWriteLock() -> Bool {
+        guard tryWriteLockNow() else { return false }
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKReadWriteLock", isTry: true) }
+        return true
+    }
+
+    private func tryWriteLockNow() -> Bool {
         var s = state.load(ordering: .relaxed)
         while s & (Self.readerMask | Self.writer) == 0 {
             let (exchanged, now) = state.compareExchange(expected: s, desired: s | Self.writer,
@@ -137,7 +158,7 @@ public final class TKReadWriteLock: @unchecked Sendable {
     private func writeLockSlow() {
         let tid = lockQueue()
         while true {
-            if tryWriteLock() { return unlockQueue(tid) }
+            if tryWriteLockNow() { return unlockQueue(tid) }
             waitingWriters += 1
             let s = state.bitwiseOr(Self.writersWaiting, ordering: .relaxed).newValue
             if s & (Self.readerMask | Self.writer) == 0 {
@@ -165,6 +186,7 @@ public final class TKReadWriteLock: @unchecked Sendable {
     // MARK: Unlock
 
     public func unlock() {
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
         let tid = SystemCall.currentThreadID
         let s = state.load(ordering: .relaxed)
         if s & Self.writer != 0 {

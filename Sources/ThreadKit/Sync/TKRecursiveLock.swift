@@ -5,7 +5,7 @@ import Synchronization
 /// by an `unlock()`. Unlocking from a thread that does not hold it stops the process with a message.
 public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
     @usableFromInline let raw = RawMutex()
-    private let label = LockName()
+    @usableFromInline let label = LockName()
     /// How many times the holder has locked. Read and written only by the thread that holds `raw`;
     /// the mutex's acquire/release order it between successive holders, so relaxed suffices. An
     /// atomic rather than a plain var only to skip Swift's dynamic exclusivity checks.
@@ -29,6 +29,7 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
             depth.store(depth.load(ordering: .relaxed) + 1, ordering: .relaxed)
         } else if raw.tryLockFast(tid) {
             depth.store(1, ordering: .relaxed)
+            if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKRecursiveLock") }
         } else {
             lockContended()
         }
@@ -58,7 +59,10 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         }
         let remaining = depth.load(ordering: .relaxed) - 1
         depth.store(remaining, ordering: .relaxed)
-        if remaining == 0 { _ = raw.unlock(tid) }
+        if remaining == 0 {
+            if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
+            _ = raw.unlock(tid)
+        }
     }
 
     public func tryLock() -> Bool {
@@ -69,6 +73,7 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         }
         guard raw.tryLockFast(tid) else { return false }
         depth.store(1, ordering: .relaxed)
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKRecursiveLock", isTry: true) }
         return true
     }
 
@@ -82,13 +87,19 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
             depth.store(depth.load(ordering: .relaxed) + 1, ordering: .relaxed)
             return true
         }
+        let checked = DiagnosticsSwitch.isOn(.lockOrder)
+        if checked { LockOrder.acquire(label, kind: "TKRecursiveLock") }
         if !raw.tryLockFast(tid) {
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.begin, self, name: label.name ?? "TKRecursiveLock") }
+            let start = Contention.start()
             let result = raw.lockSlow(tid, deadline: deadline)
+            Contention.lockWaited(label, kind: "TKRecursiveLock", since: start)
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: label.name ?? "TKRecursiveLock") }
             switch result {
             case .acquired: break
-            case .timedOut: return false
+            case .timedOut:
+                if checked { LockOrder.release(label) }
+                return false
             case .heldByCaller: preconditionFailure("owner checked above")
             }
         }

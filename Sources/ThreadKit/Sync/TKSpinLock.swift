@@ -11,21 +11,33 @@ import Synchronization
 public final class TKSpinLock: TKLocking, @unchecked Sendable {
     /// 0: unlocked; 1: locked; 2: locked and a waiter may be parked (it must be woken).
     private let word = FutexWord(0)
+    /// The lock's identity for the diagnostics (it has no public name).
+    private let label = LockName()
 
     public init() {}
     deinit { word.deallocate() }
 
     public func tryLock() -> Bool {
+        guard tryLockNow() else { return false }
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKSpinLock", isTry: true) }
+        return true
+    }
+
+    private func tryLockNow() -> Bool {
         word.pointer.pointee.compareExchange(expected: 0, desired: 1, successOrdering: .acquiring,
                                              failureOrdering: .relaxed).exchanged
     }
 
     public func lock() {
-        if tryLock() { return }
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKSpinLock") }
+        if tryLockNow() { return }
+        let start = Contention.start()
         lockSlow()
+        Contention.lockWaited(label, kind: "TKSpinLock", since: start)
     }
 
     public func unlock() {
+        if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
         // Releasing: publishes the critical section to the next acquirer.
         let previous = word.pointer.pointee.exchange(0, ordering: .releasing)
         if previous == 2 { Parking.unparkOne(word) }
@@ -39,7 +51,7 @@ public final class TKSpinLock: TKLocking, @unchecked Sendable {
         var spin = SpinWait(limit: 200)
         var yields = 0
         while true {
-            if word.pointer.pointee.load(ordering: .relaxed) == 0, tryLock() { return }
+            if word.pointer.pointee.load(ordering: .relaxed) == 0, tryLockNow() { return }
             if spin.spin() { continue }
             if yields < 4 {
                 yields += 1

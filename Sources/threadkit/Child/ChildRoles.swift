@@ -16,6 +16,7 @@ enum ChildRoles {
         + DispatchSurfaceRoles.all + DispatchTargetRoles.all + DispatchSourceKindRoles.all + DispatchDataRoles.all
         + RunLoopIORoles.all + PortHardeningRoles.all + ExtremeInputRoles.all + ThreadLimitRoles.all + DistributedLockUserRoles.all
         + TraceRoles.all
+        + DiagnosticsRoles.all
 
     static func main(_ arguments: [String]) -> Int32 {
         guard let name = arguments.first, let role = all.first(where: { $0.name == name }) else {

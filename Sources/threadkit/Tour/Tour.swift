@@ -45,11 +45,19 @@ enum Tour {
         + NotificationQueueScenarios.all + LockScenarios.all + [DistributedLockScenario.scenario] + DispatchScenarios.all
         + OperationScenarios.all + ConcurrencyScenarios.all
         + [TraceScenario.scenario]
+        + DiagnosticsScenarios.all
 
     static func main(_ arguments: [String]) -> Int32 {
         if arguments.contains("--list") {
             for s in scenarios { Console.out("\(Console.padded(s.name, 24)) \(s.title)") }
             return 0
+        }
+        // --counters: count contention while the scenarios run and print the counters after them.
+        let counters = arguments.contains("--counters")
+        let arguments = arguments.filter { $0 != "--counters" }
+        if counters {
+            TKDiagnostics.resetContentionCounters()
+            TKDiagnostics.enable(.contention)
         }
         var selected = scenarios
         if !arguments.isEmpty {
@@ -72,6 +80,7 @@ enum Tour {
                 failed.append(scenario.name)
             }
         }
+        if counters { Console.out(TKDiagnostics.summary + "\n") }
         Console.out("tour: \(selected.count - failed.count) of \(selected.count) scenarios passed"
               + (failed.isEmpty ? "" : "; failed: \(failed.joined(separator: ", "))"))
         return failed.isEmpty ? 0 : 1

@@ -79,7 +79,7 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         if entry.isUserWork {
             // A block of a global queue runs "inside" that global queue.
             context.push(TKDispatchQueue.root(level), exclusive: false)
-            entry.run()
+            entry.runObserved(on: TKDispatchQueue.root(level), exclusive: false)
             context.pop()
         } else {
             entry.run()

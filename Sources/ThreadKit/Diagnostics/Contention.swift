@@ -1,0 +1,73 @@
+// Contention: the contention counters (docs/Diagnostics.md §3). Locks call `start` before a wait
+// and `lockWaited` after it, only on their slow (contended) paths; queues call `queueWaited` after
+// a `sync` that had to wait, and wrap each `async` block with `timedBlock` to time its start. The uncontended paths
+// never reach this file. Counters are kept per name (`TKLock "cache"`, `queue "com.app.io"`;
+// unnamed locks of one kind share one row) in `rows`, guarded by `mutex` (a RawMutex leaf).
+import Glibc
+
+final class Contention: @unchecked Sendable {
+    static let shared = Contention()
+
+    private let mutex = RawMutex()
+    private var rows: [String: TKContentionCounters] = [:]   // guarded by mutex
+
+    /// The time a wait starts, or 0 when the counters are off (then `lockWaited` does nothing).
+    @inline(__always)
+    static func start() -> UInt64 {
+        DiagnosticsSwitch.isOn(.contention) ? now() : 0
+    }
+
+    /// CLOCK_MONOTONIC in nanoseconds.
+    static func now() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+
+    /// A lock's contended acquisition that began at `start` (from `start()`) has ended.
+    @inline(__always)
+    static func lockWaited(_ lock: LockName, kind: StaticString, since start: UInt64) {
+        if start != 0 { shared.recordLock(lock, kind: kind, start: start) }
+    }
+
+    /// A `sync` onto `queue` that could not run at once waited from `start` until now.
+    static func queueWaited(_ label: String, since start: UInt64) {
+        if start != 0 { shared.update(queueRow(label)) { $0.addWait(now() &- start) } }
+    }
+
+    /// `work`, submitted to the queue labelled `queue` now, wrapped to count its enqueue-to-start
+    /// latency when it starts. (The time travels in the closure, not in DispatchEntry, so entries
+    /// keep their size whether counters are on or off.)
+    @inline(never)
+    static func timedBlock(_ work: @escaping @Sendable () -> Void, queue label: String) -> @Sendable () -> Void {
+        let enqueued = now()
+        return {
+            shared.update(queueRow(label)) { $0.addLatency(now() &- enqueued) }
+            work()
+        }
+    }
+
+    private static func queueRow(_ label: String) -> String { "queue \"\(label)\"" }
+
+    @inline(never)
+    private func recordLock(_ lock: LockName, kind: StaticString, start: UInt64) {
+        let waited = Contention.now() &- start
+        let row = lock.name.map { "\(kind) \"\($0)\"" } ?? "\(kind) (unnamed)"
+        update(row) { $0.addWait(waited) }
+    }
+
+    private func update(_ row: String, _ change: (inout TKContentionCounters) -> Void) {
+        mutex.withLock {
+            var counters = rows[row] ?? TKContentionCounters(name: row)
+            change(&counters)
+            rows[row] = counters
+        }
+    }
+
+    /// Every row, most total waiting first.
+    var snapshot: [TKContentionCounters] {
+        mutex.withLock { Array(rows.values) }.sorted { ($0.totalWait + $0.totalLatency) > ($1.totalWait + $1.totalLatency) }
+    }
+
+    func reset() { mutex.withLock { rows.removeAll() } }
+}

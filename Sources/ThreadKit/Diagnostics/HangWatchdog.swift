@@ -1,0 +1,136 @@
+// HangWatchdog: hang reports (docs/Diagnostics.md §2). Run-loop passes, dispatch work items and
+// operations mark their start and end on their thread's HangSlot (`begin`/`end`, behind
+// `DiagnosticsSwitch.isOn(.hangs)`); one watchdog thread wakes every quarter threshold, and when a
+// slot's activity has run past the threshold it samples that thread's stack by signalling it
+// (CThreadKitLockOrder.h: a real-time signal whose handler calls backtrace()), then reports the
+// thread, the activity, how long it has run and the symbolized frames, once per activity.
+//
+// Threads: `slots`, `running`, `generation` and `threshold` are guarded by `mutex` (a leaf: no
+// slot's mutex is taken under it). Slots are described in HangSlot.swift. Reports are sampled,
+// symbolized and delivered on the watchdog thread with no lock held.
+import CThreadKit
+import Synchronization
+
+final class HangWatchdog: @unchecked Sendable {
+    static let shared = HangWatchdog()
+
+    /// The calling thread's slot; the destructor unlists it when the thread exits.
+    private static let local = TKThreadLocal<HangSlot>(destructor: { HangWatchdog.shared.unlist($0) })
+
+    private let mutex = RawMutex()
+    private var slots: [ObjectIdentifier: HangSlot] = [:]   // guarded by mutex
+    private var running = false                              // guarded by mutex: a watchdog thread should run
+    /// Which watchdog thread is the current one (guarded by mutex): a thread told to stop that has
+    /// not yet seen it exits when a newer one has started, so two never scan at once.
+    private var generation = 0
+    private var threshold = DiagnosticsConfiguration.fromEnvironment.hangThreshold // guarded by mutex
+    /// Bumped to wake the watchdog (threshold changed, stopped); it parks on it between scans.
+    private let wakeWord = FutexWord(0)
+
+    // MARK: Hooks (any thread)
+
+    /// The calling thread starts `activity`; pass the result to `end`.
+    @inline(never)
+    static func begin(_ activity: HangActivity) -> HangMark {
+        let slot = local.value ?? shared.list()
+        return slot.replace(activity, at: Contention.now())
+    }
+
+    /// The activity begun by the matching `begin` is over; the one before it (if any) resumes.
+    @inline(never)
+    static func end(_ previous: HangMark) {
+        local.value?.restore(previous)
+    }
+
+    private func list() -> HangSlot {
+        let slot = HangSlot(tid: SystemCall.currentThreadID)
+        HangWatchdog.local.value = slot
+        mutex.withLock { slots[ObjectIdentifier(slot)] = slot }
+        startIfNeeded()
+        return slot
+    }
+
+    private func unlist(_ slot: HangSlot) {
+        mutex.withLock { slots[ObjectIdentifier(slot)] = nil }
+    }
+
+    // MARK: The watchdog thread
+
+    var currentThreshold: Duration {
+        get { mutex.withLock { threshold } }
+        set {
+            mutex.withLock { threshold = newValue }
+            wake()
+        }
+    }
+
+    /// Starts the watchdog thread unless one runs.
+    func startIfNeeded() {
+        let start: Int? = mutex.withLock {
+            if running { return nil }
+            running = true
+            generation += 1
+            return generation
+        }
+        guard let start else { return }
+        _ = tk_hang_sampler_install()
+        let thread = TKThread(name: "tk.hang-watch") { HangWatchdog.shared.watch(start) }
+        thread.start()
+    }
+
+    /// Asks the watchdog thread to exit (hang reports were switched off).
+    func stop() {
+        mutex.withLock { running = false }
+        wake()
+    }
+
+    private func wake() {
+        wakeWord.pointer.pointee.wrappingAdd(1, ordering: .relaxed)
+        Parking.unparkAll(wakeWord)
+    }
+
+    private func watch(_ mine: Int) {
+        while true {
+            let seen = wakeWord.pointer.pointee.load(ordering: .relaxed)
+            let tid = mutex.lockInternal()
+            let keepRunning = running && generation == mine, limit = threshold, listed = Array(slots.values)
+            mutex.unlockInternal(tid)
+            guard keepRunning else { return }
+            let now = Contention.now()
+            let limitNs = UInt64(limit.components.seconds) * 1_000_000_000 + UInt64(limit.components.attoseconds / 1_000_000_000)
+            for slot in listed {
+                let mark = slot.current
+                let started = mark.started
+                guard let activity = mark.activity, started != 0, now &- started >= limitNs,
+                      slot.reportedStart.exchange(started, ordering: .relaxed) != started else { continue }
+                let report = sample(slot, activity: activity, running: .nanoseconds(Int64(now &- started)))
+                TKDiagnostics.deliver(report)
+            }
+            // A quarter threshold between scans: a hang is seen within 1.25 thresholds (plus sampling).
+            let pause = max(limit / 4, .milliseconds(2))
+            _ = Parking.park(wakeWord, expected: seen, deadline: .now + pause)
+        }
+    }
+
+    /// Signals the slot's thread for its stack and waits up to 500 ms for the handler.
+    private func sample(_ slot: HangSlot, activity: HangActivity, running: Duration) -> TKHangReport {
+        let done = FutexWord(0)
+        defer { done.deallocate() }
+        var frames: [UInt] = []
+        if tk_hang_sample_request(slot.tid, done.address) == 0 {
+            let deadline = ContinuousClock.now + .milliseconds(500)
+            while done.pointer.pointee.load(ordering: .acquiring) == 0 {
+                if !Parking.park(done, expected: 0, deadline: deadline) { break }
+            }
+            tk_hang_sample_cancel()
+            let count = Int(done.pointer.pointee.load(ordering: .acquiring))
+            if count > 0, let buffer = tk_hang_sample_frames() {
+                // Skip the handler's own frame and the signal trampoline.
+                frames = (min(2, count - 1)..<(count - 1)).map { UInt(bitPattern: buffer[$0]) }
+            }
+        }
+        let thread = LockOrderThread(tid: slot.tid, name: LockOrderThread.name(of: slot.tid))
+        return TKHangReport(thread: thread.description, threadID: slot.tid, activity: activity.description,
+                            duration: running, addresses: frames)
+    }
+}

@@ -1,0 +1,24 @@
+// TKHangReport: what the hang watchdog reports about one stuck activity (docs/Diagnostics.md §2).
+// An immutable value; any thread.
+
+/// A hang: an activity that ran past the threshold, with its thread's stack as sampled then.
+public struct TKHangReport: Sendable, CustomStringConvertible {
+    /// `thread TID "name"`.
+    public let thread: String
+    /// The kernel thread id of the stuck thread.
+    public let threadID: UInt32
+    /// What it was doing: `a work item of queue "label"`, `a run-loop pass in mode default`, …
+    public let activity: String
+    /// How long the activity had run when it was sampled.
+    public let duration: Duration
+    let addresses: [UInt]
+
+    /// The stuck thread's call stack, innermost first (empty if the thread could not be sampled).
+    public var callStack: [String] { LockOrderStack.symbolize(addresses, dropLeadingThreadKitFrames: false) }
+
+    public var description: String {
+        var text = "ThreadKit hang: \(thread) has been running \(activity) for \(TKContentionCounters.format(duration)):\n"
+        for frame in callStack { text += "      \(frame)\n" }
+        return text + "  Fix: move long or blocking work off this thread, or split it into shorter items."
+    }
+}

@@ -1,0 +1,48 @@
+// DiagnosticsRoles: child processes for the diagnostics (docs/Diagnostics.md): the lock-order
+// checker's process-stopping mode, TK_DIAGNOSTICS parsing, and a hang of the main thread's run
+// loop (which only a child can show: XCTest owns the test process's main thread).
+import Glibc
+import ThreadKit
+
+enum DiagnosticsRoles {
+    static let all: [ChildRole] = [
+        ChildRole(name: "lock-order-fatal", usage: "(lockorder:fatal, then a two-lock inversion: must stop the process)") { _ in
+            TKDiagnostics.enable([.lockOrder, .lockOrderFatal])
+            let first = TKLock(), second = TKLock()
+            first.name = "first"
+            second.name = "second"
+            SpawnedThread { first.lock(); second.lock(); second.unlock(); first.unlock() }.join()
+            SpawnedThread { second.lock(); first.lock(); first.unlock(); second.unlock() }.join()
+            return 0
+        },
+        ChildRole(name: "diagnostics-config", usage: "(prints the features and hang threshold TK_DIAGNOSTICS gave)") { _ in
+            Console.out(TKDiagnostics.summary)
+            Console.out("threshold-ns \(TKDiagnostics.hangThreshold.components.seconds * 1_000_000_000 + TKDiagnostics.hangThreshold.components.attoseconds / 1_000_000_000)")
+            return 0
+        },
+        ChildRole(name: "main-loop-hang", usage: "(hangs:100ms; a main-loop timer callback that runs 600 ms; prints the hang)") { _ in
+            TKDiagnostics.hangThreshold = .milliseconds(100)
+            TKDiagnostics.enable(.hangs)
+            let loop = TKRunLoop.main
+            let timer = TKTimer(interval: .milliseconds(1), repeats: false) { _ in
+                stallTheMainLoop()
+                TKRunLoop.main.stop()
+            }
+            loop.add(timer, forMode: .default)
+            loop.run(mode: .default, before: .now + .seconds(5))
+            let reports = TKDiagnostics.hangReports
+            Console.out("hang reports: \(reports.count)")
+            for report in reports { Console.out("tid \(report.threadID) main \(report.threadID == UInt32(getpid()))") }
+            return reports.isEmpty ? 1 : 0
+        },
+    ]
+}
+
+/// Runs 600 ms without reaching a wait (busy, as a long computation on the main thread would).
+@inline(never)
+func stallTheMainLoop() {
+    let end = ContinuousClock.now + .milliseconds(600)
+    var spins = 0
+    while ContinuousClock.now < end { spins &+= 1 }
+    if spins == -1 { Console.out("") }
+}
