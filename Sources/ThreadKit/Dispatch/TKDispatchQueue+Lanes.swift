@@ -96,11 +96,27 @@ extension TKDispatchQueue {
                     lock.unlock()
                     break
                 }
+                if case .sync(let waiter) = entry.work, waiter.handsOff {
+                    handOffLane(to: waiter)
+                    return
+                }
                 entry.run()
                 ran += 1
             }
             lock.lock()
         }
+    }
+
+    /// The drainer has reached a `sync` caller waiting in the lane: the rest of the batch goes back,
+    /// in order, the lane becomes `ownedBySync` (as if the caller had entered inline) and the caller
+    /// is woken to run its block on its own thread; its leaving schedules the lane again. The
+    /// drainer stops draining this lane.
+    private func handOffLane(to waiter: SyncWaiter) {
+        lock.lock()
+        pending.prepend(contentsOf: batch)
+        state.lane = .ownedBySync
+        lock.unlock()
+        waiter.handOff()
     }
 
     // MARK: Concurrent queues
@@ -132,6 +148,12 @@ extension TKDispatchQueue {
         lock.lock()
         let entry = ready.popFirst()!
         lock.unlock()
+        if case .sync(let waiter) = entry.work, waiter.handsOff {
+            // A `sync` caller: the pump took its width (or the barrier) as an inline entry would;
+            // it runs its block on its own thread and finishes the entry when it leaves.
+            waiter.handOff()
+            return
+        }
         let context = DispatchContext.current
         context.push(self, exclusive: entry.barrier)
         entry.run()
