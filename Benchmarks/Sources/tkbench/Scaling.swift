@@ -41,6 +41,18 @@ struct ScalingResult {
 enum Scaling {
     static let cpuCounts = [1, 2, 4, 8, 16]
 
+    /// glibc's sched_getaffinity / sched_setaffinity (not imported: they need _GNU_SOURCE).
+    private typealias AffinityCall = @convention(c) (pid_t, Int, UnsafeMutableRawPointer) -> Int32
+    private static func affinityCall(_ name: String) -> AffinityCall? {
+        dlsym(nil, name).map { unsafeBitCast($0, to: AffinityCall.self) }   // nil: RTLD_DEFAULT
+    }
+    private static func sched_getaffinity(_ pid: pid_t, _ size: Int, _ set: UnsafeMutablePointer<cpu_set_t>) -> Int32 {
+        affinityCall("sched_getaffinity")?(pid, size, set) ?? -1
+    }
+    private static func sched_setaffinity(_ pid: pid_t, _ size: Int, _ set: UnsafeMutablePointer<cpu_set_t>) -> Int32 {
+        affinityCall("sched_setaffinity")?(pid, size, set) ?? -1
+    }
+
     /// The CPUs this process may run on, in order.
     static func allowedCPUs() -> [Int] {
         var set = cpu_set_t()

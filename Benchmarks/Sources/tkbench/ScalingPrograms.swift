@@ -114,14 +114,14 @@ struct ScalingPrograms {
         let (ours, theirs) = alternate({
             let q = TKDispatchQueue(label: "contended", attributes: .concurrent)
             return timed {
-                q.async(flags: .barrier) { usleep(blockMicros) }
-                _ = parallel(8) { _ in q.sync { usleep(blockMicros) } }
+                q.async(flags: .barrier) { _ = usleep(blockMicros) }
+                _ = parallel(8) { _ in q.sync { _ = usleep(blockMicros) } }
             } / 1e6
         }, {
             let q = DispatchQueue(label: "contended", attributes: .concurrent)
             return timed {
-                q.async(flags: .barrier) { usleep(blockMicros) }
-                _ = parallel(8) { _ in q.sync { usleep(blockMicros) } }
+                q.async(flags: .barrier) { _ = usleep(blockMicros) }
+                _ = parallel(8) { _ in q.sync { _ = usleep(blockMicros) } }
             } / 1e6
         })
         emit("contended sync: 8 threads behind a barrier, 10 ms blocks (wall)", "ours", "TKDispatchQueue", ours, "ms", "≤ 1× libdispatch (ideal 20 ms)")

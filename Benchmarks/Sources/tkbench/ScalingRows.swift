@@ -22,8 +22,13 @@ enum ScalingRows {
             try? (out.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
         }
         let harness = Harness(rounds: rounds)
+        // TKBENCH_ONLY=text runs only the rows whose name contains it (for profiling one row).
+        let only = ProcessInfo.processInfo.environment["TKBENCH_ONLY"]
+        func wants(_ name: String) -> Bool { only.map { name.contains($0) } ?? true }
         /// A time-per-operation row: ours is contender 0, theirs the reference.
-        func timeRow(_ name: String, _ row: Row, throughput: Bool, unit: String = "ns", target: String) {
+        func timeRow(_ name: String, _ row: @autoclosure () -> Row, throughput: Bool, unit: String = "ns", target: String) {
+            guard wants(name) else { return }
+            let row = row()
             let medians = harness.medians(row)
             let theirs = row.contenders.firstIndex { $0.name == row.reference } ?? 1
             for (side, i) in [("ours", 0), ("theirs", theirs)] {
@@ -44,11 +49,11 @@ enum ScalingRows {
         timeRow("uncontended recursive lock+unlock", recursiveLock(), throughput: false, target: "≤ 0.6× NSRecursiveLock")
         timeRow("uncontended synchronized(token)", synchronizedToken(), throughput: false, target: "≤ 0.6× NSRecursiveLock")
         let programs = ScalingPrograms(rounds: max(1, min(3, rounds)))
-        programs.timers(emit)
-        programs.cascade(emit)
-        programs.contendedSync(emit)
-        programs.readsync(cpus: cpus, emit)
-        programs.blockedReads(emit)
+        if wants("25,000 timers") { programs.timers(emit) }
+        if wants("cascade") { programs.cascade(emit) }
+        if wants("contended sync") { programs.contendedSync(emit) }
+        if wants("readsync") { programs.readsync(cpus: cpus, emit) }
+        if wants("blocked in read") { programs.blockedReads(emit) }
         return 0
     }
 
