@@ -3,10 +3,11 @@
 // concurrent queues (plain and barrier), up a target chain, and with 8 threads behind a barrier.
 // Judged by kernel thread ids read from /proc, a pthread-mutex record of order and overlap, and
 // /proc's view of which threads are parked (to know a caller waits before releasing the queue).
+// The hand-off is done by the thread that makes room, never by a pool worker that must be free.
 import Dispatch
 import Foundation
 import Synchronization
-import ThreadKit
+@testable import ThreadKit
 import XCTest
 
 final class DispatchSyncHandOffTests: XCTestCase {
@@ -173,4 +174,36 @@ final class DispatchSyncHandOffTests: XCTestCase {
         XCTAssertEqual(wrongThread.count, 0, "a sync block ran on another thread")
     }
 
+    /// Every pool worker is busy (one in a barrier, the rest spinning until the sync block runs):
+    /// the barrier's end must hand the queue to the waiting caller itself.
+    func testAHandOffNeedsNoFreePoolWorker() {
+        let width = DispatchPool.shared.width
+        let queue = TKDispatchQueue(label: "no-free-worker", attributes: .concurrent)
+        let gate = DispatchSemaphore(value: 0)
+        let released = Atomic<Bool>(false)
+        let spinning = Atomic<Int>(0)
+        let barrierRunning = Flag()
+        queue.async(flags: .barrier) { barrierRunning.set(); gate.wait() }
+        XCTAssertTrue(barrierRunning.wait())
+        for _ in 0..<max(0, width - 1) {
+            TKDispatchQueue.global().async {
+                spinning.wrappingAdd(1, ordering: .relaxed)
+                while !released.load(ordering: .relaxed) { sched_yield() }
+            }
+        }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { spinning.load(ordering: .relaxed) == width - 1 })
+        let ranOnCaller = Flag()
+        let caller = TestThread {
+            let me = KernelThread.currentID()
+            queue.sync {
+                if KernelThread.currentID() == me { ranOnCaller.set() }
+                released.store(true, ordering: .relaxed)
+            }
+        }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { caller.isParked })
+        gate.signal()
+        XCTAssertTrue(caller.join(until: .now + .seconds(30)), "the sync caller was never handed the queue")
+        released.store(true, ordering: .relaxed)
+        XCTAssertTrue(ranOnCaller.isSet)
+    }
 }

@@ -171,6 +171,15 @@ extension TKDispatchQueue {
         switch kind {
         case .serial:
             lock.lock()
+            if state.lifecycle == .active, state.suspendCount == 0, let head = pending.first,
+               case .sync(let waiter) = head.work, waiter.handsOff {
+                // The next entry is another `sync` caller: the lane stays `ownedBySync` and goes
+                // straight to it, with no drain scheduled on a pool worker in between.
+                _ = pending.popFirst()
+                lock.unlock()
+                waiter.handOff()
+                return
+            }
             state.lane = .idle
             let start = planStartLocked()
             lock.unlock()
