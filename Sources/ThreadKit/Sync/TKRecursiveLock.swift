@@ -74,6 +74,17 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         return true
     }
 
+    /// Takes the lock only if nobody holds it, the caller included (no re-entry), and nobody is
+    /// parked for it: `synchronized` rebinding a slot to another token (Synchronized.swift).
+    func tryLockUnheld() -> Bool {
+        guard raw.tryLockFast(SystemCall.currentThreadID) else { return false }
+        depth.store(1, ordering: .relaxed)
+        return true
+    }
+
+    /// Whether some thread holds the lock (a snapshot; tests and table statistics).
+    var isHeld: Bool { raw.word.pointer.pointee.load(ordering: .relaxed) != 0 }
+
     public func lock(before deadline: ContinuousClock.Instant) -> Bool {
         lock(deadline: deadline)
     }
