@@ -133,8 +133,8 @@ final class SynchronizedTests: XCTestCase {
         // Another thread is kept out of every one of them, and gets an unrelated token at once.
         let entered = Atomic<Int>(0)
         let other = TestThread {
-            _ = synchronized(Token()) {}
-            for token in tokens { synchronized(token) { entered.wrappingAdd(1, ordering: .relaxed) } }
+            synchronized(Token()) {}
+            for token in tokens { synchronized(token) { _ = entered.wrappingAdd(1, ordering: .relaxed) } }
         }
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { other.isParked })
         XCTAssertEqual(entered.load(ordering: .relaxed), 0, "entered a token another thread holds")

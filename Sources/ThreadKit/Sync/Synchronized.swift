@@ -11,9 +11,10 @@
 // Slow path (the stripe's mutex, a leaf taken only to look up, bind or pin, never while waiting
 // for a slot's lock): a slot bound to the token is pinned (`waiters`) and waited for; otherwise
 // one that nobody holds, waits for or has pinned is rebound to it (locked first); if there is none,
-// the token gets an overflow entry counted by its users and dropped when none is left. A token is bound to at most one place at a time: bindings and
-// overflow entries are made only under the stripe's mutex, after looking at both, and a slot is
-// never rebound to a token while that token has an overflow entry.
+// the token gets an overflow entry counted by its users and dropped when none is left. A token is
+// bound to at most one place at a time: bindings and overflow entries are made only under the
+// stripe's mutex, after looking at both, and a slot is never rebound to a token while that token
+// has an overflow entry.
 import Synchronization
 
 /// Runs `body` holding a recursive lock that belongs to `token`'s identity, as Objective-C's
@@ -23,7 +24,12 @@ import Synchronization
 public func synchronized<T>(_ token: AnyObject, _ body: () throws -> T) rethrows -> T {
     let id = UInt(bitPattern: ObjectIdentifier(token))
     let table = SyncTable.shared
-    let entry = table.fastLock(id) ?? table.slowLock(id)
+    let slot = table.fastLock(id)
+    if slot >= 0 {
+        defer { table.unlockSlot(slot) }
+        return try body()
+    }
+    let entry = table.slowLock(id)
     defer { table.unlock(entry) }
     return try body()
 }
@@ -39,8 +45,13 @@ final class SyncTable: @unchecked Sendable {
         /// The token identity the entry belongs to (0: none). A sticky slot's binding is written
         /// only by a thread holding both the stripe's mutex and the slot's lock, and read by the
         /// fast path without either (relaxed: the re-check after locking is what counts, ordered
-        /// by the lock's acquire).
-        let token = Atomic<UInt>(0)
+        /// by the lock's acquire). Sticky slots keep it in the table's flat buffer; overflow
+        /// entries own theirs.
+        let tokenWord: UnsafeMutablePointer<Atomic<UInt>>
+        var token: UInt {
+            get { tokenWord.pointee.load(ordering: .relaxed) }
+            set { tokenWord.pointee.store(newValue, ordering: .relaxed) }
+        }
         /// Overflow entries only: threads holding or waiting for it. Guarded by the stripe's mutex.
         var users = 0
         /// Sticky slots only: threads of the slow path waiting for its lock. While above zero the
@@ -48,7 +59,20 @@ final class SyncTable: @unchecked Sendable {
         var waiters = 0
         /// Which stripe's overflow list it is in; nil for a sticky slot. Immutable.
         let overflowStripe: Int?
-        init(overflowStripe: Int?) { self.overflowStripe = overflowStripe }
+
+        init(overflowStripe: Int?, tokenWord: UnsafeMutablePointer<Atomic<UInt>>? = nil) {
+            self.overflowStripe = overflowStripe
+            if let tokenWord {
+                self.tokenWord = tokenWord
+            } else {
+                self.tokenWord = .allocate(capacity: 1)
+                self.tokenWord.initialize(to: Atomic(0))
+            }
+        }
+
+        deinit {
+            if overflowStripe != nil { tokenWord.deallocate() }
+        }
     }
 
     fileprivate final class Stripe: @unchecked Sendable {
@@ -56,15 +80,34 @@ final class SyncTable: @unchecked Sendable {
         /// The sticky slots, made once; the array never changes.
         let slots: [Entry]
         var overflow: [Entry] = []   // guarded by `mutex`
-        init(slots: Int) { self.slots = (0..<slots).map { _ in Entry(overflowStripe: nil) } }
+        init(_ tokenWords: UnsafeMutablePointer<Atomic<UInt>>, slots: Int) {
+            self.slots = (0..<slots).map { Entry(overflowStripe: nil, tokenWord: tokenWords + $0) }
+        }
         deinit { mutex.deallocate() }
     }
 
     static let slotsPerStripe = 4
-    private let stripes: [Stripe] = (0..<64).map { _ in Stripe(slots: SyncTable.slotsPerStripe) }
+    private static let stripeCount = 64
+    private let stripes: [Stripe]
+
+    /// The fast path's view of every stripe's sticky slots, stripe after stripe: their token words
+    /// in one flat buffer, and their locks as unretained references (the stripes own the entries
+    /// for the life of the table, the process). Reading them costs no reference counting, which
+    /// cost more than the lock itself.
+    private let tokenWords: UnsafeMutablePointer<Atomic<UInt>>
+    private let locks: ContiguousArray<Unmanaged<TKRecursiveLock>>
+
+    private init() {
+        let total = SyncTable.stripeCount * SyncTable.slotsPerStripe
+        tokenWords = .allocate(capacity: total)
+        for i in 0..<total { (tokenWords + i).initialize(to: Atomic(0)) }
+        let words = tokenWords
+        stripes = (0..<SyncTable.stripeCount).map { Stripe(words + $0 * SyncTable.slotsPerStripe, slots: SyncTable.slotsPerStripe) }
+        locks = ContiguousArray(stripes.flatMap { $0.slots.map { Unmanaged.passUnretained($0.lock) } })
+    }
 
     /// Objects are 16-byte aligned: drop the low bits before picking a stripe.
-    @inline(__always) private func stripeIndex(_ id: UInt) -> Int { Int((id >> 4) & 63) }
+    @inline(__always) private func stripeIndex(_ id: UInt) -> Int { Int((id >> 4) & UInt(SyncTable.stripeCount - 1)) }
 
     /// How many entries are held or waited for now (for tests: the table must not keep tokens).
     var count: Int {
@@ -78,20 +121,28 @@ final class SyncTable: @unchecked Sendable {
         stripes.reduce(0) { total, stripe in total + stripe.slots.count + stripe.mutex.withLock { stripe.overflow.count } }
     }
 
-    /// The fast path: the token's sticky slot, taken if nobody else holds it (re-entry included);
-    /// nil otherwise. It never waits: a slot read as bound to the token may be rebound meanwhile,
-    /// and waiting on it would wait for another token, which can deadlock a program that takes its
-    /// tokens in a consistent order.
+    /// The fast path: the index of the token's sticky slot, taken if nobody else holds it (re-entry
+    /// included); -1 otherwise. It never waits: a slot read as bound to the token may be rebound
+    /// meanwhile, and waiting on it would wait for another token, which can deadlock a program that
+    /// takes its tokens in a consistent order.
     @inline(__always)
-    func fastLock(_ id: UInt) -> Entry? {
-        let stripe = stripes[stripeIndex(id)]
-        for slot in stripe.slots where slot.token.load(ordering: .relaxed) == id {
-            guard slot.lock.tryLock() else { return nil }
-            if slot.token.load(ordering: .relaxed) == id { return slot }
-            slot.lock.unlock()   // rebound before we locked it
-            return nil
+    func fastLock(_ id: UInt) -> Int {
+        let base = stripeIndex(id) &* SyncTable.slotsPerStripe
+        for index in base..<(base &+ SyncTable.slotsPerStripe) {
+            let word = tokenWords + index
+            guard word.pointee.load(ordering: .relaxed) == id else { continue }
+            let lock = locks[index]
+            guard lock._withUnsafeGuaranteedRef({ $0.tryLock() }) else { return -1 }
+            if word.pointee.load(ordering: .relaxed) == id { return index }
+            lock._withUnsafeGuaranteedRef { $0.unlock() }   // rebound before we locked it
+            return -1
         }
-        return nil
+        return -1
+    }
+
+    @inline(__always)
+    func unlockSlot(_ index: Int) {
+        locks[index]._withUnsafeGuaranteedRef { $0.unlock() }
     }
 
     /// Under the stripe's mutex: waits for the token's slot (pinned by `waiters`, so it cannot be
@@ -101,13 +152,13 @@ final class SyncTable: @unchecked Sendable {
         let index = stripeIndex(id)
         let stripe = stripes[index]
         let tid = stripe.mutex.lockInternal()
-        if let entry = stripe.overflow.first(where: { $0.token.load(ordering: .relaxed) == id }) {
+        if let entry = stripe.overflow.first(where: { $0.token == id }) {
             entry.users += 1
             stripe.mutex.unlockInternal(tid)
             entry.lock.lock()
             return entry
         }
-        if let slot = stripe.slots.first(where: { $0.token.load(ordering: .relaxed) == id }) {
+        if let slot = stripe.slots.first(where: { $0.token == id }) {
             slot.waiters += 1
             stripe.mutex.unlockInternal(tid)
             slot.lock.lock()
@@ -115,13 +166,13 @@ final class SyncTable: @unchecked Sendable {
             return slot
         }
         for slot in stripe.slots where slot.waiters == 0 && slot.lock.tryLockUnheld() {
-            slot.token.store(id, ordering: .relaxed)
+            slot.token = id
             stripe.mutex.unlockInternal(tid)
             return slot
         }
         // Every slot is held or waited for: an overflow entry, counted by its users.
         let entry = Entry(overflowStripe: index)
-        entry.token.store(id, ordering: .relaxed)
+        entry.token = id
         entry.users = 1
         stripe.overflow.append(entry)
         stripe.mutex.unlockInternal(tid)
