@@ -35,38 +35,35 @@ struct ScalingPrograms {
 
     func timers(_ emit: Emit) {
         let count = 25_000, window = 0.5
+        /// One side: `start(i, handler)` makes, schedules and starts timer i and returns its
+        /// cancel; `read` reads the count on the handlers' queue.
+        func shape(_ start: (Int, @escaping @Sendable () -> Void) -> () -> Void, _ read: (() -> Int) -> Int, _ fired: Counter) -> Double {
+            let cancels = (0..<count).map { i in start(i) { fired.value += 1 } }
+            let before = read { fired.value }
+            usleep(UInt32(window * 1e6))
+            let after = read { fired.value }
+            cancels.forEach { $0() }
+            _ = read { 0 }
+            return Double(after - before) / window / 1e6
+        }
         let (ours, theirs) = alternate({
-            let q = TKDispatchQueue(label: "timers")
-            let fired = Counter()   // touched only on q
-            let sources = (0..<count).map { _ -> TKDispatchSource in
+            let q = TKDispatchQueue(label: "timers"), fired = Counter()   // fired: touched only on q
+            return shape({ _, handler in
                 let s = TKDispatchSource.makeTimerSource(queue: q)
                 s.schedule(deadline: .now, repeating: .microseconds(5))
-                s.setEventHandler { fired.value += 1 }
-                return s
-            }
-            sources.forEach { $0.activate() }
-            let start = q.sync { fired.value }
-            usleep(UInt32(window * 1e6))
-            let end = q.sync { fired.value }
-            sources.forEach { $0.cancel() }
-            q.sync {}
-            return Double(end - start) / window / 1e6
+                s.setEventHandler(handler)
+                s.activate()
+                return { s.cancel() }
+            }, { q.sync(execute: $0) }, fired)
         }, {
-            let q = DispatchQueue(label: "timers")
-            let fired = Counter()
-            let sources = (0..<count).map { _ -> DispatchSourceTimer in
+            let q = DispatchQueue(label: "timers"), fired = Counter()
+            return shape({ _, handler in
                 let s = DispatchSource.makeTimerSource(queue: q)
                 s.schedule(deadline: .now(), repeating: .microseconds(5))
-                s.setEventHandler { fired.value += 1 }
-                return s
-            }
-            sources.forEach { $0.resume() }
-            let start = q.sync { fired.value }
-            usleep(UInt32(window * 1e6))
-            let end = q.sync { fired.value }
-            sources.forEach { $0.cancel() }
-            q.sync {}
-            return Double(end - start) / window / 1e6
+                s.setEventHandler(handler: handler)
+                s.resume()
+                return { s.cancel() }
+            }, { q.sync(execute: $0) }, fired)
         })
         emit("25,000 timers at 5 µs, one queue (callbacks)", "ours", "TKDispatchSource", ours, "M/s", "≥ 1× libdispatch")
         emit("25,000 timers at 5 µs, one queue (callbacks)", "theirs", "DispatchSource", theirs, "M/s", "≥ 1× libdispatch")
@@ -74,34 +71,30 @@ struct ScalingPrograms {
 
     // MARK: Cascade
 
+    /// One side of the cascade: `submit(i, block)` runs `block` on serial queue i.
+    private static func cascadeShape(_ queueCount: Int, _ blocks: Int,
+                                     _ submit: @escaping @Sendable (Int, @escaping @Sendable () -> Void) -> Void) -> Double {
+        let remaining = Atomic<Int>(queueCount * blocks / 4)
+        let done = DispatchSemaphore(value: 0)
+        @Sendable func step(_ index: Int) {
+            if remaining.load(ordering: .relaxed) <= 0 { return }
+            if index + 1 < queueCount { submit(index + 1) { step(index + 1) } }
+            if remaining.wrappingSubtract(1, ordering: .relaxed).newValue == 0 { done.signal() }
+        }
+        return timed {
+            for _ in 0..<blocks { step(0) }
+            done.wait()
+        } / 1e6
+    }
+
     func cascade(_ emit: Emit) {
-        let queueCount = 80, blocks = 10_000, hops = queueCount * blocks / 4
+        let queueCount = 80, blocks = 10_000
         let (ours, theirs) = alternate({
             let queues = (0..<queueCount).map { TKDispatchQueue(label: "cascade\($0)") }
-            let remaining = Atomic<Int>(hops)
-            let done = DispatchSemaphore(value: 0)
-            @Sendable func step(_ index: Int) {
-                if remaining.load(ordering: .relaxed) <= 0 { return }
-                if index + 1 < queueCount { queues[index + 1].async { step(index + 1) } }
-                if remaining.wrappingSubtract(1, ordering: .relaxed).newValue == 0 { done.signal() }
-            }
-            return timed {
-                for _ in 0..<blocks { step(0) }
-                done.wait()
-            } / 1e6
+            return ScalingPrograms.cascadeShape(queueCount, blocks) { queues[$0].async(execute: $1) }
         }, {
             let queues = (0..<queueCount).map { DispatchQueue(label: "cascade\($0)") }
-            let remaining = Atomic<Int>(hops)
-            let done = DispatchSemaphore(value: 0)
-            @Sendable func step(_ index: Int) {
-                if remaining.load(ordering: .relaxed) <= 0 { return }
-                if index + 1 < queueCount { queues[index + 1].async { step(index + 1) } }
-                if remaining.wrappingSubtract(1, ordering: .relaxed).newValue == 0 { done.signal() }
-            }
-            return timed {
-                for _ in 0..<blocks { step(0) }
-                done.wait()
-            } / 1e6
+            return ScalingPrograms.cascadeShape(queueCount, blocks) { queues[$0].async(execute: $1) }
         })
         emit("cascade: 80 queues, 10,000 blocks (wall)", "ours", "TKDispatchQueue", ours, "ms", "≤ 1× libdispatch")
         emit("cascade: 80 queues, 10,000 blocks (wall)", "theirs", "DispatchQueue", theirs, "ms", "≤ 1× libdispatch")
@@ -111,18 +104,19 @@ struct ScalingPrograms {
 
     func contendedSync(_ emit: Emit) {
         let blockMicros: UInt32 = 10_000
+        /// One side: `barrier` submits the barrier, `sync` runs a block through sync.
+        func shape(_ barrier: (@escaping @Sendable () -> Void) -> Void, _ sync: @escaping @Sendable (() -> Void) -> Void) -> Double {
+            timed {
+                barrier { _ = usleep(blockMicros) }
+                _ = parallel(8) { _ in sync { _ = usleep(blockMicros) } }
+            } / 1e6
+        }
         let (ours, theirs) = alternate({
             let q = TKDispatchQueue(label: "contended", attributes: .concurrent)
-            return timed {
-                q.async(flags: .barrier) { _ = usleep(blockMicros) }
-                _ = parallel(8) { _ in q.sync { _ = usleep(blockMicros) } }
-            } / 1e6
+            return shape({ q.async(flags: .barrier, execute: $0) }, { q.sync(execute: $0) })
         }, {
             let q = DispatchQueue(label: "contended", attributes: .concurrent)
-            return timed {
-                q.async(flags: .barrier) { _ = usleep(blockMicros) }
-                _ = parallel(8) { _ in q.sync { _ = usleep(blockMicros) } }
-            } / 1e6
+            return shape({ q.async(flags: .barrier, execute: $0) }, { q.sync(execute: $0) })
         })
         emit("contended sync: 8 threads behind a barrier, 10 ms blocks (wall)", "ours", "TKDispatchQueue", ours, "ms", "≤ 1× libdispatch (ideal 20 ms)")
         emit("contended sync: 8 threads behind a barrier, 10 ms blocks (wall)", "theirs", "DispatchQueue", theirs, "ms", "≤ 1× libdispatch (ideal 20 ms)")
