@@ -174,8 +174,9 @@ final class DispatchSyncHandOffTests: XCTestCase {
         XCTAssertEqual(wrongThread.count, 0, "a sync block ran on another thread")
     }
 
-    /// Every pool worker is busy (one in a barrier, the rest spinning until the sync block runs):
-    /// the barrier's end must hand the queue to the waiting caller itself.
+    /// Every pool worker is busy (spinning until the sync block runs) when a barrier held inline
+    /// by another thread ends: that thread must hand the queue to the waiting caller itself; a
+    /// token for a pool worker would never run.
     func testAHandOffNeedsNoFreePoolWorker() {
         let width = DispatchPool.shared.width
         let queue = TKDispatchQueue(label: "no-free-worker", attributes: .concurrent)
@@ -183,15 +184,13 @@ final class DispatchSyncHandOffTests: XCTestCase {
         let released = Atomic<Bool>(false)
         let spinning = Atomic<Int>(0)
         let barrierRunning = Flag()
-        queue.async(flags: .barrier) { barrierRunning.set(); gate.wait() }
-        XCTAssertTrue(barrierRunning.wait())
-        for _ in 0..<max(0, width - 1) {
-            TKDispatchQueue.global().async {
-                spinning.wrappingAdd(1, ordering: .relaxed)
-                while !released.load(ordering: .relaxed) { sched_yield() }
+        let barrierThread = TestThread {
+            queue.sync(flags: .barrier) {
+                barrierRunning.set()
+                gate.wait()
             }
         }
-        XCTAssertTrue(waitUntil(.now + .seconds(30)) { spinning.load(ordering: .relaxed) == width - 1 })
+        XCTAssertTrue(barrierRunning.wait())
         let ranOnCaller = Flag()
         let caller = TestThread {
             let me = KernelThread.currentID()
@@ -201,9 +200,17 @@ final class DispatchSyncHandOffTests: XCTestCase {
             }
         }
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { caller.isParked })
+        for _ in 0..<width {
+            TKDispatchQueue.global().async {
+                spinning.wrappingAdd(1, ordering: .relaxed)
+                while !released.load(ordering: .relaxed) { sched_yield() }
+            }
+        }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { spinning.load(ordering: .relaxed) == width })
         gate.signal()
-        XCTAssertTrue(caller.join(until: .now + .seconds(30)), "the sync caller was never handed the queue")
+        XCTAssertTrue(caller.join(until: .now + .seconds(20)), "the sync caller was never handed the queue")
         released.store(true, ordering: .relaxed)
+        XCTAssertTrue(barrierThread.join())
         XCTAssertTrue(ranOnCaller.isSet)
     }
 }
