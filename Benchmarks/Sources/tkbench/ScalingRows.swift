@@ -101,11 +101,7 @@ enum ScalingRows {
     /// N sender threads each sending n/N port messages into one loop, against N threads each
     /// calling `execute` n/N times on one NIO event loop; timed until the loop handled the last.
     static func portMessagesFromSenders(_ senders: Int) -> Row {
-        let worker = BenchLoop()
-        let port = TKMessagePort()
-        let delegate = CountingDelegate()
-        port.delegate = delegate
-        worker.loop.add(port, forMode: .default)
+        let (port, delegate) = PortBenchmarks.portOnLoop()
         let nio = RunLoopBenchmarks.group.next()
         return Row(group: "scaling", name: "port messages, N senders", operations: 400_000, unit: .nanoseconds, contenders: [
             Contender(name: "TKMessagePort") { n in
