@@ -12,7 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-__thread uint32_t tk_tid_cache = 0;
+__thread uint32_t tk_tid_cache __attribute__((tls_model("initial-exec"))) = 0;
 __thread void *tk_park_observer = NULL;
 
 int tk_futex_wait(uint32_t *addr, uint32_t expected, const struct timespec *relative) {

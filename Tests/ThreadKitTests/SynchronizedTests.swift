@@ -1,6 +1,7 @@
 // synchronized(token): one recursive lock per token identity. Same token excludes, different
 // tokens do not block each other, nesting, errors release and propagate, return values, and the
-// token table shrinks back to empty.
+// token table shrinks back to empty; tokens crowding one stripe (more than its sticky slots, so
+// slots are rebound and overflow entries made) still exclude per token and never across tokens.
 @testable import ThreadKit
 import Foundation
 import Synchronization
@@ -98,5 +99,81 @@ final class SynchronizedTests: XCTestCase {
         XCTAssertEqual(insideCount, 1, "a held token must have exactly one entry")
         XCTAssertEqual(SyncTable.shared.count, 0, "the table kept entries for tokens nobody uses")
         XCTAssertLessThanOrEqual(SyncTable.shared.capacity, 64 * 5, "slots beyond the spares were kept")
+    }
+
+    /// Live tokens that fall into the same stripe of the table, more than it has sticky slots.
+    private func tokensSharingAStripe(_ count: Int) -> [Token] {
+        var byStripe: [Int: [Token]] = [:]
+        var keep: [Token] = []
+        while true {
+            let token = Token()
+            keep.append(token)
+            let stripe = Int((UInt(bitPattern: ObjectIdentifier(token)) >> 4) & 63)
+            byStripe[stripe, default: []].append(token)
+            if byStripe[stripe]!.count == count { return byStripe[stripe]! }
+        }
+    }
+
+    func testManyTokensOfOneStripeHeldAtOnceEachExcludeOnlyTheirOwn() {
+        let tokens = tokensSharingAStripe(3 * SyncTable.slotsPerStripe)
+        let holding = Flag(), release = DispatchSemaphore(value: 0)
+        let holder = TestThread {
+            func nest(_ i: Int) {
+                guard i < tokens.count else {
+                    holding.set()
+                    release.wait()
+                    return
+                }
+                synchronized(tokens[i]) { nest(i + 1) }
+            }
+            nest(0)
+        }
+        XCTAssertTrue(holding.wait())
+        XCTAssertEqual(SyncTable.shared.count, tokens.count, "each held token must have exactly one entry")
+        // Another thread is kept out of every one of them, and gets an unrelated token at once.
+        let entered = Atomic<Int>(0)
+        let other = TestThread {
+            synchronized(Token()) {}
+            for token in tokens { synchronized(token) { _ = entered.wrappingAdd(1, ordering: .relaxed) } }
+        }
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { other.isParked })
+        XCTAssertEqual(entered.load(ordering: .relaxed), 0, "entered a token another thread holds")
+        release.signal()
+        XCTAssertTrue(joinAll([holder, other]))
+        XCTAssertEqual(entered.load(ordering: .relaxed), tokens.count)
+        XCTAssertEqual(SyncTable.shared.count, 0)
+    }
+
+    func testTokensCrowdingOneStripeLoseNoIncrementsUnderContention() {
+        let tokens = tokensSharingAStripe(2 * SyncTable.slotsPerStripe + 1)
+        let counters = tokens.map { _ in Shared(0) }   // each guarded by synchronized(its token)
+        let rounds = stress(20_000)
+        let workers = TestThread.spawn(4, "crowd") { w in
+            var state = UInt64(w + 1)
+            for _ in 0..<rounds {
+                state = state &* 6364136223846793005 &+ 1442695040888963407
+                let x = Int(state >> 33) % tokens.count, y = Int(state >> 13) % tokens.count
+                let (a, b) = (min(x, y), max(x, y))   // one lock order: nesting in any order could deadlock
+                synchronized(tokens[a]) {
+                    counters[a].value += 1
+                    synchronized(tokens[b]) { if b != a { counters[b].value += 1 } }
+                }
+            }
+        }
+        XCTAssertTrue(joinAll(workers, until: .now + .seconds(120)))
+        // Every round adds 1 to a and 1 to b when they differ; count them independently.
+        var expected = Array(repeating: 0, count: tokens.count)
+        for w in 0..<4 {
+            var state = UInt64(w + 1)
+            for _ in 0..<rounds {
+                state = state &* 6364136223846793005 &+ 1442695040888963407
+                let x = Int(state >> 33) % tokens.count, y = Int(state >> 13) % tokens.count
+                let (a, b) = (min(x, y), max(x, y))
+                expected[a] += 1
+                if b != a { expected[b] += 1 }
+            }
+        }
+        XCTAssertEqual(counters.map { $0.value }, expected, "increments were lost")
+        XCTAssertEqual(SyncTable.shared.count, 0)
     }
 }

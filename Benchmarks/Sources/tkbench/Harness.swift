@@ -51,14 +51,7 @@ struct Harness {
         print("| row | contender | median per op | vs \("incumbent") | target |")
         print("|---|---|---|---|---|")
         for row in rows {
-            var samples = Array(repeating: [Double](), count: row.contenders.count)
-            for c in row.contenders { _ = c.measure(max(1, row.operations / 10)) }   // warm-up
-            for _ in 0..<rounds {
-                for (i, c) in row.contenders.enumerated() {
-                    samples[i].append(c.measure(row.operations) / Double(row.operations))
-                }
-            }
-            let medians = samples.map { $0.sorted()[$0.count / 2] }
+            let medians = medians(row)
             let referenceIndex = row.contenders.firstIndex { $0.name == row.reference } ?? 0
             for (i, c) in row.contenders.enumerated() {
                 let ratio = i == referenceIndex ? "1.00"
@@ -68,6 +61,18 @@ struct Harness {
             }
             fflush(nil)
         }
+    }
+
+    /// Each contender's median time per operation over the interleaved rounds (after a warm-up).
+    func medians(_ row: Row) -> [Double] {
+        var samples = Array(repeating: [Double](), count: row.contenders.count)
+        for c in row.contenders { _ = c.measure(max(1, row.operations / 10)) }   // warm-up
+        for _ in 0..<rounds {
+            for (i, c) in row.contenders.enumerated() {
+                samples[i].append(c.measure(row.operations) / Double(row.operations))
+            }
+        }
+        return samples.map { $0.sorted()[$0.count / 2] }
     }
 
     private func format(_ ns: Double, _ unit: Row.Unit) -> String {

@@ -67,12 +67,19 @@ enum PortBenchmarks {
         ], reference: "TKRunLoop.perform + semaphore", target: "≤ 1.2× our loop wakeup round trip")
     }
 
-    static func inProcessMessages() -> Row {
+    /// A message port on a loop thread of its own (which runs until the process ends), with a
+    /// counting delegate.
+    static func portOnLoop() -> (TKMessagePort, CountingDelegate) {
         let worker = BenchLoop()
         let port = TKMessagePort()
         let delegate = CountingDelegate()
         port.delegate = delegate
         worker.loop.add(port, forMode: .default)
+        return (port, delegate)
+    }
+
+    static func inProcessMessages() -> Row {
+        let (port, delegate) = portOnLoop()
         let nio = RunLoopBenchmarks.group.next()
         return Row(group: "ports", name: "port messages to a loop on another thread (per message)", operations: 500_000, unit: .nanoseconds, contenders: [
             Contender(name: "TKMessagePort") { n in

@@ -1,6 +1,8 @@
 // tkbench: ThreadKit against the incumbents. `tkbench` runs every group; `tkbench GROUP…` some;
 // `--list` names the groups; `--rounds N` sets the interleaved rounds (default 11). The timer
 // lateness table (2 s per timer; `--quick`: 0.5 s) is printed with the runloop group or `timers`.
+// `tkbench scaling [--out DIR]` (not part of "every group": it runs a child per CPU count) pins
+// each row to 1, 2, 4, 8 and 16 CPUs and writes scaling.csv and scaling.svg to DIR (default .).
 import Foundation
 
 let groups: [(String, () -> [Row])] = [
@@ -29,13 +31,23 @@ if arguments.count == 3, let n = Int(arguments[2]) {
 if arguments.first == "port-sender" { exit(PortBenchmarks.sender(Array(arguments.dropFirst()))) }
 // The fresh process of the "8 items blocking 1 s" row.
 if arguments.first == "blocking-child", arguments.count == 2 { exit(DispatchBenchmarks.blockingChild(arguments[1])) }
+// The pinned child of the scaling group.
+if arguments.first == "scaling-child", arguments.count == 4, let cpus = Int(arguments[1]), let n = Int(arguments[3]) {
+    exit(ScalingRows.child(cpus: cpus, file: arguments[2], rounds: n))
+}
 if arguments.contains("--list") {
     for (name, _) in groups { print(name) }
+    print("scaling")
     exit(0)
 }
 var rounds = 11
 if let i = arguments.firstIndex(of: "--rounds"), i + 1 < arguments.count, let n = Int(arguments[i + 1]) {
     rounds = n
+    arguments.removeSubrange(i...(i + 1))
+}
+var outDirectory = FileManager.default.currentDirectoryPath
+if let i = arguments.firstIndex(of: "--out"), i + 1 < arguments.count {
+    outDirectory = arguments[i + 1]
     arguments.removeSubrange(i...(i + 1))
 }
 let selected = arguments.isEmpty ? groups : groups.filter { arguments.contains($0.0) }
@@ -55,4 +67,7 @@ if arguments.isEmpty || arguments.contains("concurrency") {
 }
 if arguments.isEmpty || arguments.contains("runloop") || arguments.contains("timers") {
     RunLoopBenchmarks.timerLateness(seconds: arguments.contains("--quick") ? 0.5 : 2)
+}
+if arguments.contains("scaling") {
+    Scaling.run(rounds: rounds, directory: outDirectory)
 }

@@ -29,7 +29,10 @@ int tk_futex_wake(uint32_t *addr, int count);
 uint32_t tk_tid_slow(void);
 
 /// Per-thread cache of the kernel thread id (0 until first asked). Owned by its thread.
-extern __thread uint32_t tk_tid_cache;
+/// Initial-exec: a load at a fixed offset from the thread pointer, not a __tls_get_addr call per
+/// read (code built position-independent defaults to the general-dynamic model), which every
+/// lock and unlock pays. ThreadKit is linked into the program, never dlopen'ed late.
+extern __thread uint32_t tk_tid_cache __attribute__((tls_model("initial-exec")));
 
 /// The calling thread's kernel thread id, from a thread-local cache: a TLS load on the fast path.
 /// Linux thread ids fit in 22 bits (pid_max <= 2^22), which the lock words rely on.

@@ -10,6 +10,10 @@ extension TKDispatchQueue {
         case lane
         /// Submit this many tokens of the concurrent queue to the target.
         case tokens(Int)
+        /// As `tokens`, and wake these `sync` callers, whose width (or barrier) the pump took: the
+        /// thread that made room hands the queue over itself, as libdispatch does, so a waiting
+        /// caller never needs a pool worker to be free (workers may all be blocked elsewhere).
+        case tokensAndHandOffs(Int, [SyncWaiter])
     }
 
     /// Routes an entry by kind.
@@ -51,6 +55,9 @@ extension TKDispatchQueue {
         case .nothing: break
         case .lane:
             if kind == .main { MainQueueDriver.wakeMainLoop() } else { target!.enqueue(DispatchEntry(.drain(self))) }
+        case .tokensAndHandOffs(let count, let waiters):
+            if count > 0 { carryOut(.tokens(count)) }
+            for waiter in waiters { waiter.handOff() }
         case .tokens(let count):
             if case .root(let level) = target!.kind {
                 DispatchPool.shared.submit(DispatchEntry(.runNext(self)), level: level, count: count)
@@ -96,6 +103,10 @@ extension TKDispatchQueue {
                     lock.unlock()
                     break
                 }
+                if case .sync(let waiter) = entry.work, waiter.handsOff {
+                    handOffLane(to: waiter)
+                    return
+                }
                 entry.runObserved(on: self, exclusive: true)
                 ran += 1
             }
@@ -103,27 +114,48 @@ extension TKDispatchQueue {
         }
     }
 
+    /// The drainer has reached a `sync` caller waiting in the lane: the rest of the batch goes back,
+    /// in order, the lane becomes `ownedBySync` (as if the caller had entered inline) and the caller
+    /// is woken to run its block on its own thread; its leaving schedules the lane again. The
+    /// drainer stops draining this lane.
+    private func handOffLane(to waiter: SyncWaiter) {
+        lock.lock()
+        pending.prepend(contentsOf: batch)
+        state.lane = .ownedBySync
+        lock.unlock()
+        waiter.handOff()
+    }
+
     // MARK: Concurrent queues
 
     /// Moves entries that may start from `pending` to `ready`, one token each: non-barrier entries
     /// while no barrier is ready or running; a barrier only when nothing is in flight, and then
-    /// nothing after it. Caller holds lock.
+    /// nothing after it. A `sync` caller's entry takes its width (or the barrier) the same way but
+    /// gets no token: the caller is handed the queue (`carryOut`). Caller holds lock.
     func pumpLocked() -> Start {
         guard state.lifecycle == .active, state.suspendCount == 0, !state.barrierRunning else { return .nothing }
         var tokens = 0
+        var handOffs: [SyncWaiter] = []
+        func start(_ entry: DispatchEntry) {
+            if case .sync(let waiter) = entry.work, waiter.handsOff {
+                handOffs.append(waiter)
+            } else {
+                ready.append(entry)
+                tokens += 1
+            }
+        }
         while let head = pending.first {
             if head.barrier {
                 if state.inFlight == 0 {
-                    ready.append(pending.popFirst()!)
                     state.barrierRunning = true
-                    tokens += 1
+                    start(pending.popFirst()!)
                 }
                 break
             }
-            ready.append(pending.popFirst()!)
             state.inFlight += 1
-            tokens += 1
+            start(pending.popFirst()!)
         }
+        if !handOffs.isEmpty { return .tokensAndHandOffs(tokens, handOffs) }
         return tokens == 0 ? .nothing : .tokens(tokens)
     }
 

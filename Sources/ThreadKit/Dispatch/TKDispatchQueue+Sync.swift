@@ -1,12 +1,15 @@
 // TKDispatchQueue+Sync: `sync` (docs/DispatchPool.md, "Sync"): deadlock detection, the inline fast
-// path on the caller's thread, and the slow path through a SyncWaiter entry.
+// path on the caller's thread, and the slow path through a SyncWaiter entry: the drainer hands the
+// queue to the waiting caller, which runs its block on its own thread (the main queue excepted).
 
 extension TKDispatchQueue {
     /// Runs `work` on this queue and returns its result, after everything submitted before it (for
-    /// a barrier on a concurrent queue: alone). Runs on the caller's thread when the queue (and each
-    /// custom queue up its target chain) can be entered at once, as libdispatch does; otherwise the
-    /// thread that drains the queue runs it while the caller waits. `sync` onto a queue the caller
-    /// is running on (directly or through its targets) is a misuse that stops the process.
+    /// a barrier on a concurrent queue: alone). Runs on the caller's thread, as libdispatch does:
+    /// at once when the queue (and each custom queue up its target chain) can be entered; otherwise
+    /// the caller waits in the queue's FIFO until the drainer reaches it and hands the queue over
+    /// (then it takes the rest of the chain the same way). Only a chain that ends at the main queue
+    /// runs the block on the main thread, which drains it. `sync` onto a queue the caller is
+    /// running on (directly or through its targets) is a misuse that stops the process.
     public func sync<T>(flags: WorkFlags = [], execute work: () throws -> T) rethrows -> T {
         let barrier = flags.contains(.barrier)
         // To the lock-order checker an exclusive sync is taking a lock: the queue (§1).
@@ -16,7 +19,7 @@ extension TKDispatchQueue {
         return try syncHelper(barrier: barrier, work, rescue: { throw $0 })
     }
 
-    /// `rescue` rethrows the error the block threw on the drainer's thread: a rethrowing function may
+    /// `rescue` rethrows the error the block threw on the main thread: a rethrowing function may
     /// throw only through its closure parameters.
     private func syncHelper<T>(barrier: Bool, _ work: () throws -> T, rescue: (any Error) throws -> T) rethrows -> T {
         let context = DispatchContext.current
@@ -35,7 +38,12 @@ extension TKDispatchQueue {
                 defer { context.pop() }
                 return try work()
             }
-            if tryEnterInline(barrier: barrier) {
+            if !chainEndsAtMain {
+                if !tryEnterInline(barrier: barrier) {
+                    let start = Contention.start()   // counters (docs/Diagnostics.md §3)
+                    acquireForSync(barrier: barrier)
+                    Contention.queueWaited(label, since: start)
+                }
                 let pushed = pushChainFrames(context, barrier: barrier)
                 defer {
                     for _ in 0..<pushed { context.pop() }
@@ -44,6 +52,7 @@ extension TKDispatchQueue {
                 return try work()
             }
         }
+        // The main queue (or a chain ending there): the main thread runs the block.
         let result = withoutActuallyEscaping(work) { escapable -> Result<T, any Error> in
             let box = SyncResult<T>()
             let waiter = SyncWaiter { box.value = Result { try escapable() } }
@@ -56,6 +65,35 @@ extension TKDispatchQueue {
         switch result {
         case .success(let value): return value
         case .failure(let error): return try rescue(error)
+        }
+    }
+
+    /// Whether this queue or one up its target chain is the main queue.
+    private var chainEndsAtMain: Bool {
+        var queue: TKDispatchQueue? = self
+        while let q = queue {
+            if q.kind == .main { return true }
+            queue = q.target
+        }
+        return false
+    }
+
+    /// The slow path (libdispatch's `_dispatch_sync_f_slow` and `_dispatch_sync_recurse`): takes
+    /// this queue (exclusively if serial or `barrier`, else one unit of width), then each custom
+    /// queue up the chain (sharing concurrent ones), one level at a time. At a level that cannot be
+    /// entered at once the caller enqueues a hand-off waiter and parks; the drainer that reaches it
+    /// leaves the queue in exactly the state an inline entry would (serial: `ownedBySync`;
+    /// concurrent: width or the barrier taken by the pump) and wakes the caller. Holding a level
+    /// while waiting for the next is what libdispatch does; nothing can wait on it in the other
+    /// direction without being the deadlock misuse checked above.
+    private func acquireForSync(barrier: Bool) {
+        if !enterOne(barrier: barrier) {
+            let waiter = SyncWaiter()
+            enqueue(DispatchEntry(.sync(waiter), barrier: barrier))
+            waiter.waitForDrainer()
+        }
+        if let t = target, !t.isRoot, !t.tryEnterInline(barrier: false) {
+            t.acquireForSync(barrier: false)
         }
     }
 
@@ -144,6 +182,15 @@ extension TKDispatchQueue {
         switch kind {
         case .serial:
             lock.lock()
+            if state.lifecycle == .active, state.suspendCount == 0, let head = pending.first,
+               case .sync(let waiter) = head.work, waiter.handsOff {
+                // The next entry is another `sync` caller: the lane stays `ownedBySync` and goes
+                // straight to it, with no drain scheduled on a pool worker in between.
+                _ = pending.popFirst()
+                lock.unlock()
+                waiter.handOff()
+                return
+            }
             state.lane = .idle
             let start = planStartLocked()
             lock.unlock()
@@ -162,23 +209,41 @@ final class SyncResult<T>: @unchecked Sendable {
     var value: Result<T, any Error>?
 }
 
-/// A `sync` caller waiting in a queue: the drainer that reaches it runs its block (with the queue's
-/// exclusion in force), drops the block, then wakes the caller.
+/// A `sync` caller waiting in a queue. A hand-off waiter (no block): the drainer that reaches it
+/// hands the queue over (`handOff`) and the caller runs its block on its own thread. A main-queue
+/// waiter (a block): the main thread runs the block with the queue's exclusion in force, drops it,
+/// then wakes the caller.
 final class SyncWaiter: @unchecked Sendable {
     /// Set by the caller before the entry is enqueued (published by the queue's lock); run and
-    /// cleared by the drainer before it sets `done`.
+    /// cleared by the drainer before it sets `done`. Nil for a hand-off waiter.
     private var block: (() -> Void)?
+    /// Whether the drainer hands the queue to the caller instead of running a block. Immutable.
+    let handsOff: Bool
     private let done = ParkingEvent()
 
-    init(_ block: @escaping () -> Void) { self.block = block }
+    /// A hand-off waiter.
+    init() { handsOff = true }
+
+    /// A waiter whose block the drainer runs (chains ending at the main queue).
+    init(_ block: @escaping () -> Void) {
+        self.block = block
+        handsOff = false
+    }
 
     deinit { done.deallocate() }
 
     /// Drainer's thread. The block is released before the caller is woken: the caller's
-    /// `withoutActuallyEscaping` requires that nothing holds it when the call returns.
+    /// `withoutActuallyEscaping` requires that nothing holds it when the call returns. A hand-off
+    /// waiter never gets here: the lanes hand the queue over before running an entry.
     func runOnDrainer() {
+        precondition(!handsOff, "a sync hand-off waiter reached DispatchEntry.run")
         block?()
         block = nil
+        done.set()
+    }
+
+    /// Drainer's thread, after it has left the queue in the caller's hands: wakes the caller.
+    func handOff() {
         done.set()
     }
 

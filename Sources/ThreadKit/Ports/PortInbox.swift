@@ -31,8 +31,9 @@ final class PortInbox: @unchecked Sendable {
     /// Active `messages` iterations, and the list their `next()` calls wait on (made by the first).
     private var consumers = 0                        // guarded by mutex
     private var consumerWaiters: AsyncWaiters<TKPortMessage?>?   // guarded by mutex
-    /// `pending` as last published, read without the lock by loops deciding whether to look.
-    /// Sequentially consistent on both sides, like the loop's `wakePending`: a sender stores it
+    /// Non-zero while the queue is not empty (`pending` when it became so, or after a consumer
+    /// took one), read without the lock by loops deciding whether to look; only `> 0` is ever
+    /// asked. Sequentially consistent on both sides, like the loop's `wakePending`: a sender stores it
     /// before its wakeUp() reads `wakePending`; the loop clears `wakePending` before reading it,
     /// so either the sender's wake-up write happens or the loop sees the count.
     private let published = Atomic<Int>(0)
@@ -77,14 +78,27 @@ final class PortInbox: @unchecked Sendable {
             mutex.unlockInternal(tid)
             return .full
         }
+        let wasEmpty = queue.isEmpty
         queue.append(message)
+        if consumers > 0 {
+            // An active iteration takes the message: no loop needs waking, only a waiting consumer.
+            published.store(pending, ordering: .sequentiallyConsistent)
+            let waiting = consumerWaiters
+            mutex.unlockInternal(tid)
+            if let waiting { handOff(to: waiting) }
+            return .queued
+        }
+        guard wasEmpty else {
+            // The push that made the queue non-empty published it and woke the loops, and no loop
+            // has taken since (a take empties the queue under this mutex): they will take this
+            // message with it. So a burst costs one publication and one wake-up, not one each.
+            mutex.unlockInternal(tid)
+            return .queued
+        }
         published.store(pending, ordering: .sequentiallyConsistent)
-        // An active iteration takes the message: no loop needs waking, only a waiting consumer.
-        let targets = consumers > 0 ? [] : receivers
-        let waiting = consumers > 0 ? consumerWaiters : nil
+        let targets = receivers
         mutex.unlockInternal(tid)
         wake(targets, from: tid)
-        if let waiting { handOff(to: waiting) }
         return .queued
     }
 

@@ -19,20 +19,21 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         set { label.name = newValue }
     }
 
-    // lock() and unlock() are inlinable: re-entry and the uncontended first lock and last unlock
-    // compile into the caller.
+    // lock() and unlock() are inlinable and take at most one atomic read-modify-write each: the
+    // first lock is a CAS 0 → tid, the last unlock a CAS tid → 0, re-entry and an inner unlock
+    // none (the owner check is a plain load of a word no other thread can make equal to our id).
+    // Contention and misuse are out of line.
 
     @inlinable
     public func lock() {
         let tid = SystemCall.currentThreadID
-        if raw.owner() == tid {
-            depth.store(depth.load(ordering: .relaxed) + 1, ordering: .relaxed)
-        } else if raw.tryLockFast(tid) {
+        if raw.owner() == tid { depth.store(depth.load(ordering: .relaxed) + 1, ordering: .relaxed); return }
+        if raw.tryLockFast(tid) {
             depth.store(1, ordering: .relaxed)
             if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKRecursiveLock") }
-        } else {
-            lockContended()
+            return
         }
+        lockContended()
     }
 
     @usableFromInline
@@ -43,16 +44,21 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
     @inlinable
     public func unlock() {
         let tid = SystemCall.currentThreadID
-        let remaining = depth.load(ordering: .relaxed) - 1
-        if raw.owner() == tid && remaining > 0 {
-            depth.store(remaining, ordering: .relaxed)
-        } else {
-            unlockLast(tid)
+        // The last unlock. The owner check is a plain load (no other thread can make the word
+        // equal our id); the depth is cleared before the word is released, since the next owner
+        // writes it as soon as it has the lock.
+        if raw.owner() == tid, depth.load(ordering: .relaxed) == 1 {
+            depth.store(0, ordering: .relaxed)
+            if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
+            if !raw.tryUnlockFast(tid) { _ = raw.unlockSlow(tid) }   // parked waiters: wake one
+            return
         }
+        unlockSlow(tid)
     }
 
+    /// An inner unlock, or an unlock by a thread that does not hold the lock (misuse).
     @usableFromInline
-    func unlockLast(_ tid: UInt32) {
+    func unlockSlow(_ tid: UInt32) {
         guard raw.owner() == tid else {
             misuse("\(label.describe("TKRecursiveLock", self)).unlock() called on thread \(tid), but \(raw.ownerDescription()). "
                    + "Fix: balance every lock() with one unlock() on the same thread.")
@@ -76,6 +82,17 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKRecursiveLock", isTry: true) }
         return true
     }
+
+    /// Takes the lock only if nobody holds it, the caller included (no re-entry), and nobody is
+    /// parked for it: `synchronized` rebinding a slot to another token (Synchronized.swift).
+    func tryLockUnheld() -> Bool {
+        guard raw.tryLockFast(SystemCall.currentThreadID) else { return false }
+        depth.store(1, ordering: .relaxed)
+        return true
+    }
+
+    /// Whether some thread holds the lock (a snapshot; tests and table statistics).
+    var isHeld: Bool { raw.word.pointer.pointee.load(ordering: .relaxed) != 0 }
 
     public func lock(before deadline: ContinuousClock.Instant) -> Bool {
         lock(deadline: deadline)

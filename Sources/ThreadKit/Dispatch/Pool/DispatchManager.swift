@@ -53,7 +53,13 @@ final class DispatchManager: @unchecked Sendable {
     private let wakeFD: Int32
     private let timerFD: Int32
     private let lock = DispatchLock()
-    private var heap = DeadlineHeap<TimerTarget>()                  // guarded by lock
+    /// The timer heap holds slot numbers into `timerTargets`, not the targets themselves: its
+    /// entries are then plain values, and sifting one of 25,000 timers moves bytes instead of
+    /// copying, retaining and releasing an enum with a reference each step (that made a fire cost
+    /// several times libdispatch's; issue 12).
+    private var heap = DeadlineHeap<Int>()                          // guarded by lock
+    private var timerTargets: [TimerTarget?] = []                   // guarded by lock
+    private var freeTimerSlots: [Int] = []                          // guarded by lock
     private var watches: [Int32: Watch] = [:]                       // guarded by lock
     private var signalSources: [Int32: [TKDispatchSource]] = [:]    // guarded by lock
     private var caughtSignals: [Int32: Int] = [:]                   // guarded by lock: sources per signal
@@ -102,7 +108,15 @@ final class DispatchManager: @unchecked Sendable {
 
     private func push(_ target: TimerTarget, at deadline: ContinuousClock.Instant) {
         lock.lock()
-        heap.push(target, deadline: deadline)
+        let slot: Int
+        if let free = freeTimerSlots.popLast() {
+            slot = free
+            timerTargets[slot] = target
+        } else {
+            slot = timerTargets.count
+            timerTargets.append(target)
+        }
+        heap.push(slot, deadline: deadline)
         let earliest = heap.earliest == deadline
         let start = startThreadLocked()
         lock.unlock()
@@ -294,7 +308,12 @@ final class DispatchManager: @unchecked Sendable {
             // 1. Pop what is due (the clock is read under the lock: nothing fires early).
             lock.lock()
             let now = ContinuousClock.now
-            let due = heap.popDue(now)
+            let due = heap.popDue(now).map { entry -> TimerTarget in
+                let target = timerTargets[entry.payload]!
+                timerTargets[entry.payload] = nil
+                freeTimerSlots.append(entry.payload)
+                return target
+            }
             if !hasRegistrationsLocked {
                 if let since = idleSince, now - since >= DispatchManager.idleTimeout {
                     threadRunning = false
@@ -308,7 +327,7 @@ final class DispatchManager: @unchecked Sendable {
             let wakeAt = heap.earliest ?? idleSince.map { $0 + DispatchManager.idleTimeout }
             lock.unlock()
             // 2. Fire them with no lock held.
-            for entry in due { fire(entry.payload) }
+            for target in due { fire(target) }
             if !due.isEmpty { continue }
             // 3. Arm the timerfd only when the wake time moved.
             if wakeAt != armed {
