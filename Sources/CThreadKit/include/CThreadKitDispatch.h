@@ -48,4 +48,12 @@ int tk_inotify_read(int ifd, int32_t *wds, uint32_t *masks, int max);
 /// Size and link count of `fd` (fstat); returns 0, or -1 with errno set.
 int tk_fd_size_links(int fd, int64_t *size, uint64_t *links);
 
+/// CPUs in the calling thread's affinity mask (sched_getaffinity; masks of any size), or -1 with
+/// errno set. The dispatch pool's width (docs/DispatchPool.md, "Width").
+int tk_affinity_count(void);
+
+/// Restricts the calling thread (and the threads and processes it creates later) to the first `n`
+/// CPUs of its affinity mask; returns how many it kept, or -1 with errno set. For tests.
+int tk_affinity_keep_first(int n);
+
 #endif

@@ -8,7 +8,8 @@ import Synchronization
 final class DispatchPool: @unchecked Sendable {
     static let shared = DispatchPool()
 
-    /// Workers of one tier may run this many jobs at once (not counting blocked ones).
+    /// Workers of one tier may run this many jobs at once (not counting blocked ones): the CPUs this
+    /// process may use when the pool starts (affinity mask and cgroup quota, `CPUBudget`).
     let width: Int
     /// No tier ever has more threads than this, blocked ones included.
     static let hardCap = 64
@@ -56,7 +57,7 @@ final class DispatchPool: @unchecked Sendable {
     private let reportedStartFailure = Atomic<Int>(0)
 
     private init() {
-        width = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        width = CPUBudget.usableCPUs()
         runQueuesStorage = .allocate(capacity: 1)
         runQueuesStorage.initialize(to: RunQueues())
         tiers = .allocate(capacity: 2)
