@@ -27,8 +27,13 @@ final class DispatchPool: @unchecked Sendable {
         var running = 0
         /// Workers parked inside a ThreadKit wait while running a job.
         var blocked = 0
-        /// Live worker threads (running + blocked + idle).
+        /// Workers the monitor found blocked outside ThreadKit (no progress for a tick, thread not
+        /// runnable) while running a job: not counted running, like blocked ones.
+        var stalled = 0
+        /// Live worker threads (running + blocked + stalled + idle).
         var threads = 0
+        /// Every live worker of the tier (the monitor looks at the busy ones).
+        var workers: [PoolWorker] = []
         /// Workers woken or started that have not popped a job yet. While one searches, submits
         /// wake nobody else: the searcher wakes the next when it finds a job and more wait.
         var searching = 0
@@ -41,7 +46,7 @@ final class DispatchPool: @unchecked Sendable {
     /// process) and reached through addressors: a stored property of a class pays a runtime
     /// exclusivity check on every access, which showed on the submit path.
     private let runQueuesStorage: UnsafeMutablePointer<RunQueues>
-    private var runQueues: RunQueues {
+    var runQueues: RunQueues {
         unsafeAddress { UnsafePointer(runQueuesStorage) }
         unsafeMutableAddress { runQueuesStorage }
     }
@@ -50,7 +55,11 @@ final class DispatchPool: @unchecked Sendable {
     /// value only delays that check by one job.
     let nonEmptyMirror = Atomic<UInt8>(0)
     /// Normal (0) and background (1), guarded by lock; in memory of their own like the run queues.
-    private let tiers: UnsafeMutablePointer<Tier>
+    let tiers: UnsafeMutablePointer<Tier>
+    /// The monitor's state, guarded by lock; in memory of its own like the tiers.
+    let monitor: UnsafeMutablePointer<MonitorState>
+    /// Set to wake the monitor thread (docs/DispatchPool.md, "Workers blocked outside ThreadKit").
+    let monitorEvent = ParkingEvent()
     private var nextWorkerNumber = 0             // guarded by lock
     /// 0: no worker start has failed; 1: one did and was reported; 2: a start succeeded after that
     /// and was reported too. Each report is made once per process.
@@ -62,17 +71,21 @@ final class DispatchPool: @unchecked Sendable {
         runQueuesStorage.initialize(to: RunQueues())
         tiers = .allocate(capacity: 2)
         tiers.initialize(repeating: Tier(), count: 2)
+        monitor = .allocate(capacity: 1)
+        monitor.initialize(to: MonitorState())
     }
 
     /// What a locked section decided to do once the lock is released.
-    private struct Actions {
+    struct Actions {
         var wake: PoolWorker?
         var spawn = 0
         var spawnBackground = false
+        var monitor = MonitorAction.none
 
         mutating func perform(_ pool: DispatchPool) {
             wake?.event.set()
             for _ in 0..<spawn { pool.startWorker(background: spawnBackground) }
+            pool.perform(monitor)
         }
     }
 
@@ -105,8 +118,9 @@ final class DispatchPool: @unchecked Sendable {
 
     /// Wakes an idle worker, or plans a new one, if the tier may admit work, work waits, and no
     /// worker is searching already. Caller holds lock.
-    private func offerWorkLocked(background: Bool, _ actions: inout Actions) {
+    func offerWorkLocked(background: Bool, _ actions: inout Actions) {
         let t = background ? 1 : 0
+        watchLocked(t, batches: false, &actions)
         guard tiers[t].searching == 0, tiers[t].running < width, runQueues.hasWork(background: background) else { return }
         if background && !runQueues.backgroundAdmissible() {
             // Background work waits behind normal work: make sure a background worker will notice
@@ -164,7 +178,14 @@ final class DispatchPool: @unchecked Sendable {
                 // so aging counts the jobs that really started (docs/DispatchPool.md).
                 let alone = runQueues.nonEmpty == UInt8(1) << job.1
                 let extra = alone ? min(DispatchPool.batchLimit - 1, runQueues.count(job.1) / (2 * width)) : 0
-                if extra > 0 { runQueues.popMore(job.1, into: worker.batch, max: extra) }
+                if extra > 0 {
+                    worker.batchLock.lock()
+                    worker.batchLevel = job.1
+                    runQueues.popMore(job.1, into: worker.batch, max: extra)
+                    worker.batchLock.unlock()
+                    // Jobs now wait in a batch: the monitor watches for the worker stalling.
+                    watchLocked(t, batches: true, &actions)
+                }
                 nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
                 if wasSearching {
                     wasSearching = false
@@ -203,22 +224,24 @@ final class DispatchPool: @unchecked Sendable {
         return nil
     }
 
-    /// Puts the unstarted rest of `worker`'s batch back at the front of `level` (the worker blocked,
-    /// or more important work arrived) and lets another worker take it. Worker's thread.
-    func giveBack(_ worker: PoolWorker, level: Int) {
-        guard !worker.batch.isEmpty else { return }
+    /// Puts the unstarted rest of `worker`'s batch back at the front of its level (more important
+    /// work arrived) and lets another worker take it. Worker's thread.
+    func giveBack(_ worker: PoolWorker) {
         lock.lock()
-        giveBackLocked(worker, level: level)
+        giveBackLocked(worker)
         var actions = Actions()
         offerWorkLocked(background: worker.background, &actions)
         lock.unlock()
         actions.perform(self)
     }
 
-    /// Returns `worker`'s unstarted batch to the front of `level`. Caller holds `lock`.
-    private func giveBackLocked(_ worker: PoolWorker, level: Int) {
+    /// Returns `worker`'s unstarted batch to the front of its level. Caller holds `lock` (any thread:
+    /// the monitor takes a stalled worker's batch back).
+    func giveBackLocked(_ worker: PoolWorker) {
+        worker.batchLock.lock()
+        defer { worker.batchLock.unlock() }
         guard !worker.batch.isEmpty else { return }
-        runQueues.giveBack(worker.batch, level: level)
+        runQueues.giveBack(worker.batch, level: worker.batchLevel)
         nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
     }
 
@@ -243,6 +266,7 @@ final class DispatchPool: @unchecked Sendable {
             let now = ContinuousClock.now
             if now >= retireAt {
                 tiers[t].idle.removeAll { $0 === worker }
+                tiers[t].workers.removeAll { $0 === worker }
                 worker.isIdle = false
                 tiers[t].threads -= 1
                 return .retire
@@ -254,14 +278,14 @@ final class DispatchPool: @unchecked Sendable {
     }
 
     /// `worker` is about to park inside a ThreadKit wait while running a job: another worker may
-    /// take its place at once.
-    func workerWillBlock(_ worker: PoolWorker, batchLevel: Int) {
+    /// take its place at once. `wasStalled`: the monitor counted it stalled already.
+    func workerWillBlock(_ worker: PoolWorker, wasStalled: Bool) {
         let t = worker.background ? 1 : 0
         lock.lock()
-        tiers[t].running -= 1
+        if wasStalled { tiers[t].stalled -= 1 } else { tiers[t].running -= 1 }
         tiers[t].blocked += 1
         // The jobs it took with the blocked one must not wait for it.
-        giveBackLocked(worker, level: batchLevel)
+        giveBackLocked(worker)
         var actions = Actions()
         offerWorkLocked(background: worker.background, &actions)
         lock.unlock()
@@ -278,12 +302,24 @@ final class DispatchPool: @unchecked Sendable {
         }
     }
 
+    /// The monitor counted `worker` stalled while its job ran, and the job has ended: it counts as
+    /// running again (the tier may be over width until a worker reaches a job boundary).
+    func workerDidUnstall(_ worker: PoolWorker) {
+        let t = worker.background ? 1 : 0
+        lock.withLock {
+            tiers[t].stalled -= 1
+            tiers[t].running += 1
+        }
+    }
+
     private func startWorker(background: Bool) {
+        let t = background ? 1 : 0
+        let worker = PoolWorker(pool: self, background: background)
         let number = lock.withLock { () -> Int in
             nextWorkerNumber += 1
+            tiers[t].workers.append(worker)
             return nextWorkerNumber
         }
-        let worker = PoolWorker(pool: self, background: background)
         let thread = TKThread(name: background ? "tk.dispatch.bg.\(number)" : "tk.dispatch.\(number)") { worker.run() }
         if background { thread.qualityOfService = .background }
         do {
@@ -296,8 +332,8 @@ final class DispatchPool: @unchecked Sendable {
             // The OS refused a thread: give the slot back, and let ThreadStartRetry try again (with
             // back-off) so the queued work runs once a thread can start, even if nothing else is
             // ever submitted.
-            let t = background ? 1 : 0
             let queued = lock.withLock { () -> Int in
+                tiers[t].workers.removeAll { $0 === worker }
                 tiers[t].threads -= 1
                 tiers[t].running -= 1
                 tiers[t].searching -= 1
@@ -326,12 +362,14 @@ final class DispatchPool: @unchecked Sendable {
 
     // MARK: Observing (tests)
 
-    struct Snapshot { let threads: Int; let running: Int; let blocked: Int; let idle: Int; let searching: Int }
+    struct Snapshot {
+        let threads: Int; let running: Int; let blocked: Int; let stalled: Int; let idle: Int; let searching: Int
+    }
 
     func snapshot(background: Bool = false) -> Snapshot {
         let t = background ? 1 : 0
         return lock.withLock { Snapshot(threads: tiers[t].threads, running: tiers[t].running, blocked: tiers[t].blocked,
-                                          idle: tiers[t].idle.count, searching: tiers[t].searching) }
+                                          stalled: tiers[t].stalled, idle: tiers[t].idle.count, searching: tiers[t].searching) }
     }
 }
 

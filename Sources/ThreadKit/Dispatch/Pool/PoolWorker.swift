@@ -1,7 +1,10 @@
 // PoolWorker: one thread of the dispatch pool and its ParkingObserver. The loop below is the
-// worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle` and
-// `idleDeadline` are guarded by the pool's lock; `runningJob` and `countedBlocked` belong to the
-// worker's thread (the observer is called only on it).
+// worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle`,
+// `idleDeadline` and `monitorSeen` are guarded by the pool's lock; `batch` and `batchLevel` by
+// `batchLock` (the worker pops, the pool's monitor takes a stalled worker's batch back);
+// `activity` is the worker's progress word (written by the worker, marked by the monitor: see
+// there); `runningJob`, `countedBlocked` and `activityCount` belong to the worker's thread (the
+// observer is called only on it).
 import Synchronization
 
 final class PoolWorker: ParkingObserver, @unchecked Sendable {
@@ -19,10 +22,28 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     let started = Atomic<Bool>(false)
     /// The worker's dispatch context (installed as its thread's context).
     let context = DispatchContext()
-    /// Jobs taken from the pool with the one running, not started yet, all of `batchLevel`. Worker
-    /// thread only (moved back to the pool, under the pool's lock, by this thread).
+    /// Jobs taken from the pool with the one running, not started yet, all of `batchLevel`. Guarded
+    /// by `batchLock` (taken after the pool's lock when both are held): the worker pops them; the
+    /// pool moves them back to its run queues when the worker blocks, stalls, or more important
+    /// work arrives.
     let batch = JobRing<DispatchEntry>(capacity: DispatchPool.batchLimit)
-    private var batchLevel = 0
+    var batchLevel = 0
+    let batchLock = DispatchLock()
+    /// The progress word the pool's monitor watches (docs/DispatchPool.md, "Workers blocked outside
+    /// ThreadKit"): `count << 2 | observable << 1 | stalled`. The worker stores a new count at every
+    /// job start and end and around every ThreadKit park, with `observable` set while it runs a job
+    /// and is not parked in ThreadKit; the monitor, under the pool's lock, sets `stalled` by a
+    /// compare-exchange against the word it saw a tick earlier (so only a worker that made no
+    /// progress since is marked) and clears it the same way. Whoever's read-modify-write comes
+    /// second sees the other's: a worker whose exchange returns `stalled` set was counted stalled
+    /// and tells the pool. Acquire-release RMWs; the counts themselves are under the pool's lock.
+    let activity = Atomic<UInt64>(0)
+    /// Worker thread only: the count part of `activity`.
+    private var activityCount: UInt64 = 0
+    /// The word the monitor saw at its previous tick. Guarded by the pool's lock.
+    var monitorSeen: UInt64 = 0
+    /// The worker's kernel thread id (0 until it runs), for the monitor's look at its state.
+    let threadID = Atomic<UInt32>(0)
     /// Worker thread only: inside a job (parks then mean a blocked worker).
     private var runningJob = false
     /// Worker thread only: the pool counts this worker as blocked right now.
@@ -40,6 +61,7 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
 
     /// The worker loop: pop a job and run it; with none, sleep idle; retire after idling long.
     func run() {
+        threadID.store(SystemCall.currentThreadID, ordering: .relaxed)
         started.store(true, ordering: .releasing)
         DispatchContext.install(context)
         Parking.setObserverForCurrentThread(self)
@@ -47,18 +69,17 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         // The worker was counted running and searching when it was planned.
         var searching = true
         while true {
-            if let entry = batch.popFirst() {
+            if let (entry, level) = popBatch() {
                 // More important work arrived meanwhile: it goes first, the batch goes back.
-                if pool.nonEmptyMirror.load(ordering: .relaxed) >> (batchLevel + 1) != 0 {
-                    batch.prepend(entry)
-                    pool.giveBack(self, level: batchLevel)
+                if pool.nonEmptyMirror.load(ordering: .relaxed) >> (level + 1) != 0 {
+                    batchLock.withLock { batch.prepend(entry) }
+                    pool.giveBack(self)
                     continue
                 }
-                runJob(entry, level: batchLevel)
+                runJob(entry, level: level)
                 continue
             }
             if let (entry, level) = pool.nextJob(for: self, wasSearching: &searching) {
-                batchLevel = level
                 runJob(entry, level: level)
                 continue
             }
@@ -70,12 +91,29 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         }
     }
 
+    /// The next entry of the batch and its level. Worker thread.
+    private func popBatch() -> (DispatchEntry, Int)? {
+        batchLock.lock()
+        defer { batchLock.unlock() }
+        return batch.popFirst().map { ($0, batchLevel) }
+    }
+
+    /// Stores the next progress word (`observable`: inside a job and not parked in ThreadKit) and
+    /// returns whether the monitor had marked the worker stalled. Worker thread.
+    @inline(__always)
+    private func advanceActivity(observable: Bool) -> Bool {
+        activityCount &+= 1
+        let old = activity.exchange(activityCount << 2 | (observable ? 2 : 0), ordering: .acquiringAndReleasing)
+        return old & 1 != 0
+    }
+
     private func runJob(_ entry: DispatchEntry, level: Int) {
         if level != appliedLevel && !background && WorkerPriority.canRaise {
             WorkerPriority.apply(level: level, to: SystemCall.currentThreadID)
             appliedLevel = level
         }
         runningJob = true
+        _ = advanceActivity(observable: true)   // not observable before: never marked
         if entry.isUserWork {
             // A block of a global queue runs "inside" that global queue.
             context.push(TKDispatchQueue.root(level), exclusive: false)
@@ -85,6 +123,8 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
             entry.run()
         }
         runningJob = false
+        // Counted stalled by the monitor while it ran: running again now.
+        if advanceActivity(observable: false) { pool.workerDidUnstall(self) }
     }
 
     private enum IdleOutcome { case woken, admittedItself, retired }
@@ -116,12 +156,15 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     func willPark() {
         guard runningJob, !countedBlocked else { return }
         countedBlocked = true
-        pool.workerWillBlock(self, batchLevel: batchLevel)
+        // Counted stalled already: the pool moves it from stalled to blocked instead of running.
+        let wasStalled = advanceActivity(observable: false)
+        pool.workerWillBlock(self, wasStalled: wasStalled)
     }
 
     func didUnpark() {
         guard countedBlocked else { return }
         countedBlocked = false
+        _ = advanceActivity(observable: true)   // not observable while parked: never marked
         pool.workerDidUnblock(self)
     }
 }

@@ -1,0 +1,146 @@
+// DispatchPool+Monitor: notices workers blocked outside ThreadKit (docs/DispatchPool.md, "Workers
+// blocked outside ThreadKit"). A ThreadKit wait tells the pool at once (the ParkingObserver); a
+// plain read(2), sleep(3), a pthread or Foundation lock does not. While a tier has work waiting and
+// no room to admit it (or jobs wait in a worker's batch), one monitor thread looks at the tier's
+// busy workers every `monitorTick`: a worker whose progress word has not changed since the previous
+// tick (it has been inside the same job, outside any ThreadKit park, for at least one tick) loses
+// its unstarted batch to the run queues, and if its thread is not runnable (`S` or `D` in
+// /proc/self/task/TID/stat) it is counted **stalled** instead of running, so another worker may
+// take its place, within the hard cap. A stalled worker whose thread is runnable again, or whose
+// job ends, counts as running again. Everything here runs under the pool's lock, on the monitor
+// thread, except `perform(_:)` (after unlocking, on the thread that decided the action).
+import Glibc
+
+extension DispatchPool {
+    /// How often the monitor looks while it watches: a worker blocked outside ThreadKit is noticed
+    /// after one to two ticks (libdispatch on Linux polls once a second).
+    static let monitorTick: Duration = .milliseconds(5)
+
+    /// Guarded by the pool's lock.
+    struct MonitorState {
+        /// The monitor thread exists (started, not retired).
+        var threadRunning = false
+        /// It is ticking, or has been told to start: nobody needs to wake it.
+        var awake = false
+    }
+
+    enum MonitorAction { case none, wake, start }
+
+    /// Plans waking (or starting) the monitor if tier `t` has something to watch and the monitor
+    /// sleeps. `batches`: look into the busy workers' batches too (a worker just took one); the
+    /// submit path looks only at the run queues. Caller holds `lock`.
+    @inline(__always)
+    func watchLocked(_ t: Int, batches: Bool, _ actions: inout Actions) {
+        guard !monitor.pointee.awake, needsWatchLocked(t, batches: batches) else { return }
+        monitor.pointee.awake = true
+        if monitor.pointee.threadRunning {
+            actions.monitor = .wake
+        } else {
+            monitor.pointee.threadRunning = true
+            actions.monitor = .start
+        }
+    }
+
+    /// Whether tier `t` has work that a stuck worker could hold up: jobs waiting with no room to
+    /// admit them, or jobs waiting in a busy worker's batch. Caller holds `lock`.
+    private func needsWatchLocked(_ t: Int, batches: Bool) -> Bool {
+        if tiers[t].running >= width && runQueues.hasWork(background: t == 1) { return true }
+        guard batches else { return false }
+        for worker in tiers[t].workers where !worker.isIdle {
+            worker.batchLock.lock()
+            let batched = !worker.batch.isEmpty
+            worker.batchLock.unlock()
+            if batched { return true }
+        }
+        return false
+    }
+
+    func perform(_ action: MonitorAction) {
+        switch action {
+        case .none: return
+        case .wake: monitorEvent.set()
+        case .start:
+            let thread = TKThread(name: "tk.dispatch.monitor") { [self] in monitorLoop() }
+            do {
+                try thread.startOrThrow()
+            } catch {
+                // No thread now: the next submission that finds something to watch tries again.
+                lock.withLock { monitor.pointee = MonitorState() }
+            }
+        }
+    }
+
+    /// The monitor thread: look every tick while there is something to watch; sleep otherwise;
+    /// end after `idleTimeout` of sleep.
+    private func monitorLoop() {
+        while true {
+            lock.lock()
+            var actions = Actions()
+            var watching = false
+            for t in 0..<2 where needsWatchLocked(t, batches: true) {
+                watching = true
+                scanLocked(t, &actions)
+            }
+            if !watching {
+                monitor.pointee.awake = false
+                monitorEvent.reset()
+            }
+            lock.unlock()
+            actions.perform(self)
+            if watching {
+                _ = monitorEvent.wait(deadline: .now + DispatchPool.monitorTick, spinLimit: 0, observed: false)
+                continue
+            }
+            if monitorEvent.wait(deadline: .now + DispatchPool.idleTimeout, spinLimit: 0, observed: false) { continue }
+            let retire = lock.withLock { () -> Bool in
+                // A waker that raced the timeout has set `awake` and is about to set the event.
+                guard !monitor.pointee.awake else { return false }
+                monitor.pointee.threadRunning = false
+                return true
+            }
+            if retire { return }
+        }
+    }
+
+    /// One look at tier `t`'s busy workers. Caller holds `lock`.
+    private func scanLocked(_ t: Int, _ actions: inout Actions) {
+        var freed = false
+        for worker in tiers[t].workers where !worker.isIdle {
+            let word = worker.activity.load(ordering: .acquiring)
+            defer { worker.monitorSeen = worker.activity.load(ordering: .relaxed) }
+            let observable = word & 2 != 0, stalled = word & 1 != 0
+            guard observable, word == worker.monitorSeen else { continue }
+            // Inside the same job since the last tick, not parked in ThreadKit.
+            if !stalled {
+                // Its unstarted batch must not wait for it, whatever it is doing.
+                giveBackLocked(worker)
+                freed = true
+                if DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
+                   worker.activity.compareExchange(expected: word, desired: word | 1,
+                                                   ordering: .acquiringAndReleasing).exchanged {
+                    tiers[t].running -= 1
+                    tiers[t].stalled += 1
+                }
+            } else if !DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
+                      worker.activity.compareExchange(expected: word, desired: word & ~1,
+                                                      ordering: .acquiringAndReleasing).exchanged {
+                // Runnable again inside the same job: it counts as running (the tier may be over
+                // width until a worker reaches a job boundary).
+                tiers[t].stalled -= 1
+                tiers[t].running += 1
+            }
+        }
+        if freed { offerWorkLocked(background: t == 1, &actions) }
+    }
+
+    /// Whether kernel thread `tid` of this process is sleeping (`S`) or in an uninterruptible wait
+    /// (`D`) rather than running or runnable, from /proc/self/task/TID/stat. False if unknown.
+    static func threadIsWaiting(_ tid: UInt32) -> Bool {
+        guard tid != 0, let stat = SystemCall.readSmallFile("/proc/self/task/\(tid)/stat", limit: 512),
+              let close = stat.lastIndex(of: ")") else { return false }
+        // "TID (COMM) STATE ...": COMM may hold spaces and parentheses, so look after the last ')'.
+        let rest = stat[stat.index(after: close)...].drop(while: { $0 == " " })
+        guard let state = rest.first else { return false }
+        return state == "S" || state == "D"
+    }
+}
