@@ -15,6 +15,8 @@
 
 #define TK_NSIG 65
 
+__thread void *tk_pool_worker = NULL;
+
 static uint64_t tk_signal_counts[TK_NSIG];
 static int tk_signal_wake_fd = -1;
 static struct sigaction tk_signal_saved[TK_NSIG];

@@ -56,4 +56,11 @@ int tk_affinity_count(void);
 /// CPUs of its affinity mask; returns how many it kept, or -1 with errno set. For tests.
 int tk_affinity_keep_first(int n);
 
+/// The dispatch pool worker running on this thread (an opaque, unretained PoolWorker set by the
+/// worker for its own thread's lifetime; NULL on other threads). Read and written only by its own
+/// thread: a submission made on a worker may go to that worker's local queue.
+extern __thread void *tk_pool_worker;
+static inline void *tk_pool_worker_get(void) { return tk_pool_worker; }
+static inline void tk_pool_worker_set(void *worker) { tk_pool_worker = worker; }
+
 #endif

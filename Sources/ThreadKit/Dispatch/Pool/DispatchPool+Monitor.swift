@@ -33,6 +33,7 @@ extension DispatchPool {
     func watchLocked(_ t: Int, batches: Bool, _ actions: inout Actions) {
         guard !monitor.pointee.awake, needsWatchLocked(t, batches: batches) else { return }
         monitor.pointee.awake = true
+        monitorAwakeMirror.store(true, ordering: .relaxed)
         if monitor.pointee.threadRunning {
             actions.monitor = .wake
         } else {
@@ -47,9 +48,9 @@ extension DispatchPool {
         if tiers[t].running >= width && runQueues.hasWork(background: t == 1) { return true }
         guard batches else { return false }
         for worker in tiers[t].workers where !worker.isIdle {
-            worker.batchLock.lock()
-            let batched = !worker.batch.isEmpty
-            worker.batchLock.unlock()
+            worker.localLock.lock()
+            let batched = !worker.local.isEmpty
+            worker.localLock.unlock()
             if batched { return true }
         }
         return false
@@ -65,7 +66,10 @@ extension DispatchPool {
                 try thread.startOrThrow()
             } catch {
                 // No thread now: the next submission that finds something to watch tries again.
-                lock.withLock { monitor.pointee = MonitorState() }
+                lock.withLock {
+                    monitor.pointee = MonitorState()
+                    monitorAwakeMirror.store(false, ordering: .relaxed)
+                }
             }
         }
     }
@@ -83,6 +87,7 @@ extension DispatchPool {
             }
             if !watching {
                 monitor.pointee.awake = false
+                monitorAwakeMirror.store(false, ordering: .relaxed)
                 monitorEvent.reset()
             }
             lock.unlock()

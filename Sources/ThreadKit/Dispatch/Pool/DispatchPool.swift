@@ -2,6 +2,7 @@
 // "What wakes a worker"). Any thread may submit; workers pop. Everything below is guarded by
 // `lock`, a DispatchLock (a leaf: nothing is locked or woken while it is held; wakes and thread
 // starts happen after unlocking, from the lists the locked section filled in).
+import CThreadKit
 import Glibc
 import Synchronization
 
@@ -19,6 +20,12 @@ final class DispatchPool: @unchecked Sendable {
     /// level holds several per worker and no other level waits: fewer lock round trips when a
     /// queue is long.
     static let batchLimit = 8
+    /// A worker's local queue holds at most this many jobs (docs/DispatchPool.md, "Local queues and
+    /// stealing"); more go to the run queues.
+    static let localLimit = 32
+    /// Local jobs a worker starts in a row while jobs of the same level wait in the run queues,
+    /// before its local queue goes behind them (a batch, at most `batchLimit - 1`, never reaches it).
+    static let localStreakLimit = 8
 
     /// Per tier (0 normal, 1 background). Guarded by `lock`.
     struct Tier {
@@ -54,6 +61,17 @@ final class DispatchPool: @unchecked Sendable {
     /// reads it without the lock to see whether more important work has arrived. Relaxed: a stale
     /// value only delays that check by one job.
     let nonEmptyMirror = Atomic<UInt8>(0)
+    /// `tiers[t].searching` as of its last change (under `lock`), per tier: a worker that pushed a
+    /// second local job asks for a thief only while nobody searches. Relaxed: a stale value costs
+    /// one needless lock visit or one missed wake that the monitor's next tick repairs.
+    let searchingNormal = Atomic<Int>(0)
+    let searchingBackground = Atomic<Int>(0)
+    @inline(__always) func searchingMirror(_ t: Int) -> Int {
+        t == 0 ? searchingNormal.load(ordering: .relaxed) : searchingBackground.load(ordering: .relaxed)
+    }
+    /// `monitor.awake` as of its last change (under `lock`): a local push wakes the monitor only
+    /// while it sleeps. Relaxed, for the same reason.
+    let monitorAwakeMirror = Atomic<Bool>(false)
     /// Normal (0) and background (1), guarded by lock; in memory of their own like the run queues.
     let tiers: UnsafeMutablePointer<Tier>
     /// The monitor's state, guarded by lock; in memory of its own like the tiers.
@@ -94,6 +112,13 @@ final class DispatchPool: @unchecked Sendable {
     /// Appends `entry` to the run queue of `level` and wakes or starts a worker if the tier may
     /// take more work and nobody is already looking for it.
     func submit(_ entry: DispatchEntry, level: Int) {
+        // Submitted by a job running on a worker of the right tier: its local queue, no lock.
+        if let raw = tk_pool_worker_get() {
+            let worker = Unmanaged<PoolWorker>.fromOpaque(raw).takeUnretainedValue()
+            if worker.background == (level == RunQueues.background), let before = worker.pushLocal(entry, level: level) {
+                return localPushed(worker, before: before)
+            }
+        }
         lock.lock()
         runQueues.push(entry, level: level)
         nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
@@ -116,27 +141,58 @@ final class DispatchPool: @unchecked Sendable {
         actions.perform(self)
     }
 
-    /// Wakes an idle worker, or plans a new one, if the tier may admit work, work waits, and no
-    /// worker is searching already. Caller holds lock.
-    func offerWorkLocked(background: Bool, _ actions: inout Actions) {
+    /// After `worker` put a job on its local queue (`before` were there already): the monitor must
+    /// be watching (the job that pushed may run long, or block outside ThreadKit, with its
+    /// continuation behind it), and from the second job on an idle worker may come and steal
+    /// (asked at 1, 2, 4, 8 and 16 jobs, and only while nobody searches, so a burst of local pushes
+    /// visits the pool's lock a few times, not once per job). Worker thread.
+    private func localPushed(_ worker: PoolWorker, before: Int) {
+        let t = worker.background ? 1 : 0
+        let wantMonitor = !monitorAwakeMirror.load(ordering: .relaxed)
+        let wantThief = before >= 1 && before & (before - 1) == 0 && searchingMirror(t) == 0
+        guard wantMonitor || wantThief else { return }
+        lock.lock()
+        var actions = Actions()
+        if wantMonitor { watchLocked(t, batches: true, &actions) }
+        if wantThief { offerWorkLocked(background: worker.background, forStealing: true, &actions) }
+        lock.unlock()
+        actions.perform(self)
+    }
+
+    /// Changes `tiers[t].searching` and its mirror. Caller holds lock.
+    @inline(__always)
+    private func addSearching(_ t: Int, _ delta: Int) {
+        tiers[t].searching += delta
+        if t == 0 {
+            searchingNormal.store(tiers[t].searching, ordering: .relaxed)
+        } else {
+            searchingBackground.store(tiers[t].searching, ordering: .relaxed)
+        }
+    }
+
+    /// Wakes an idle worker, or plans a new one, if the tier may admit work, work waits (in the run
+    /// queues; `forStealing`: in a worker's local queue), and no worker is searching already.
+    /// Caller holds lock.
+    func offerWorkLocked(background: Bool, forStealing: Bool = false, _ actions: inout Actions) {
         let t = background ? 1 : 0
-        watchLocked(t, batches: false, &actions)
-        guard tiers[t].searching == 0, tiers[t].running < width, runQueues.hasWork(background: background) else { return }
-        if background && !runQueues.backgroundAdmissible() {
+        if !forStealing { watchLocked(t, batches: false, &actions) }
+        guard tiers[t].searching == 0, tiers[t].running < width,
+              forStealing || runQueues.hasWork(background: background) else { return }
+        if background && !forStealing && !runQueues.backgroundAdmissible() {
             // Background work waits behind normal work: make sure a background worker will notice
             // when it ages (an idle one parks until the aging deadline).
             let aging = runQueues.backgroundAgingDeadline()
             if tiers[1].threads == 0 {
                 tiers[1].threads += 1
                 tiers[1].running += 1
-                tiers[1].searching += 1
+                addSearching(1, 1)
                 actions.spawn = 1
                 actions.spawnBackground = true
             } else if let worker = tiers[1].idle.last, let aging, worker.idleDeadline.map({ $0 > aging }) ?? true {
                 // It sleeps past the aging deadline: wake it so it re-parks with the new one.
                 tiers[1].idle.removeLast()
                 tiers[1].running += 1
-                tiers[1].searching += 1
+                addSearching(1, 1)
                 worker.isIdle = false
                 actions.wake = worker
             }
@@ -145,12 +201,12 @@ final class DispatchPool: @unchecked Sendable {
         if let worker = tiers[t].idle.popLast() {
             worker.isIdle = false
             tiers[t].running += 1
-            tiers[t].searching += 1
+            addSearching(t, 1)
             actions.wake = worker
         } else if tiers[t].threads < DispatchPool.hardCap {
             tiers[t].threads += 1
             tiers[t].running += 1
-            tiers[t].searching += 1
+            addSearching(t, 1)
             actions.spawn = 1
             actions.spawnBackground = background
         }
@@ -167,29 +223,31 @@ final class DispatchPool: @unchecked Sendable {
         lock.lock()
         var actions = Actions()
         if tiers[t].running <= width {
-            let job: (DispatchEntry, Int)?
+            var job: (DispatchEntry, Int)?
             if background {
                 job = runQueues.popBackground(now: { ContinuousClock.now }).map { ($0, RunQueues.background) }
             } else {
                 job = runQueues.popNormal()
             }
+            // Nothing in the run queues of the tier: take half of a busy worker's local queue.
+            if job == nil && !runQueues.hasWork(background: background) { job = stealLocked(for: worker, t, &actions) }
             if let job {
                 // Batch only while the level is alone: under competition every job is one pick,
                 // so aging counts the jobs that really started (docs/DispatchPool.md).
                 let alone = runQueues.nonEmpty == UInt8(1) << job.1
                 let extra = alone ? min(DispatchPool.batchLimit - 1, runQueues.count(job.1) / (2 * width)) : 0
                 if extra > 0 {
-                    worker.batchLock.lock()
-                    worker.batchLevel = job.1
-                    runQueues.popMore(job.1, into: worker.batch, max: extra)
-                    worker.batchLock.unlock()
+                    worker.localLock.lock()
+                    worker.localLevel = job.1
+                    runQueues.popMore(job.1, into: worker.local, max: extra)
+                    worker.localLock.unlock()
                     // Jobs now wait in a batch: the monitor watches for the worker stalling.
                     watchLocked(t, batches: true, &actions)
                 }
                 nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
                 if wasSearching {
                     wasSearching = false
-                    tiers[t].searching -= 1
+                    addSearching(t, -1)
                     // Chain: more work waits, so the next searcher is woken now.
                     offerWorkLocked(background: background, &actions)
                 }
@@ -208,7 +266,7 @@ final class DispatchPool: @unchecked Sendable {
         // Idle: over width (a blocked worker came back) or nothing to do.
         if wasSearching {
             wasSearching = false
-            tiers[t].searching -= 1
+            addSearching(t, -1)
         }
         tiers[t].running -= 1
         tiers[t].idle.append(worker)
@@ -224,11 +282,36 @@ final class DispatchPool: @unchecked Sendable {
         return nil
     }
 
-    /// Puts the unstarted rest of `worker`'s batch back at the front of its level (more important
-    /// work arrived) and lets another worker take it. Worker's thread.
-    func giveBack(_ worker: PoolWorker) {
+    /// Moves the newer half of a busy worker's local queue to `thief`'s (empty) one and returns its
+    /// first job. Caller holds lock; the two local locks are taken under it, one victim at a time.
+    private func stealLocked(for thief: PoolWorker, _ t: Int, _ actions: inout Actions) -> (DispatchEntry, Int)? {
+        for victim in tiers[t].workers where victim !== thief && !victim.isIdle {
+            victim.localLock.lock()
+            let count = victim.local.count
+            guard count > 0 else {
+                victim.localLock.unlock()
+                continue
+            }
+            thief.localLock.lock()
+            let level = victim.localLevel
+            thief.localLevel = level
+            // The newest `(count + 1) / 2`, in their order.
+            for _ in 0..<(count + 1) / 2 { thief.local.prepend(victim.local.popLast()!) }
+            let first = thief.local.popFirst()!
+            thief.localLock.unlock()
+            victim.localLock.unlock()
+            if !thief.local.isEmpty { watchLocked(t, batches: true, &actions) }
+            return (first, level)
+        }
+        return nil
+    }
+
+    /// Puts the unstarted rest of `worker`'s local queue back in its level (another level waits:
+    /// at the front; jobs of its own level waited: at the back) and lets another worker take it.
+    /// Worker's thread.
+    func giveBack(_ worker: PoolWorker, toFront: Bool) {
         lock.lock()
-        giveBackLocked(worker)
+        giveBackLocked(worker, toFront: toFront)
         var actions = Actions()
         offerWorkLocked(background: worker.background, &actions)
         lock.unlock()
@@ -237,11 +320,11 @@ final class DispatchPool: @unchecked Sendable {
 
     /// Returns `worker`'s unstarted batch to the front of its level. Caller holds `lock` (any thread:
     /// the monitor takes a stalled worker's batch back).
-    func giveBackLocked(_ worker: PoolWorker) {
-        worker.batchLock.lock()
-        defer { worker.batchLock.unlock() }
-        guard !worker.batch.isEmpty else { return }
-        runQueues.giveBack(worker.batch, level: worker.batchLevel)
+    func giveBackLocked(_ worker: PoolWorker, toFront: Bool = true) {
+        worker.localLock.lock()
+        defer { worker.localLock.unlock() }
+        guard !worker.local.isEmpty else { return }
+        runQueues.giveBack(worker.local, level: worker.localLevel, atFront: toFront)
         nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
     }
 
@@ -336,7 +419,7 @@ final class DispatchPool: @unchecked Sendable {
                 tiers[t].workers.removeAll { $0 === worker }
                 tiers[t].threads -= 1
                 tiers[t].running -= 1
-                tiers[t].searching -= 1
+                addSearching(t, -1)
                 return runQueues.totalCount
             }
             if reportedStartFailure.compareExchange(expected: 0, desired: 1, ordering: .relaxed).exchanged {

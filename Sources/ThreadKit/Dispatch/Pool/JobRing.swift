@@ -46,6 +46,13 @@ final class JobRing<Element>: @unchecked Sendable {
         return element
     }
 
+    /// Removes the last element (the newest): a thief's end of a worker's local queue.
+    func popLast() -> Element? {
+        guard count > 0 else { return nil }
+        count &-= 1
+        return (buffer + ((head &+ count) & (capacity &- 1))).move()
+    }
+
     /// The first element, left in place.
     var first: Element? { count > 0 ? buffer[head] : nil }
 

@@ -1,10 +1,12 @@
 // PoolWorker: one thread of the dispatch pool and its ParkingObserver. The loop below is the
 // worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle`,
-// `idleDeadline` and `monitorSeen` are guarded by the pool's lock; `batch` and `batchLevel` by
-// `batchLock` (the worker pops, the pool's monitor takes a stalled worker's batch back);
+// `idleDeadline` and `monitorSeen` are guarded by the pool's lock; `local` and `localLevel` by
+// `localLock` (the worker pushes and pops; thieves and the monitor take jobs out, always while
+// holding the pool's lock, so two local locks are only ever held together under it);
 // `activity` is the worker's progress word (written by the worker, marked by the monitor: see
 // there); `runningJob`, `countedBlocked` and `activityCount` belong to the worker's thread (the
 // observer is called only on it).
+import CThreadKit
 import Synchronization
 
 final class PoolWorker: ParkingObserver, @unchecked Sendable {
@@ -22,13 +24,15 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     let started = Atomic<Bool>(false)
     /// The worker's dispatch context (installed as its thread's context).
     let context = DispatchContext()
-    /// Jobs taken from the pool with the one running, not started yet, all of `batchLevel`. Guarded
-    /// by `batchLock` (taken after the pool's lock when both are held): the worker pops them; the
-    /// pool moves them back to its run queues when the worker blocks, stalls, or more important
-    /// work arrives.
-    let batch = JobRing<DispatchEntry>(capacity: DispatchPool.batchLimit)
-    var batchLevel = 0
-    let batchLock = DispatchLock()
+    /// The worker's local queue (docs/DispatchPool.md, "Local queues and stealing"): jobs taken
+    /// from the run queues with the one running (a batch) and jobs this worker submitted itself
+    /// while running one, not started yet, all of `localLevel`, FIFO. Guarded by `localLock` (taken
+    /// after the pool's lock when both are held): the worker pushes at the back and pops at the
+    /// front; a thief takes the newer half from the back; the pool moves them back to its run
+    /// queues when the worker blocks, stalls, or another level waits.
+    let local = JobRing<DispatchEntry>(capacity: DispatchPool.localLimit)
+    var localLevel = 0
+    let localLock = DispatchLock()
     /// The progress word the pool's monitor watches (docs/DispatchPool.md, "Workers blocked outside
     /// ThreadKit"): `count << 2 | observable << 1 | stalled`. The worker stores a new count at every
     /// job start and end and around every ThreadKit park, with `observable` set while it runs a job
@@ -48,6 +52,9 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     private var runningJob = false
     /// Worker thread only: the pool counts this worker as blocked right now.
     private var countedBlocked = false
+    /// Worker thread only: local jobs started in a row while jobs of the same level waited in the
+    /// run queues; at `localStreakLimit` the local queue goes to the back of the run queue.
+    private var localStreak = 0
     /// Worker thread only: the level whose OS priority the thread has (-1: not set by the pool; a
     /// new thread inherits whatever its creator had).
     private var appliedLevel = -1
@@ -65,21 +72,33 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         started.store(true, ordering: .releasing)
         DispatchContext.install(context)
         Parking.setObserverForCurrentThread(self)
-        defer { Parking.setObserverForCurrentThread(nil) }
+        tk_pool_worker_set(Unmanaged.passUnretained(self).toOpaque())
+        defer {
+            tk_pool_worker_set(nil)
+            Parking.setObserverForCurrentThread(nil)
+        }
         // The worker was counted running and searching when it was planned.
         var searching = true
         while true {
-            if let (entry, level) = popBatch() {
-                // More important work arrived meanwhile: it goes first, the batch goes back.
-                if pool.nonEmptyMirror.load(ordering: .relaxed) >> (level + 1) != 0 {
-                    batchLock.withLock { batch.prepend(entry) }
-                    pool.giveBack(self)
+            if let (entry, level) = popLocal() {
+                let waiting = pool.nonEmptyMirror.load(ordering: .relaxed)
+                let otherLevels = waiting & ~(UInt8(1) << level)
+                if otherLevels != 0 || (waiting != 0 && localStreak >= DispatchPool.localStreakLimit) {
+                    // Another level waits (its order and aging belong to the run queues): the local
+                    // queue goes back to the front of its level and the worker picks there. Or
+                    // jobs of this level have waited there behind `localStreakLimit` local ones:
+                    // the local queue goes behind them.
+                    localLock.withLock { local.prepend(entry) }
+                    pool.giveBack(self, toFront: otherLevels != 0)
+                    localStreak = 0
                     continue
                 }
+                localStreak = waiting != 0 ? localStreak + 1 : 0
                 runJob(entry, level: level)
                 continue
             }
             if let (entry, level) = pool.nextJob(for: self, wasSearching: &searching) {
+                localStreak = 0
                 runJob(entry, level: level)
                 continue
             }
@@ -91,11 +110,25 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         }
     }
 
-    /// The next entry of the batch and its level. Worker thread.
-    private func popBatch() -> (DispatchEntry, Int)? {
-        batchLock.lock()
-        defer { batchLock.unlock() }
-        return batch.popFirst().map { ($0, batchLevel) }
+    /// Puts `entry`, submitted by the job this worker runs, on its local queue; returns how many
+    /// jobs were there before, or nil if it must go to the run queues (not inside a job, the queue
+    /// holds another level, or it is full). Worker thread.
+    func pushLocal(_ entry: DispatchEntry, level: Int) -> Int? {
+        guard runningJob else { return nil }
+        localLock.lock()
+        defer { localLock.unlock() }
+        let before = local.count
+        guard before < DispatchPool.localLimit, before == 0 || localLevel == level else { return nil }
+        if before == 0 { localLevel = level }
+        local.append(entry)
+        return before
+    }
+
+    /// The next entry of the local queue and its level. Worker thread.
+    private func popLocal() -> (DispatchEntry, Int)? {
+        localLock.lock()
+        defer { localLock.unlock() }
+        return local.popFirst().map { ($0, localLevel) }
     }
 
     /// Stores the next progress word (`observable`: inside a job and not parked in ThreadKit) and
