@@ -121,7 +121,7 @@ final class DispatchPool: @unchecked Sendable {
         }
         lock.lock()
         runQueues.push(entry, level: level)
-        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+        publishNonEmptyLocked()
         var actions = Actions()
         offerWorkLocked(background: level == RunQueues.background, &actions)
         lock.unlock()
@@ -134,7 +134,7 @@ final class DispatchPool: @unchecked Sendable {
         if count == 1 { return submit(entry, level: level) }
         lock.lock()
         for _ in 0..<count { runQueues.push(entry, level: level) }
-        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+        publishNonEmptyLocked()
         var actions = Actions()
         offerWorkLocked(background: level == RunQueues.background, &actions)
         lock.unlock()
@@ -157,6 +157,15 @@ final class DispatchPool: @unchecked Sendable {
         if wantThief { offerWorkLocked(background: worker.background, forStealing: true, &actions) }
         lock.unlock()
         actions.perform(self)
+    }
+
+    /// Copies `runQueues.nonEmpty` to its mirror, only when it changed: every worker reads the
+    /// mirror between local jobs, so a store per submission would move its cache line to the
+    /// submitter and back once per job in a flood. Caller holds lock.
+    @inline(__always)
+    private func publishNonEmptyLocked() {
+        let bits = runQueues.nonEmpty
+        if nonEmptyMirror.load(ordering: .relaxed) != bits { nonEmptyMirror.store(bits, ordering: .relaxed) }
     }
 
     /// Changes `tiers[t].searching` and its mirror. Caller holds lock.
@@ -244,7 +253,7 @@ final class DispatchPool: @unchecked Sendable {
                     // Jobs now wait in a batch: the monitor watches for the worker stalling.
                     watchLocked(t, batches: true, &actions)
                 }
-                nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+                publishNonEmptyLocked()
                 if wasSearching {
                     wasSearching = false
                     addSearching(t, -1)
@@ -325,7 +334,7 @@ final class DispatchPool: @unchecked Sendable {
         defer { worker.localLock.unlock() }
         guard !worker.local.isEmpty else { return }
         runQueues.giveBack(worker.local, level: worker.localLevel, atFront: toFront)
-        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+        publishNonEmptyLocked()
     }
 
     /// Called by an idle worker whose sleep ended without being woken. `.woken`: a waker took it off
