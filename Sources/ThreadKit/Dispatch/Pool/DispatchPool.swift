@@ -119,6 +119,11 @@ final class DispatchPool: @unchecked Sendable {
                 return localPushed(worker, before: before)
             }
         }
+        submitShared(entry, level: level)
+    }
+
+    /// Appends `entry` to the run queue of `level` (never a local queue) and offers it.
+    private func submitShared(_ entry: DispatchEntry, level: Int) {
         lock.lock()
         runQueues.push(entry, level: level)
         publishNonEmptyLocked()
@@ -128,10 +133,11 @@ final class DispatchPool: @unchecked Sendable {
         actions.perform(self)
     }
 
-    /// Appends `count` copies of `entry` (tokens of a concurrent queue, helpers of concurrentPerform).
+    /// Appends `count` copies of `entry` (tokens of a concurrent queue, helpers of concurrentPerform)
+    /// to the run queues, never to a local queue: they are there to run side by side.
     func submit(_ entry: DispatchEntry, level: Int, count: Int) {
         guard count > 0 else { return }
-        if count == 1 { return submit(entry, level: level) }
+        if count == 1 { return submitShared(entry, level: level) }
         lock.lock()
         for _ in 0..<count { runQueues.push(entry, level: level) }
         publishNonEmptyLocked()
