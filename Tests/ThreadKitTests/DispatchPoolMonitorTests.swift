@@ -2,7 +2,8 @@
 // parking observer never sees, no longer hold up the work behind them: the pool's monitor notices
 // a worker that made no progress for a tick while its thread sleeps, and lets another run, within
 // the hard cap. Judged by Foundation's DispatchSemaphore and by the pipe itself (the item that
-// releases the readers is queued behind them), never by the pool's own counts alone.
+// releases the readers is queued behind them), never by the pool's own counts alone. Also: a
+// continuation left on the local queue of a job that spins (never parks) still runs elsewhere.
 import Dispatch
 import Foundation
 import Synchronization
@@ -90,6 +91,35 @@ final class DispatchPoolMonitorTests: XCTestCase {
         }
         XCTAssertEqual(group.wait(timeout: .now() + 60), .success)
         XCTAssertLessThanOrEqual(maxActive.load(ordering: .relaxed), cores)
+    }
+
+    func testAContinuationOnTheLocalQueueOfABusyJobStillRuns() {
+        // A job submits a continuation (which goes to its own worker's local queue) and then spins,
+        // never parking, until the continuation has run: another worker must get it (the monitor
+        // hands the local queue of a worker without progress to the run queues).
+        let done = DispatchSemaphore(value: 0)
+        let ran = Atomic<Bool>(false), sawIt = Atomic<Bool>(false)
+        TKDispatchQueue.global().async {
+            TKDispatchQueue.global().async { ran.store(true, ordering: .releasing) }
+            let deadline = ContinuousClock.now + .seconds(20)
+            while !ran.load(ordering: .acquiring) && ContinuousClock.now < deadline {}
+            sawIt.store(ran.load(ordering: .acquiring), ordering: .relaxed)
+            done.signal()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 60), .success)
+        XCTAssertTrue(sawIt.load(ordering: .relaxed), "the continuation waited for the job that submitted it")
+        // The same with a serial queue's lane, submitted from a serial queue.
+        let a = TKDispatchQueue(label: "a"), b = TKDispatchQueue(label: "b")
+        let ranB = Atomic<Bool>(false), sawB = Atomic<Bool>(false)
+        a.async {
+            b.async { ranB.store(true, ordering: .releasing) }
+            let deadline = ContinuousClock.now + .seconds(20)
+            while !ranB.load(ordering: .acquiring) && ContinuousClock.now < deadline {}
+            sawB.store(ranB.load(ordering: .acquiring), ordering: .relaxed)
+            done.signal()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 60), .success)
+        XCTAssertTrue(sawB.load(ordering: .relaxed), "queue b's lane waited for the job on queue a that submitted it")
     }
 
     func testTheThreadStateIsReadFromProc() {

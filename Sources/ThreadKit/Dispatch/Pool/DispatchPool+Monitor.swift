@@ -12,9 +12,10 @@
 import Glibc
 
 extension DispatchPool {
-    /// How often the monitor looks while it watches: a worker blocked outside ThreadKit is noticed
-    /// after one to two ticks (libdispatch on Linux polls once a second).
-    static let monitorTick: Duration = .milliseconds(5)
+    /// How often the monitor looks while it watches: a worker blocked outside ThreadKit, or a local
+    /// queue behind a long job, is noticed after one to two ticks (libdispatch on Linux polls once
+    /// a second). A tick costs one lock visit and one load per busy worker.
+    static let monitorTick: Duration = .milliseconds(1)
 
     /// Guarded by the pool's lock.
     struct MonitorState {
@@ -120,7 +121,10 @@ extension DispatchPool {
                 // Its unstarted batch must not wait for it, whatever it is doing.
                 giveBackLocked(worker)
                 freed = true
-                if DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
+                // Replacing it helps only if work waits with no room to admit it; only then is its
+                // thread's state read (a /proc read, ~10 µs: not once per tick per long job).
+                let compensate = tiers[t].running >= width && runQueues.hasWork(background: t == 1)
+                if compensate, DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
                    worker.activity.compareExchange(expected: word, desired: word | 1,
                                                    ordering: .acquiringAndReleasing).exchanged {
                     tiers[t].running -= 1
