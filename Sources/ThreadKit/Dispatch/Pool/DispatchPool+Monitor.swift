@@ -75,16 +75,22 @@ extension DispatchPool {
         }
     }
 
-    /// The monitor thread: look every tick while there is something to watch; sleep otherwise;
-    /// end after `idleTimeout` of sleep.
+    /// The monitor thread: look every tick while there is something to watch, and keep ticking
+    /// while any worker is busy (sleeping whenever the run queues are momentarily empty would make
+    /// every refill of a flood wake it again: a futex wake and a context switch per refill); sleep
+    /// once the pool is idle; end after `idleTimeout` of sleep.
     private func monitorLoop() {
         while true {
             lock.lock()
             var actions = Actions()
             var watching = false
-            for t in 0..<2 where needsWatchLocked(t, batches: true) {
-                watching = true
-                scanLocked(t, &actions)
+            for t in 0..<2 {
+                if needsWatchLocked(t, batches: true) {
+                    scanLocked(t, &actions)
+                    watching = true
+                } else if tiers[t].running + tiers[t].stalled > 0 {
+                    watching = true
+                }
             }
             if !watching {
                 monitor.pointee.awake = false

@@ -140,13 +140,21 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         return old & 1 != 0
     }
 
+    /// The same, from a word that was not observable: the monitor never marks such a word (its
+    /// compare-exchange expects `observable`), so a plain store does, without a locked instruction.
+    @inline(__always)
+    private func becomeObservable() {
+        activityCount &+= 1
+        activity.store(activityCount << 2 | 2, ordering: .releasing)
+    }
+
     private func runJob(_ entry: DispatchEntry, level: Int) {
         if level != appliedLevel && !background && WorkerPriority.canRaise {
             WorkerPriority.apply(level: level, to: SystemCall.currentThreadID)
             appliedLevel = level
         }
         runningJob = true
-        _ = advanceActivity(observable: true)   // not observable before: never marked
+        becomeObservable()
         if entry.isUserWork {
             // A block of a global queue runs "inside" that global queue.
             context.push(TKDispatchQueue.root(level), exclusive: false)
@@ -197,7 +205,7 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     func didUnpark() {
         guard countedBlocked else { return }
         countedBlocked = false
-        _ = advanceActivity(observable: true)   // not observable while parked: never marked
+        becomeObservable()   // not observable while parked
         pool.workerDidUnblock(self)
     }
 }
