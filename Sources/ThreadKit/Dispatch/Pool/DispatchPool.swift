@@ -244,8 +244,12 @@ final class DispatchPool: @unchecked Sendable {
             } else {
                 job = runQueues.popNormal()
             }
-            // Nothing in the run queues of the tier: take half of a busy worker's local queue.
-            if job == nil && !runQueues.hasWork(background: background) { job = stealLocked(for: worker, t, &actions) }
+            // Nothing in the run queues of the tier: take half of a busy worker's local queue (a
+            // background thief only while no normal work waits: the background admission rule).
+            if job == nil && !runQueues.hasWork(background: background)
+                && (!background || !runQueues.hasWork(background: false)) {
+                job = stealLocked(for: worker, t, &actions)
+            }
             if let job {
                 // Batch only while the level is alone: under competition every job is one pick,
                 // so aging counts the jobs that really started (docs/DispatchPool.md).
