@@ -66,6 +66,12 @@ final class DispatchPool: @unchecked Sendable {
     /// one needless lock visit or one missed wake that the monitor's next tick repairs.
     let searchingNormal = Atomic<Int>(0)
     let searchingBackground = Atomic<Int>(0)
+    /// `tiers[t].idle.count` as of its last change (under `lock`), per tier, for the same purpose.
+    let idleNormal = Atomic<Int>(0)
+    let idleBackground = Atomic<Int>(0)
+    @inline(__always) func idleMirror(_ t: Int) -> Int {
+        t == 0 ? idleNormal.load(ordering: .relaxed) : idleBackground.load(ordering: .relaxed)
+    }
     @inline(__always) func searchingMirror(_ t: Int) -> Int {
         t == 0 ? searchingNormal.load(ordering: .relaxed) : searchingBackground.load(ordering: .relaxed)
     }
@@ -111,19 +117,22 @@ final class DispatchPool: @unchecked Sendable {
 
     /// Appends `entry` to the run queue of `level` and wakes or starts a worker if the tier may
     /// take more work and nobody is already looking for it.
-    func submit(_ entry: DispatchEntry, level: Int) {
+    func submit(_ entry: consuming DispatchEntry, level: Int) {
         // Submitted by a job running on a worker of the right tier: its local queue, no lock.
         if let raw = tk_pool_worker_get() {
             let worker = Unmanaged<PoolWorker>.fromOpaque(raw).takeUnretainedValue()
-            if worker.background == (level == RunQueues.background), let before = worker.pushLocal(entry, level: level) {
-                return localPushed(worker, before: before)
+            if worker.background == (level == RunQueues.background) && worker.mayPushLocal {
+                switch worker.pushLocal(entry, level: level) {
+                case .pushed(let before): return localPushed(worker, before: before)
+                case .refused(let back): entry = back
+                }
             }
         }
         submitShared(entry, level: level)
     }
 
     /// Appends `entry` to the run queue of `level` (never a local queue) and offers it.
-    private func submitShared(_ entry: DispatchEntry, level: Int) {
+    private func submitShared(_ entry: consuming DispatchEntry, level: Int) {
         lock.lock()
         runQueues.push(entry, level: level)
         publishNonEmptyLocked()
@@ -149,13 +158,16 @@ final class DispatchPool: @unchecked Sendable {
 
     /// After `worker` put a job on its local queue (`before` were there already): the monitor must
     /// be watching (the job that pushed may run long, or block outside ThreadKit, with its
-    /// continuation behind it), and from the second job on an idle worker may come and steal
-    /// (asked at 1, 2, 4, 8 and 16 jobs, and only while nobody searches, so a burst of local pushes
-    /// visits the pool's lock a few times, not once per job). Worker thread.
+    /// continuation behind it), and an idle worker may come and steal — `async` means "may run
+    /// now, beside me", and the job that pushed often goes on running (a token loop, a drain, a
+    /// fan-out). Asked at 0, 1, 2, 4, 8 and 16 jobs before, and only while an idle worker exists
+    /// and nobody searches (atomic mirrors, read without the lock), so a burst of local pushes
+    /// visits the pool's lock a few times, not once per job, and a push with a searcher already
+    /// on its way (the common case in a chain of hops) visits it not at all. Worker thread.
     private func localPushed(_ worker: PoolWorker, before: Int) {
         let t = worker.background ? 1 : 0
         let wantMonitor = !monitorAwakeMirror.load(ordering: .relaxed)
-        let wantThief = before >= 1 && before & (before - 1) == 0 && searchingMirror(t) == 0
+        let wantThief = before & (before &- 1) == 0 && searchingMirror(t) == 0 && idleMirror(t) > 0
         guard wantMonitor || wantThief else { return }
         lock.lock()
         var actions = Actions()
@@ -172,6 +184,16 @@ final class DispatchPool: @unchecked Sendable {
     private func publishNonEmptyLocked() {
         let bits = runQueues.nonEmpty
         if nonEmptyMirror.load(ordering: .relaxed) != bits { nonEmptyMirror.store(bits, ordering: .relaxed) }
+    }
+
+    /// Copies `tiers[t].idle.count` to its mirror. Caller holds lock.
+    @inline(__always)
+    private func publishIdleLocked(_ t: Int) {
+        if t == 0 {
+            idleNormal.store(tiers[t].idle.count, ordering: .relaxed)
+        } else {
+            idleBackground.store(tiers[t].idle.count, ordering: .relaxed)
+        }
     }
 
     /// Changes `tiers[t].searching` and its mirror. Caller holds lock.
@@ -206,6 +228,7 @@ final class DispatchPool: @unchecked Sendable {
             } else if let worker = tiers[1].idle.last, let aging, worker.idleDeadline.map({ $0 > aging }) ?? true {
                 // It sleeps past the aging deadline: wake it so it re-parks with the new one.
                 tiers[1].idle.removeLast()
+                publishIdleLocked(1)
                 tiers[1].running += 1
                 addSearching(1, 1)
                 worker.isIdle = false
@@ -214,6 +237,7 @@ final class DispatchPool: @unchecked Sendable {
             return
         }
         if let worker = tiers[t].idle.popLast() {
+            publishIdleLocked(t)
             worker.isIdle = false
             tiers[t].running += 1
             addSearching(t, 1)
@@ -289,6 +313,7 @@ final class DispatchPool: @unchecked Sendable {
         }
         tiers[t].running -= 1
         tiers[t].idle.append(worker)
+        publishIdleLocked(t)
         worker.isIdle = true
         worker.event.reset()
         worker.idleDeadline = background ? runQueues.backgroundAgingDeadline() : nil
@@ -360,6 +385,7 @@ final class DispatchPool: @unchecked Sendable {
             guard worker.isIdle else { return .woken }
             if worker.background && runQueues.backgroundAdmissible() && tiers[1].running < width {
                 tiers[1].idle.removeAll { $0 === worker }
+                publishIdleLocked(1)
                 worker.isIdle = false
                 tiers[1].running += 1
                 return .work
@@ -368,6 +394,7 @@ final class DispatchPool: @unchecked Sendable {
             let now = ContinuousClock.now
             if now >= retireAt {
                 tiers[t].idle.removeAll { $0 === worker }
+                publishIdleLocked(t)
                 tiers[t].workers.removeAll { $0 === worker }
                 worker.isIdle = false
                 tiers[t].threads -= 1

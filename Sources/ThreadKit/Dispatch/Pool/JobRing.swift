@@ -23,7 +23,7 @@ final class JobRing<Element>: @unchecked Sendable {
     var isEmpty: Bool { count == 0 }
 
     @inline(__always)
-    func append(_ element: Element) {
+    func append(_ element: consuming Element) {
         if count == capacity { grow() }
         (buffer + ((head &+ count) & (capacity &- 1))).initialize(to: element)
         count &+= 1

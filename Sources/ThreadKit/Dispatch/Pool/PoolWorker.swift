@@ -4,7 +4,7 @@
 // `localLock` (the worker pushes and pops; thieves and the monitor take jobs out, always while
 // holding the pool's lock, so two local locks are only ever held together under it);
 // `activity` is the worker's progress word (written by the worker, marked by the monitor: see
-// there); `runningJob`, `countedBlocked` and `activityCount` belong to the worker's thread (the
+// there); `mine` (runningJob, countedBlocked, activityCount, ...) belongs to the worker's thread (the
 // observer is called only on it).
 import CThreadKit
 import Synchronization
@@ -42,29 +42,45 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     /// second sees the other's: a worker whose exchange returns `stalled` set was counted stalled
     /// and tells the pool. Acquire-release RMWs; the counts themselves are under the pool's lock.
     let activity = Atomic<UInt64>(0)
-    /// Worker thread only: the count part of `activity`.
-    private var activityCount: UInt64 = 0
     /// The word the monitor saw at its previous tick. Guarded by the pool's lock.
     var monitorSeen: UInt64 = 0
     /// The worker's kernel thread id (0 until it runs), for the monitor's look at its state.
     let threadID = Atomic<UInt32>(0)
-    /// Worker thread only: inside a job (parks then mean a blocked worker).
-    private var runningJob = false
-    /// Worker thread only: the pool counts this worker as blocked right now.
-    private var countedBlocked = false
-    /// Worker thread only: local jobs started in a row while jobs of the same level waited in the
-    /// run queues; at `localStreakLimit` the local queue goes to the back of the run queue.
-    private var localStreak = 0
-    /// Worker thread only: the level whose OS priority the thread has (-1: not set by the pool; a
-    /// new thread inherits whatever its creator had).
-    private var appliedLevel = -1
+    /// What only the worker's thread reads and writes.
+    struct ThreadState {
+        /// Inside a job (parks then mean a blocked worker).
+        var runningJob = false
+        /// The pool counts this worker as blocked right now.
+        var countedBlocked = false
+        /// Local jobs started in a row while jobs of the same level waited in the run queues; at
+        /// `localStreakLimit` the local queue goes to the back of the run queue.
+        var localStreak = 0
+        /// The level whose OS priority the thread has (-1: not set by the pool; a new thread
+        /// inherits whatever its creator had).
+        var appliedLevel = -1
+        /// The count part of `activity`.
+        var activityCount: UInt64 = 0
+    }
+    /// Kept in memory of its own and reached through addressors: a stored `var` of a class pays a
+    /// runtime exclusivity check on every access (two per job: 230 instructions, callgrind).
+    private let threadStateStorage: UnsafeMutablePointer<ThreadState>
+    private var mine: ThreadState {
+        unsafeAddress { UnsafePointer(threadStateStorage) }
+        unsafeMutableAddress { threadStateStorage }
+    }
 
     init(pool: DispatchPool, background: Bool) {
         self.pool = pool
         self.background = background
+        threadStateStorage = .allocate(capacity: 1)
+        threadStateStorage.initialize(to: ThreadState())
     }
 
-    deinit { event.deallocate() }
+    deinit {
+        event.deallocate()
+        threadStateStorage.deinitialize(count: 1)
+        threadStateStorage.deallocate()
+    }
 
     /// The worker loop: pop a job and run it; with none, sleep idle; retire after idling long.
     func run() {
@@ -83,22 +99,22 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
             if let (entry, level) = popLocal() {
                 let waiting = pool.nonEmptyMirror.load(ordering: .relaxed)
                 let otherLevels = waiting & ~(UInt8(1) << level)
-                if otherLevels != 0 || (waiting != 0 && localStreak >= DispatchPool.localStreakLimit) {
+                if otherLevels != 0 || (waiting != 0 && mine.localStreak >= DispatchPool.localStreakLimit) {
                     // Another level waits (its order and aging belong to the run queues): the local
                     // queue goes back to the front of its level and the worker picks there. Or
                     // jobs of this level have waited there behind `localStreakLimit` local ones:
                     // the local queue goes behind them.
                     localLock.withLock { local.prepend(entry) }
                     pool.giveBack(self, toFront: otherLevels != 0)
-                    localStreak = 0
+                    mine.localStreak = 0
                     continue
                 }
-                localStreak = waiting != 0 ? localStreak + 1 : 0
+                mine.localStreak = waiting != 0 ? mine.localStreak + 1 : 0
                 runJob(entry, level: level)
                 continue
             }
             if let (entry, level) = pool.nextJob(for: self, wasSearching: &searching) {
-                localStreak = 0
+                mine.localStreak = 0
                 runJob(entry, level: level)
                 continue
             }
@@ -110,18 +126,22 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         }
     }
 
-    /// Puts `entry`, submitted by the job this worker runs, on its local queue; returns how many
-    /// jobs were there before, or nil if it must go to the run queues (not inside a job, the queue
-    /// holds another level, or it is full). Worker thread.
-    func pushLocal(_ entry: DispatchEntry, level: Int) -> Int? {
-        guard runningJob else { return nil }
+    /// Whether a job submitted now may go to the local queue at all (inside a job). Worker thread.
+    var mayPushLocal: Bool { mine.runningJob }
+
+    enum LocalPush { case pushed(before: Int), refused(DispatchEntry) }
+
+    /// Puts `entry`, submitted by the job this worker runs, on its local queue and says how many
+    /// jobs were there before; or hands it back if it must go to the run queues (the queue holds
+    /// another level, or it is full). The entry is moved, never copied. Worker thread, inside a job.
+    func pushLocal(_ entry: consuming DispatchEntry, level: Int) -> LocalPush {
         localLock.lock()
         defer { localLock.unlock() }
         let before = local.count
-        guard before < DispatchPool.localLimit, before == 0 || localLevel == level else { return nil }
+        guard before < DispatchPool.localLimit, before == 0 || localLevel == level else { return .refused(entry) }
         if before == 0 { localLevel = level }
         local.append(entry)
-        return before
+        return .pushed(before: before)
     }
 
     /// The next entry of the local queue and its level. Worker thread.
@@ -135,8 +155,8 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     /// returns whether the monitor had marked the worker stalled. Worker thread.
     @inline(__always)
     private func advanceActivity(observable: Bool) -> Bool {
-        activityCount &+= 1
-        let old = activity.exchange(activityCount << 2 | (observable ? 2 : 0), ordering: .acquiringAndReleasing)
+        mine.activityCount &+= 1
+        let old = activity.exchange(mine.activityCount << 2 | (observable ? 2 : 0), ordering: .acquiringAndReleasing)
         return old & 1 != 0
     }
 
@@ -144,16 +164,16 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     /// compare-exchange expects `observable`), so a plain store does, without a locked instruction.
     @inline(__always)
     private func becomeObservable() {
-        activityCount &+= 1
-        activity.store(activityCount << 2 | 2, ordering: .releasing)
+        mine.activityCount &+= 1
+        activity.store(mine.activityCount << 2 | 2, ordering: .releasing)
     }
 
     private func runJob(_ entry: DispatchEntry, level: Int) {
-        if level != appliedLevel && !background && WorkerPriority.canRaise {
+        if level != mine.appliedLevel && !background && WorkerPriority.canRaise {
             WorkerPriority.apply(level: level, to: SystemCall.currentThreadID)
-            appliedLevel = level
+            mine.appliedLevel = level
         }
-        runningJob = true
+        mine.runningJob = true
         becomeObservable()
         if entry.isUserWork {
             // A block of a global queue runs "inside" that global queue.
@@ -163,7 +183,7 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         } else {
             entry.run()
         }
-        runningJob = false
+        mine.runningJob = false
         // Counted stalled by the monitor while it ran: running again now.
         if advanceActivity(observable: false) { pool.workerDidUnstall(self) }
     }
@@ -195,16 +215,16 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     // MARK: ParkingObserver (worker thread only)
 
     func willPark() {
-        guard runningJob, !countedBlocked else { return }
-        countedBlocked = true
+        guard mine.runningJob, !mine.countedBlocked else { return }
+        mine.countedBlocked = true
         // Counted stalled already: the pool moves it from stalled to blocked instead of running.
         let wasStalled = advanceActivity(observable: false)
         pool.workerWillBlock(self, wasStalled: wasStalled)
     }
 
     func didUnpark() {
-        guard countedBlocked else { return }
-        countedBlocked = false
+        guard mine.countedBlocked else { return }
+        mine.countedBlocked = false
         becomeObservable()   // not observable while parked
         pool.workerDidUnblock(self)
     }

@@ -49,7 +49,7 @@ struct RunQueues {
         background ? nonEmpty & 1 != 0 : nonEmpty & RunQueues.normalMask != 0
     }
 
-    mutating func push(_ entry: DispatchEntry, level: Int) {
+    mutating func push(_ entry: consuming DispatchEntry, level: Int) {
         let bit = UInt8(1) << level
         if nonEmpty & bit == 0 {
             nonEmpty |= bit
