@@ -9,6 +9,7 @@
 // take its place, within the hard cap. A stalled worker whose thread is runnable again, or whose
 // job ends, counts as running again. Everything here runs under the pool's lock, on the monitor
 // thread, except `perform(_:)` (after unlocking, on the thread that decided the action).
+import CThreadKit
 import Glibc
 
 extension DispatchPool {
@@ -27,20 +28,31 @@ extension DispatchPool {
 
     enum MonitorAction { case none, wake, start }
 
+    /// Whether the calling thread is a background-tier worker (nice 10, SCHED_BATCH).
+    static var onBackgroundWorker: Bool {
+        guard let raw = tk_pool_worker_get() else { return false }
+        return Unmanaged<PoolWorker>.fromOpaque(raw).takeUnretainedValue().background
+    }
+
     /// Plans waking (or starting) the monitor if tier `t` has something to watch and the monitor
     /// sleeps. `batches`: look into the busy workers' batches too (a worker just took one); the
     /// submit path looks only at the run queues. Caller holds `lock`.
     @inline(__always)
     func watchLocked(_ t: Int, batches: Bool, _ actions: inout Actions) {
         guard !monitor.pointee.awake, needsWatchLocked(t, batches: batches) else { return }
-        monitor.pointee.awake = true
-        monitorAwakeMirror.store(true, ordering: .relaxed)
         if monitor.pointee.threadRunning {
             actions.monitor = .wake
+        } else if DispatchPool.onBackgroundWorker {
+            // A thread inherits its creator's nice value and cannot raise it: a monitor started
+            // here would run, and start normal workers, at the background class. The next
+            // submission from another thread starts it.
+            return
         } else {
             monitor.pointee.threadRunning = true
             actions.monitor = .start
         }
+        monitor.pointee.awake = true
+        monitorAwakeMirror.store(true, ordering: .relaxed)
     }
 
     /// Whether tier `t` has work that a stuck worker could hold up: jobs waiting with no room to
