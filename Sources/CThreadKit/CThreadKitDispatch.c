@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "CThreadKitDispatch.h"
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
@@ -13,6 +14,8 @@
 #include <unistd.h>
 
 #define TK_NSIG 65
+
+__thread void *tk_pool_worker = NULL;
 
 static uint64_t tk_signal_counts[TK_NSIG];
 static int tk_signal_wake_fd = -1;
@@ -98,4 +101,50 @@ int tk_fd_size_links(int fd, int64_t *size, uint64_t *links) {
     *size = st.st_size;
     *links = st.st_nlink;
     return 0;
+}
+
+/* The mask of the calling thread in a set big enough for the kernel's CPU count (EINVAL: too
+ * small, so double it). Returns the set (free with CPU_FREE) and its size, or NULL. */
+static cpu_set_t *tk_affinity_get(size_t *size_out, int *cpus_out) {
+    for (int cpus = 1024; cpus <= (1 << 20); cpus *= 2) {
+        cpu_set_t *set = CPU_ALLOC(cpus);
+        if (set == NULL) return NULL;
+        size_t size = CPU_ALLOC_SIZE(cpus);
+        if (sched_getaffinity(0, size, set) == 0) {
+            *size_out = size;
+            *cpus_out = cpus;
+            return set;
+        }
+        CPU_FREE(set);
+        if (errno != EINVAL) return NULL;
+    }
+    return NULL;
+}
+
+int tk_affinity_count(void) {
+    size_t size;
+    int cpus;
+    cpu_set_t *set = tk_affinity_get(&size, &cpus);
+    if (set == NULL) return -1;
+    int count = CPU_COUNT_S(size, set);
+    CPU_FREE(set);
+    return count;
+}
+
+int tk_affinity_keep_first(int n) {
+    size_t size;
+    int cpus;
+    cpu_set_t *set = tk_affinity_get(&size, &cpus);
+    if (set == NULL) return -1;
+    cpu_set_t *kept = CPU_ALLOC(cpus);
+    if (kept == NULL) { CPU_FREE(set); return -1; }
+    CPU_ZERO_S(size, kept);
+    int count = 0;
+    for (int cpu = 0; cpu < cpus && count < n; cpu++) {
+        if (CPU_ISSET_S(cpu, size, set)) { CPU_SET_S(cpu, size, kept); count++; }
+    }
+    int rc = sched_setaffinity(0, size, kept);
+    CPU_FREE(kept);
+    CPU_FREE(set);
+    return rc == 0 ? count : -1;
 }

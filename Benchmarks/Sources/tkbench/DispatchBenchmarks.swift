@@ -9,8 +9,9 @@
 //   - 10^6 blocks across 1,000 serial queues (time per block);
 //   - the latency of an interactive item submitted behind a background flood.
 // Then a table that is not a time per operation: 8 items that each block 1 s in a semaphore wait
-// (wall time and peak thread count of each side), and where a background item submitted behind an
-// interactive flood starts.
+// (wall time and peak thread count of each side), 8 items blocked in read(2) on a pipe behind which
+// a 9th item writes the bytes they wait for (a wait outside ThreadKit: issue 12), and where a
+// background item submitted behind an interactive flood starts.
 import Foundation
 import Synchronization
 import ThreadKit
@@ -217,6 +218,10 @@ enum DispatchBenchmarks {
         let (gcdTime, gcdPeak) = blockingInChild("gcd")
         print(String(format: "| 8 items blocking 1 s each, fresh process (wall time, peak threads of the process) | TKDispatchQueue | %.2f s, %d threads | < 1.5 s |", tkTime, tkPeak))
         print(String(format: "| | DispatchQueue | %.2f s, %d threads | |", gcdTime, gcdPeak))
+        let (tkReadTime, tkReadPeak) = blockingInChild("tk-read")
+        let (gcdReadTime, gcdReadPeak) = blockingInChild("gcd-read")
+        print(String(format: "| 8 items blocked in read(2) on a pipe, a 9th item writes their bytes, fresh process (wall time, peak threads) | TKDispatchQueue | %.3f s, %d threads | < 0.1 s |", tkReadTime, tkReadPeak))
+        print(String(format: "| | DispatchQueue | %.3f s, %d threads | |", gcdReadTime, gcdReadPeak))
         let tkFlood = backgroundBehindFlood(
             submitFlood: { n, finished in for _ in 0..<n { TKDispatchQueue.global(qos: .userInteractive).async { spin(20); finished.value.wrappingAdd(1, ordering: .relaxed) } } },
             submitBackground: { body in TKDispatchQueue.global(qos: .background).async(execute: body) })
@@ -245,6 +250,11 @@ enum DispatchBenchmarks {
 
     /// The child side: eight blocking items on one side's global queue; prints "seconds peak".
     static func blockingChild(_ kind: String) -> Int32 {
+        if kind.hasSuffix("-read") {
+            let (seconds, peak) = blockedInRead(tk: kind == "tk-read")
+            print(String(format: "%.3f %d", seconds, peak))
+            return 0
+        }
         let (seconds, peak) = kind == "tk"
             ? blocking { done in
                 let s = TKDispatchSemaphore(value: 0)
@@ -256,6 +266,33 @@ enum DispatchBenchmarks {
             }
         print(String(format: "%.3f %d", seconds, peak))
         return 0
+    }
+
+    /// Eight items blocked in read(2) on a pipe (invisible to either pool as a wait), then a ninth
+    /// that writes the eight bytes they wait for: it starts only if the pool notices the blocked
+    /// workers and lets another thread run.
+    private static func blockedInRead(tk: Bool) -> (Double, Int) {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return (-1, -1) }
+        let (readEnd, writeEnd) = (fds[0], fds[1])
+        return blocking { done in
+            let reader: @Sendable () -> Void = {
+                var byte: UInt8 = 0
+                _ = read(readEnd, &byte, 1)
+                done.signal()
+            }
+            let writer: @Sendable () -> Void = {
+                let bytes = [UInt8](repeating: 1, count: 8)
+                _ = bytes.withUnsafeBytes { write(writeEnd, $0.baseAddress, 8) }
+            }
+            if tk {
+                for _ in 0..<8 { TKDispatchQueue.global().async(execute: reader) }
+                TKDispatchQueue.global().async(execute: writer)
+            } else {
+                for _ in 0..<8 { DispatchQueue.global().async(execute: reader) }
+                DispatchQueue.global().async(execute: writer)
+            }
+        }
     }
 
     /// Wall time and the process's peak thread count (sampled every 5 ms, the sampler excluded).

@@ -48,4 +48,19 @@ int tk_inotify_read(int ifd, int32_t *wds, uint32_t *masks, int max);
 /// Size and link count of `fd` (fstat); returns 0, or -1 with errno set.
 int tk_fd_size_links(int fd, int64_t *size, uint64_t *links);
 
+/// CPUs in the calling thread's affinity mask (sched_getaffinity; masks of any size), or -1 with
+/// errno set. The dispatch pool's width (docs/DispatchPool.md, "Width").
+int tk_affinity_count(void);
+
+/// Restricts the calling thread (and the threads and processes it creates later) to the first `n`
+/// CPUs of its affinity mask; returns how many it kept, or -1 with errno set. For tests.
+int tk_affinity_keep_first(int n);
+
+/// The dispatch pool worker running on this thread (an opaque, unretained PoolWorker set by the
+/// worker for its own thread's lifetime; NULL on other threads). Read and written only by its own
+/// thread: a submission made on a worker may go to that worker's local queue.
+extern __thread void *tk_pool_worker;
+static inline void *tk_pool_worker_get(void) { return tk_pool_worker; }
+static inline void tk_pool_worker_set(void *worker) { tk_pool_worker = worker; }
+
 #endif

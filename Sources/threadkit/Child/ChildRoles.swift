@@ -17,6 +17,7 @@ enum ChildRoles {
         + RunLoopIORoles.all + PortHardeningRoles.all + ExtremeInputRoles.all + ThreadLimitRoles.all + DistributedLockUserRoles.all
         + TraceRoles.all
         + DiagnosticsRoles.all
+        + DispatchPoolRoles.all
 
     static func main(_ arguments: [String]) -> Int32 {
         guard let name = arguments.first, let role = all.first(where: { $0.name == name }) else {

@@ -2,13 +2,15 @@
 // "What wakes a worker"). Any thread may submit; workers pop. Everything below is guarded by
 // `lock`, a DispatchLock (a leaf: nothing is locked or woken while it is held; wakes and thread
 // starts happen after unlocking, from the lists the locked section filled in).
+import CThreadKit
 import Glibc
 import Synchronization
 
 final class DispatchPool: @unchecked Sendable {
     static let shared = DispatchPool()
 
-    /// Workers of one tier may run this many jobs at once (not counting blocked ones).
+    /// Workers of one tier may run this many jobs at once (not counting blocked ones): the CPUs this
+    /// process may use when the pool starts (affinity mask and cgroup quota, `CPUBudget`).
     let width: Int
     /// No tier ever has more threads than this, blocked ones included.
     static let hardCap = 64
@@ -18,6 +20,12 @@ final class DispatchPool: @unchecked Sendable {
     /// level holds several per worker and no other level waits: fewer lock round trips when a
     /// queue is long.
     static let batchLimit = 8
+    /// A worker's local queue holds at most this many jobs (docs/DispatchPool.md, "Local queues and
+    /// stealing"); more go to the run queues.
+    static let localLimit = 32
+    /// Local jobs a worker starts in a row while jobs of the same level wait in the run queues,
+    /// before its local queue goes behind them (a batch, at most `batchLimit - 1`, never reaches it).
+    static let localStreakLimit = 8
 
     /// Per tier (0 normal, 1 background). Guarded by `lock`.
     struct Tier {
@@ -26,8 +34,13 @@ final class DispatchPool: @unchecked Sendable {
         var running = 0
         /// Workers parked inside a ThreadKit wait while running a job.
         var blocked = 0
-        /// Live worker threads (running + blocked + idle).
+        /// Workers the monitor found blocked outside ThreadKit (no progress for a tick, thread not
+        /// runnable) while running a job: not counted running, like blocked ones.
+        var stalled = 0
+        /// Live worker threads (running + blocked + stalled + idle).
         var threads = 0
+        /// Every live worker of the tier (the monitor looks at the busy ones).
+        var workers: [PoolWorker] = []
         /// Workers woken or started that have not popped a job yet. While one searches, submits
         /// wake nobody else: the searcher wakes the next when it finds a job and more wait.
         var searching = 0
@@ -40,7 +53,7 @@ final class DispatchPool: @unchecked Sendable {
     /// process) and reached through addressors: a stored property of a class pays a runtime
     /// exclusivity check on every access, which showed on the submit path.
     private let runQueuesStorage: UnsafeMutablePointer<RunQueues>
-    private var runQueues: RunQueues {
+    var runQueues: RunQueues {
         unsafeAddress { UnsafePointer(runQueuesStorage) }
         unsafeMutableAddress { runQueuesStorage }
     }
@@ -48,30 +61,55 @@ final class DispatchPool: @unchecked Sendable {
     /// reads it without the lock to see whether more important work has arrived. Relaxed: a stale
     /// value only delays that check by one job.
     let nonEmptyMirror = Atomic<UInt8>(0)
+    /// `tiers[t].searching` as of its last change (under `lock`), per tier: a worker that pushed a
+    /// second local job asks for a thief only while nobody searches. Relaxed: a stale value costs
+    /// one needless lock visit or one missed wake that the monitor's next tick repairs.
+    let searchingNormal = Atomic<Int>(0)
+    let searchingBackground = Atomic<Int>(0)
+    /// `tiers[t].idle.count` as of its last change (under `lock`), per tier, for the same purpose.
+    let idleNormal = Atomic<Int>(0)
+    let idleBackground = Atomic<Int>(0)
+    @inline(__always) func idleMirror(_ t: Int) -> Int {
+        t == 0 ? idleNormal.load(ordering: .relaxed) : idleBackground.load(ordering: .relaxed)
+    }
+    @inline(__always) func searchingMirror(_ t: Int) -> Int {
+        t == 0 ? searchingNormal.load(ordering: .relaxed) : searchingBackground.load(ordering: .relaxed)
+    }
+    /// `monitor.awake` as of its last change (under `lock`): a local push wakes the monitor only
+    /// while it sleeps. Relaxed, for the same reason.
+    let monitorAwakeMirror = Atomic<Bool>(false)
     /// Normal (0) and background (1), guarded by lock; in memory of their own like the run queues.
-    private let tiers: UnsafeMutablePointer<Tier>
+    let tiers: UnsafeMutablePointer<Tier>
+    /// The monitor's state, guarded by lock; in memory of its own like the tiers.
+    let monitor: UnsafeMutablePointer<MonitorState>
+    /// Set to wake the monitor thread (docs/DispatchPool.md, "Workers blocked outside ThreadKit").
+    let monitorEvent = ParkingEvent()
     private var nextWorkerNumber = 0             // guarded by lock
     /// 0: no worker start has failed; 1: one did and was reported; 2: a start succeeded after that
     /// and was reported too. Each report is made once per process.
     private let reportedStartFailure = Atomic<Int>(0)
 
     private init() {
-        width = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        width = CPUBudget.usableCPUs()
         runQueuesStorage = .allocate(capacity: 1)
         runQueuesStorage.initialize(to: RunQueues())
         tiers = .allocate(capacity: 2)
         tiers.initialize(repeating: Tier(), count: 2)
+        monitor = .allocate(capacity: 1)
+        monitor.initialize(to: MonitorState())
     }
 
     /// What a locked section decided to do once the lock is released.
-    private struct Actions {
+    struct Actions {
         var wake: PoolWorker?
         var spawn = 0
         var spawnBackground = false
+        var monitor = MonitorAction.none
 
         mutating func perform(_ pool: DispatchPool) {
             wake?.event.set()
             for _ in 0..<spawn { pool.startWorker(background: spawnBackground) }
+            pool.perform(monitor)
         }
     }
 
@@ -79,63 +117,135 @@ final class DispatchPool: @unchecked Sendable {
 
     /// Appends `entry` to the run queue of `level` and wakes or starts a worker if the tier may
     /// take more work and nobody is already looking for it.
-    func submit(_ entry: DispatchEntry, level: Int) {
+    func submit(_ entry: consuming DispatchEntry, level: Int) {
+        // Submitted by a job running on a worker of the right tier: its local queue, no lock.
+        if let raw = tk_pool_worker_get() {
+            let worker = Unmanaged<PoolWorker>.fromOpaque(raw).takeUnretainedValue()
+            if worker.background == (level == RunQueues.background) && worker.mayPushLocal {
+                switch worker.pushLocal(entry, level: level) {
+                case .pushed(let before): return localPushed(worker, before: before)
+                case .refused(let back): entry = back
+                }
+            }
+        }
+        submitShared(entry, level: level)
+    }
+
+    /// Appends `entry` to the run queue of `level` (never a local queue) and offers it.
+    private func submitShared(_ entry: consuming DispatchEntry, level: Int) {
         lock.lock()
         runQueues.push(entry, level: level)
-        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+        publishNonEmptyLocked()
         var actions = Actions()
         offerWorkLocked(background: level == RunQueues.background, &actions)
         lock.unlock()
         actions.perform(self)
     }
 
-    /// Appends `count` copies of `entry` (tokens of a concurrent queue, helpers of concurrentPerform).
+    /// Appends `count` copies of `entry` (tokens of a concurrent queue, helpers of concurrentPerform)
+    /// to the run queues, never to a local queue: they are there to run side by side.
     func submit(_ entry: DispatchEntry, level: Int, count: Int) {
         guard count > 0 else { return }
-        if count == 1 { return submit(entry, level: level) }
+        if count == 1 { return submitShared(entry, level: level) }
         lock.lock()
         for _ in 0..<count { runQueues.push(entry, level: level) }
-        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+        publishNonEmptyLocked()
         var actions = Actions()
         offerWorkLocked(background: level == RunQueues.background, &actions)
         lock.unlock()
         actions.perform(self)
     }
 
-    /// Wakes an idle worker, or plans a new one, if the tier may admit work, work waits, and no
-    /// worker is searching already. Caller holds lock.
-    private func offerWorkLocked(background: Bool, _ actions: inout Actions) {
+    /// After `worker` put a job on its local queue (`before` were there already): the monitor must
+    /// be watching (the job that pushed may run long, or block outside ThreadKit, with its
+    /// continuation behind it), and an idle worker may come and steal — `async` means "may run
+    /// now, beside me", and the job that pushed often goes on running (a token loop, a drain, a
+    /// fan-out). Asked at 0, 1, 2, 4, 8 and 16 jobs before, and only while an idle worker exists
+    /// and nobody searches (atomic mirrors, read without the lock), so a burst of local pushes
+    /// visits the pool's lock a few times, not once per job, and a push with a searcher already
+    /// on its way (the common case in a chain of hops) visits it not at all. Worker thread.
+    private func localPushed(_ worker: PoolWorker, before: Int) {
+        let t = worker.background ? 1 : 0
+        let wantMonitor = !monitorAwakeMirror.load(ordering: .relaxed)
+        let wantThief = before & (before &- 1) == 0 && searchingMirror(t) == 0 && idleMirror(t) > 0
+        guard wantMonitor || wantThief else { return }
+        lock.lock()
+        var actions = Actions()
+        if wantMonitor { watchLocked(t, batches: true, &actions) }
+        if wantThief { offerWorkLocked(background: worker.background, forStealing: true, &actions) }
+        lock.unlock()
+        actions.perform(self)
+    }
+
+    /// Copies `runQueues.nonEmpty` to its mirror, only when it changed: every worker reads the
+    /// mirror between local jobs, so a store per submission would move its cache line to the
+    /// submitter and back once per job in a flood. Caller holds lock.
+    @inline(__always)
+    private func publishNonEmptyLocked() {
+        let bits = runQueues.nonEmpty
+        if nonEmptyMirror.load(ordering: .relaxed) != bits { nonEmptyMirror.store(bits, ordering: .relaxed) }
+    }
+
+    /// Copies `tiers[t].idle.count` to its mirror. Caller holds lock.
+    @inline(__always)
+    private func publishIdleLocked(_ t: Int) {
+        if t == 0 {
+            idleNormal.store(tiers[t].idle.count, ordering: .relaxed)
+        } else {
+            idleBackground.store(tiers[t].idle.count, ordering: .relaxed)
+        }
+    }
+
+    /// Changes `tiers[t].searching` and its mirror. Caller holds lock.
+    @inline(__always)
+    private func addSearching(_ t: Int, _ delta: Int) {
+        tiers[t].searching += delta
+        if t == 0 {
+            searchingNormal.store(tiers[t].searching, ordering: .relaxed)
+        } else {
+            searchingBackground.store(tiers[t].searching, ordering: .relaxed)
+        }
+    }
+
+    /// Wakes an idle worker, or plans a new one, if the tier may admit work, work waits (in the run
+    /// queues; `forStealing`: in a worker's local queue), and no worker is searching already.
+    /// Caller holds lock.
+    func offerWorkLocked(background: Bool, forStealing: Bool = false, _ actions: inout Actions) {
         let t = background ? 1 : 0
-        guard tiers[t].searching == 0, tiers[t].running < width, runQueues.hasWork(background: background) else { return }
-        if background && !runQueues.backgroundAdmissible() {
+        if !forStealing { watchLocked(t, batches: false, &actions) }
+        guard tiers[t].searching == 0, tiers[t].running < width,
+              forStealing || runQueues.hasWork(background: background) else { return }
+        if background && !forStealing && !runQueues.backgroundAdmissible() {
             // Background work waits behind normal work: make sure a background worker will notice
             // when it ages (an idle one parks until the aging deadline).
             let aging = runQueues.backgroundAgingDeadline()
             if tiers[1].threads == 0 {
                 tiers[1].threads += 1
                 tiers[1].running += 1
-                tiers[1].searching += 1
+                addSearching(1, 1)
                 actions.spawn = 1
                 actions.spawnBackground = true
             } else if let worker = tiers[1].idle.last, let aging, worker.idleDeadline.map({ $0 > aging }) ?? true {
                 // It sleeps past the aging deadline: wake it so it re-parks with the new one.
                 tiers[1].idle.removeLast()
+                publishIdleLocked(1)
                 tiers[1].running += 1
-                tiers[1].searching += 1
+                addSearching(1, 1)
                 worker.isIdle = false
                 actions.wake = worker
             }
             return
         }
         if let worker = tiers[t].idle.popLast() {
+            publishIdleLocked(t)
             worker.isIdle = false
             tiers[t].running += 1
-            tiers[t].searching += 1
+            addSearching(t, 1)
             actions.wake = worker
         } else if tiers[t].threads < DispatchPool.hardCap {
             tiers[t].threads += 1
             tiers[t].running += 1
-            tiers[t].searching += 1
+            addSearching(t, 1)
             actions.spawn = 1
             actions.spawnBackground = background
         }
@@ -152,22 +262,35 @@ final class DispatchPool: @unchecked Sendable {
         lock.lock()
         var actions = Actions()
         if tiers[t].running <= width {
-            let job: (DispatchEntry, Int)?
+            var job: (DispatchEntry, Int)?
             if background {
                 job = runQueues.popBackground(now: { ContinuousClock.now }).map { ($0, RunQueues.background) }
             } else {
                 job = runQueues.popNormal()
+            }
+            // Nothing in the run queues of the tier: take half of a busy worker's local queue (a
+            // background thief only while no normal work waits: the background admission rule).
+            if job == nil && !runQueues.hasWork(background: background)
+                && (!background || !runQueues.hasWork(background: false)) {
+                job = stealLocked(for: worker, t, &actions)
             }
             if let job {
                 // Batch only while the level is alone: under competition every job is one pick,
                 // so aging counts the jobs that really started (docs/DispatchPool.md).
                 let alone = runQueues.nonEmpty == UInt8(1) << job.1
                 let extra = alone ? min(DispatchPool.batchLimit - 1, runQueues.count(job.1) / (2 * width)) : 0
-                if extra > 0 { runQueues.popMore(job.1, into: worker.batch, max: extra) }
-                nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+                if extra > 0 {
+                    worker.localLock.lock()
+                    worker.localLevel = job.1
+                    runQueues.popMore(job.1, into: worker.local, max: extra)
+                    worker.localLock.unlock()
+                    // Jobs now wait in a batch: the monitor watches for the worker stalling.
+                    watchLocked(t, batches: true, &actions)
+                }
+                publishNonEmptyLocked()
                 if wasSearching {
                     wasSearching = false
-                    tiers[t].searching -= 1
+                    addSearching(t, -1)
                     // Chain: more work waits, so the next searcher is woken now.
                     offerWorkLocked(background: background, &actions)
                 }
@@ -186,10 +309,11 @@ final class DispatchPool: @unchecked Sendable {
         // Idle: over width (a blocked worker came back) or nothing to do.
         if wasSearching {
             wasSearching = false
-            tiers[t].searching -= 1
+            addSearching(t, -1)
         }
         tiers[t].running -= 1
         tiers[t].idle.append(worker)
+        publishIdleLocked(t)
         worker.isIdle = true
         worker.event.reset()
         worker.idleDeadline = background ? runQueues.backgroundAgingDeadline() : nil
@@ -202,23 +326,50 @@ final class DispatchPool: @unchecked Sendable {
         return nil
     }
 
-    /// Puts the unstarted rest of `worker`'s batch back at the front of `level` (the worker blocked,
-    /// or more important work arrived) and lets another worker take it. Worker's thread.
-    func giveBack(_ worker: PoolWorker, level: Int) {
-        guard !worker.batch.isEmpty else { return }
+    /// Moves the newer half of a busy worker's local queue to `thief`'s (empty) one and returns its
+    /// first job. Caller holds lock; the two local locks are taken under it, one victim at a time.
+    private func stealLocked(for thief: PoolWorker, _ t: Int, _ actions: inout Actions) -> (DispatchEntry, Int)? {
+        for victim in tiers[t].workers where victim !== thief && !victim.isIdle {
+            victim.localLock.lock()
+            let count = victim.local.count
+            guard count > 0 else {
+                victim.localLock.unlock()
+                continue
+            }
+            thief.localLock.lock()
+            let level = victim.localLevel
+            thief.localLevel = level
+            // The newest `(count + 1) / 2`, in their order.
+            for _ in 0..<(count + 1) / 2 { thief.local.prepend(victim.local.popLast()!) }
+            let first = thief.local.popFirst()!
+            thief.localLock.unlock()
+            victim.localLock.unlock()
+            if !thief.local.isEmpty { watchLocked(t, batches: true, &actions) }
+            return (first, level)
+        }
+        return nil
+    }
+
+    /// Puts the unstarted rest of `worker`'s local queue back in its level (another level waits:
+    /// at the front; jobs of its own level waited: at the back) and lets another worker take it.
+    /// Worker's thread.
+    func giveBack(_ worker: PoolWorker, toFront: Bool) {
         lock.lock()
-        giveBackLocked(worker, level: level)
+        giveBackLocked(worker, toFront: toFront)
         var actions = Actions()
         offerWorkLocked(background: worker.background, &actions)
         lock.unlock()
         actions.perform(self)
     }
 
-    /// Returns `worker`'s unstarted batch to the front of `level`. Caller holds `lock`.
-    private func giveBackLocked(_ worker: PoolWorker, level: Int) {
-        guard !worker.batch.isEmpty else { return }
-        runQueues.giveBack(worker.batch, level: level)
-        nonEmptyMirror.store(runQueues.nonEmpty, ordering: .relaxed)
+    /// Returns `worker`'s unstarted batch to the front of its level. Caller holds `lock` (any thread:
+    /// the monitor takes a stalled worker's batch back).
+    func giveBackLocked(_ worker: PoolWorker, toFront: Bool = true) {
+        worker.localLock.lock()
+        defer { worker.localLock.unlock() }
+        guard !worker.local.isEmpty else { return }
+        runQueues.giveBack(worker.local, level: worker.localLevel, atFront: toFront)
+        publishNonEmptyLocked()
     }
 
     /// Called by an idle worker whose sleep ended without being woken. `.woken`: a waker took it off
@@ -234,6 +385,7 @@ final class DispatchPool: @unchecked Sendable {
             guard worker.isIdle else { return .woken }
             if worker.background && runQueues.backgroundAdmissible() && tiers[1].running < width {
                 tiers[1].idle.removeAll { $0 === worker }
+                publishIdleLocked(1)
                 worker.isIdle = false
                 tiers[1].running += 1
                 return .work
@@ -242,6 +394,8 @@ final class DispatchPool: @unchecked Sendable {
             let now = ContinuousClock.now
             if now >= retireAt {
                 tiers[t].idle.removeAll { $0 === worker }
+                publishIdleLocked(t)
+                tiers[t].workers.removeAll { $0 === worker }
                 worker.isIdle = false
                 tiers[t].threads -= 1
                 return .retire
@@ -253,14 +407,14 @@ final class DispatchPool: @unchecked Sendable {
     }
 
     /// `worker` is about to park inside a ThreadKit wait while running a job: another worker may
-    /// take its place at once.
-    func workerWillBlock(_ worker: PoolWorker, batchLevel: Int) {
+    /// take its place at once. `wasStalled`: the monitor counted it stalled already.
+    func workerWillBlock(_ worker: PoolWorker, wasStalled: Bool) {
         let t = worker.background ? 1 : 0
         lock.lock()
-        tiers[t].running -= 1
+        if wasStalled { tiers[t].stalled -= 1 } else { tiers[t].running -= 1 }
         tiers[t].blocked += 1
         // The jobs it took with the blocked one must not wait for it.
-        giveBackLocked(worker, level: batchLevel)
+        giveBackLocked(worker)
         var actions = Actions()
         offerWorkLocked(background: worker.background, &actions)
         lock.unlock()
@@ -277,12 +431,24 @@ final class DispatchPool: @unchecked Sendable {
         }
     }
 
+    /// The monitor counted `worker` stalled while its job ran, and the job has ended: it counts as
+    /// running again (the tier may be over width until a worker reaches a job boundary).
+    func workerDidUnstall(_ worker: PoolWorker) {
+        let t = worker.background ? 1 : 0
+        lock.withLock {
+            tiers[t].stalled -= 1
+            tiers[t].running += 1
+        }
+    }
+
     private func startWorker(background: Bool) {
+        let t = background ? 1 : 0
+        let worker = PoolWorker(pool: self, background: background)
         let number = lock.withLock { () -> Int in
             nextWorkerNumber += 1
+            tiers[t].workers.append(worker)
             return nextWorkerNumber
         }
-        let worker = PoolWorker(pool: self, background: background)
         let thread = TKThread(name: background ? "tk.dispatch.bg.\(number)" : "tk.dispatch.\(number)") { worker.run() }
         if background { thread.qualityOfService = .background }
         do {
@@ -295,11 +461,11 @@ final class DispatchPool: @unchecked Sendable {
             // The OS refused a thread: give the slot back, and let ThreadStartRetry try again (with
             // back-off) so the queued work runs once a thread can start, even if nothing else is
             // ever submitted.
-            let t = background ? 1 : 0
             let queued = lock.withLock { () -> Int in
+                tiers[t].workers.removeAll { $0 === worker }
                 tiers[t].threads -= 1
                 tiers[t].running -= 1
-                tiers[t].searching -= 1
+                addSearching(t, -1)
                 return runQueues.totalCount
             }
             if reportedStartFailure.compareExchange(expected: 0, desired: 1, ordering: .relaxed).exchanged {
@@ -325,12 +491,14 @@ final class DispatchPool: @unchecked Sendable {
 
     // MARK: Observing (tests)
 
-    struct Snapshot { let threads: Int; let running: Int; let blocked: Int; let idle: Int; let searching: Int }
+    struct Snapshot {
+        let threads: Int; let running: Int; let blocked: Int; let stalled: Int; let idle: Int; let searching: Int
+    }
 
     func snapshot(background: Bool = false) -> Snapshot {
         let t = background ? 1 : 0
         return lock.withLock { Snapshot(threads: tiers[t].threads, running: tiers[t].running, blocked: tiers[t].blocked,
-                                          idle: tiers[t].idle.count, searching: tiers[t].searching) }
+                                          stalled: tiers[t].stalled, idle: tiers[t].idle.count, searching: tiers[t].searching) }
     }
 }
 

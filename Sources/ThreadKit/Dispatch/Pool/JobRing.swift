@@ -23,7 +23,7 @@ final class JobRing<Element>: @unchecked Sendable {
     var isEmpty: Bool { count == 0 }
 
     @inline(__always)
-    func append(_ element: Element) {
+    func append(_ element: consuming Element) {
         if count == capacity { grow() }
         (buffer + ((head &+ count) & (capacity &- 1))).initialize(to: element)
         count &+= 1
@@ -44,6 +44,13 @@ final class JobRing<Element>: @unchecked Sendable {
         head = (head &+ 1) & (capacity &- 1)
         count &-= 1
         return element
+    }
+
+    /// Removes the last element (the newest): a thief's end of a worker's local queue.
+    func popLast() -> Element? {
+        guard count > 0 else { return nil }
+        count &-= 1
+        return (buffer + ((head &+ count) & (capacity &- 1))).move()
     }
 
     /// The first element, left in place.

@@ -1,7 +1,12 @@
 // PoolWorker: one thread of the dispatch pool and its ParkingObserver. The loop below is the
-// worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle` and
-// `idleDeadline` are guarded by the pool's lock; `runningJob` and `countedBlocked` belong to the
-// worker's thread (the observer is called only on it).
+// worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle`,
+// `idleDeadline` and `monitorSeen` are guarded by the pool's lock; `local` and `localLevel` by
+// `localLock` (the worker pushes and pops; thieves and the monitor take jobs out, always while
+// holding the pool's lock, so two local locks are only ever held together under it);
+// `activity` is the worker's progress word (written by the worker, marked by the monitor: see
+// there); `mine` (runningJob, countedBlocked, activityCount, ...) belongs to the worker's thread (the
+// observer is called only on it).
+import CThreadKit
 import Synchronization
 
 final class PoolWorker: ParkingObserver, @unchecked Sendable {
@@ -19,46 +24,97 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     let started = Atomic<Bool>(false)
     /// The worker's dispatch context (installed as its thread's context).
     let context = DispatchContext()
-    /// Jobs taken from the pool with the one running, not started yet, all of `batchLevel`. Worker
-    /// thread only (moved back to the pool, under the pool's lock, by this thread).
-    let batch = JobRing<DispatchEntry>(capacity: DispatchPool.batchLimit)
-    private var batchLevel = 0
-    /// Worker thread only: inside a job (parks then mean a blocked worker).
-    private var runningJob = false
-    /// Worker thread only: the pool counts this worker as blocked right now.
-    private var countedBlocked = false
-    /// Worker thread only: the level whose OS priority the thread has (-1: not set by the pool; a
-    /// new thread inherits whatever its creator had).
-    private var appliedLevel = -1
+    /// The worker's local queue (docs/DispatchPool.md, "Local queues and stealing"): jobs taken
+    /// from the run queues with the one running (a batch) and jobs this worker submitted itself
+    /// while running one, not started yet, all of `localLevel`, FIFO. Guarded by `localLock` (taken
+    /// after the pool's lock when both are held): the worker pushes at the back and pops at the
+    /// front; a thief takes the newer half from the back; the pool moves them back to its run
+    /// queues when the worker blocks, stalls, or another level waits.
+    let local = JobRing<DispatchEntry>(capacity: DispatchPool.localLimit)
+    var localLevel = 0
+    let localLock = DispatchLock()
+    /// The progress word the pool's monitor watches (docs/DispatchPool.md, "Workers blocked outside
+    /// ThreadKit"): `count << 2 | observable << 1 | stalled`. The worker stores a new count at every
+    /// job start and end and around every ThreadKit park, with `observable` set while it runs a job
+    /// and is not parked in ThreadKit; the monitor, under the pool's lock, sets `stalled` by a
+    /// compare-exchange against the word it saw a tick earlier (so only a worker that made no
+    /// progress since is marked) and clears it the same way. Whoever's read-modify-write comes
+    /// second sees the other's: a worker whose exchange returns `stalled` set was counted stalled
+    /// and tells the pool. Acquire-release RMWs; the counts themselves are under the pool's lock.
+    let activity = Atomic<UInt64>(0)
+    /// The word the monitor saw at its previous tick. Guarded by the pool's lock.
+    var monitorSeen: UInt64 = 0
+    /// The worker's kernel thread id (0 until it runs), for the monitor's look at its state.
+    let threadID = Atomic<UInt32>(0)
+    /// What only the worker's thread reads and writes.
+    struct ThreadState {
+        /// Inside a job (parks then mean a blocked worker).
+        var runningJob = false
+        /// The pool counts this worker as blocked right now.
+        var countedBlocked = false
+        /// Local jobs started in a row while jobs of the same level waited in the run queues; at
+        /// `localStreakLimit` the local queue goes to the back of the run queue.
+        var localStreak = 0
+        /// The level whose OS priority the thread has (-1: not set by the pool; a new thread
+        /// inherits whatever its creator had).
+        var appliedLevel = -1
+        /// The count part of `activity`.
+        var activityCount: UInt64 = 0
+    }
+    /// Kept in memory of its own and reached through addressors: a stored `var` of a class pays a
+    /// runtime exclusivity check on every access (two per job: 230 instructions, callgrind).
+    private let threadStateStorage: UnsafeMutablePointer<ThreadState>
+    private var mine: ThreadState {
+        unsafeAddress { UnsafePointer(threadStateStorage) }
+        unsafeMutableAddress { threadStateStorage }
+    }
 
     init(pool: DispatchPool, background: Bool) {
         self.pool = pool
         self.background = background
+        threadStateStorage = .allocate(capacity: 1)
+        threadStateStorage.initialize(to: ThreadState())
     }
 
-    deinit { event.deallocate() }
+    deinit {
+        event.deallocate()
+        threadStateStorage.deinitialize(count: 1)
+        threadStateStorage.deallocate()
+    }
 
     /// The worker loop: pop a job and run it; with none, sleep idle; retire after idling long.
     func run() {
+        threadID.store(SystemCall.currentThreadID, ordering: .relaxed)
         started.store(true, ordering: .releasing)
         DispatchContext.install(context)
         Parking.setObserverForCurrentThread(self)
-        defer { Parking.setObserverForCurrentThread(nil) }
+        tk_pool_worker_set(Unmanaged.passUnretained(self).toOpaque())
+        defer {
+            tk_pool_worker_set(nil)
+            Parking.setObserverForCurrentThread(nil)
+        }
         // The worker was counted running and searching when it was planned.
         var searching = true
         while true {
-            if let entry = batch.popFirst() {
-                // More important work arrived meanwhile: it goes first, the batch goes back.
-                if pool.nonEmptyMirror.load(ordering: .relaxed) >> (batchLevel + 1) != 0 {
-                    batch.prepend(entry)
-                    pool.giveBack(self, level: batchLevel)
+            if let (entry, level) = popLocal() {
+                let waiting = pool.nonEmptyMirror.load(ordering: .relaxed)
+                let otherLevels = waiting & ~(UInt8(1) << level)
+                if otherLevels != 0 || (waiting != 0 && mine.localStreak >= DispatchPool.localStreakLimit) {
+                    // Another level waits (its order and aging belong to the run queues): the local
+                    // queue goes back to the front of its level and the worker picks there. Or
+                    // jobs of this level have waited there behind `localStreakLimit` local ones:
+                    // the local queue goes behind them.
+                    localLock.withLock { local.prepend(entry) }
+                    pool.giveBack(self, toFront: otherLevels != 0)
+                    mine.localStreak = 0
                     continue
                 }
-                runJob(entry, level: batchLevel)
+                mine.localStreak = waiting != 0 ? mine.localStreak + 1 : 0
+                runJob(entry, level: level)
                 continue
             }
             if let (entry, level) = pool.nextJob(for: self, wasSearching: &searching) {
-                batchLevel = level
+                mine.localStreak = 0
                 runJob(entry, level: level)
                 continue
             }
@@ -70,12 +126,55 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         }
     }
 
+    /// Whether a job submitted now may go to the local queue at all (inside a job). Worker thread.
+    var mayPushLocal: Bool { mine.runningJob }
+
+    enum LocalPush { case pushed(before: Int), refused(DispatchEntry) }
+
+    /// Puts `entry`, submitted by the job this worker runs, on its local queue and says how many
+    /// jobs were there before; or hands it back if it must go to the run queues (the queue holds
+    /// another level, or it is full). The entry is moved, never copied. Worker thread, inside a job.
+    func pushLocal(_ entry: consuming DispatchEntry, level: Int) -> LocalPush {
+        localLock.lock()
+        defer { localLock.unlock() }
+        let before = local.count
+        guard before < DispatchPool.localLimit, before == 0 || localLevel == level else { return .refused(entry) }
+        if before == 0 { localLevel = level }
+        local.append(entry)
+        return .pushed(before: before)
+    }
+
+    /// The next entry of the local queue and its level. Worker thread.
+    private func popLocal() -> (DispatchEntry, Int)? {
+        localLock.lock()
+        defer { localLock.unlock() }
+        return local.popFirst().map { ($0, localLevel) }
+    }
+
+    /// Stores the next progress word (`observable`: inside a job and not parked in ThreadKit) and
+    /// returns whether the monitor had marked the worker stalled. Worker thread.
+    @inline(__always)
+    private func advanceActivity(observable: Bool) -> Bool {
+        mine.activityCount &+= 1
+        let old = activity.exchange(mine.activityCount << 2 | (observable ? 2 : 0), ordering: .acquiringAndReleasing)
+        return old & 1 != 0
+    }
+
+    /// The same, from a word that was not observable: the monitor never marks such a word (its
+    /// compare-exchange expects `observable`), so a plain store does, without a locked instruction.
+    @inline(__always)
+    private func becomeObservable() {
+        mine.activityCount &+= 1
+        activity.store(mine.activityCount << 2 | 2, ordering: .releasing)
+    }
+
     private func runJob(_ entry: DispatchEntry, level: Int) {
-        if level != appliedLevel && !background && WorkerPriority.canRaise {
+        if level != mine.appliedLevel && !background && WorkerPriority.canRaise {
             WorkerPriority.apply(level: level, to: SystemCall.currentThreadID)
-            appliedLevel = level
+            mine.appliedLevel = level
         }
-        runningJob = true
+        mine.runningJob = true
+        becomeObservable()
         if entry.isUserWork {
             // A block of a global queue runs "inside" that global queue.
             context.push(TKDispatchQueue.root(level), exclusive: false)
@@ -84,7 +183,9 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         } else {
             entry.run()
         }
-        runningJob = false
+        mine.runningJob = false
+        // Counted stalled by the monitor while it ran: running again now.
+        if advanceActivity(observable: false) { pool.workerDidUnstall(self) }
     }
 
     private enum IdleOutcome { case woken, admittedItself, retired }
@@ -114,14 +215,17 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     // MARK: ParkingObserver (worker thread only)
 
     func willPark() {
-        guard runningJob, !countedBlocked else { return }
-        countedBlocked = true
-        pool.workerWillBlock(self, batchLevel: batchLevel)
+        guard mine.runningJob, !mine.countedBlocked else { return }
+        mine.countedBlocked = true
+        // Counted stalled already: the pool moves it from stalled to blocked instead of running.
+        let wasStalled = advanceActivity(observable: false)
+        pool.workerWillBlock(self, wasStalled: wasStalled)
     }
 
     func didUnpark() {
-        guard countedBlocked else { return }
-        countedBlocked = false
+        guard mine.countedBlocked else { return }
+        mine.countedBlocked = false
+        becomeObservable()   // not observable while parked
         pool.workerDidUnblock(self)
     }
 }

@@ -49,7 +49,7 @@ struct RunQueues {
         background ? nonEmpty & 1 != 0 : nonEmpty & RunQueues.normalMask != 0
     }
 
-    mutating func push(_ entry: DispatchEntry, level: Int) {
+    mutating func push(_ entry: consuming DispatchEntry, level: Int) {
         let bit = UInt8(1) << level
         if nonEmpty & bit == 0 {
             nonEmpty |= bit
@@ -71,11 +71,22 @@ struct RunQueues {
         countPasses(below: level, jobs: n)
     }
 
-    /// Puts a worker's unstarted batch back at the front of `level`, in order.
-    mutating func giveBack(_ batch: JobRing<DispatchEntry>, level: Int) {
+    /// Puts a worker's unstarted local jobs back in `level`, in order: at the front (the worker
+    /// blocked, stalled, or another level waits), or at the back (jobs of this level waited behind
+    /// its local ones).
+    mutating func giveBack(_ batch: JobRing<DispatchEntry>, level: Int, atFront: Bool) {
         guard !batch.isEmpty else { return }
-        levels[level].prepend(contentsOf: batch)
-        nonEmpty |= UInt8(1) << level
+        let bit = UInt8(1) << level
+        if nonEmpty & bit == 0 {
+            nonEmpty |= bit
+            waitingSince[level] = nonEmpty != bit ? ContinuousClock.now : nil
+            passes[level] = 0
+        }
+        if atFront {
+            levels[level].prepend(contentsOf: batch)
+        } else {
+            while let entry = batch.popFirst() { levels[level].append(entry) }
+        }
     }
 
     /// The next job for a normal worker: the highest non-empty level, unless a lower one has aged

@@ -1,0 +1,173 @@
+// DispatchPool+Monitor: notices workers blocked outside ThreadKit (docs/DispatchPool.md, "Workers
+// blocked outside ThreadKit"). A ThreadKit wait tells the pool at once (the ParkingObserver); a
+// plain read(2), sleep(3), a pthread or Foundation lock does not. While a tier has work waiting and
+// no room to admit it (or jobs wait in a worker's batch), one monitor thread looks at the tier's
+// busy workers every `monitorTick`: a worker whose progress word has not changed since the previous
+// tick (it has been inside the same job, outside any ThreadKit park, for at least one tick) loses
+// its unstarted batch to the run queues, and if its thread is not runnable (`S` or `D` in
+// /proc/self/task/TID/stat) it is counted **stalled** instead of running, so another worker may
+// take its place, within the hard cap. A stalled worker whose thread is runnable again, or whose
+// job ends, counts as running again. Everything here runs under the pool's lock, on the monitor
+// thread, except `perform(_:)` (after unlocking, on the thread that decided the action).
+import CThreadKit
+import Glibc
+
+extension DispatchPool {
+    /// How often the monitor looks while it watches: a worker blocked outside ThreadKit, or a local
+    /// queue behind a long job, is noticed after one to two ticks (libdispatch on Linux polls once
+    /// a second). A tick costs one lock visit and one load per busy worker.
+    static let monitorTick: Duration = .milliseconds(1)
+
+    /// Guarded by the pool's lock.
+    struct MonitorState {
+        /// The monitor thread exists (started, not retired).
+        var threadRunning = false
+        /// It is ticking, or has been told to start: nobody needs to wake it.
+        var awake = false
+    }
+
+    enum MonitorAction { case none, wake, start }
+
+    /// Whether the calling thread is a background-tier worker (nice 10, SCHED_BATCH).
+    static var onBackgroundWorker: Bool {
+        guard let raw = tk_pool_worker_get() else { return false }
+        return Unmanaged<PoolWorker>.fromOpaque(raw).takeUnretainedValue().background
+    }
+
+    /// Plans waking (or starting) the monitor if tier `t` has something to watch and the monitor
+    /// sleeps. `batches`: look into the busy workers' batches too (a worker just took one); the
+    /// submit path looks only at the run queues. Caller holds `lock`.
+    @inline(__always)
+    func watchLocked(_ t: Int, batches: Bool, _ actions: inout Actions) {
+        guard !monitor.pointee.awake, needsWatchLocked(t, batches: batches) else { return }
+        if monitor.pointee.threadRunning {
+            actions.monitor = .wake
+        } else if DispatchPool.onBackgroundWorker {
+            // A thread inherits its creator's nice value and cannot raise it: a monitor started
+            // here would run, and start normal workers, at the background class. The next
+            // submission from another thread starts it.
+            return
+        } else {
+            monitor.pointee.threadRunning = true
+            actions.monitor = .start
+        }
+        monitor.pointee.awake = true
+        monitorAwakeMirror.store(true, ordering: .relaxed)
+    }
+
+    /// Whether tier `t` has work that a stuck worker could hold up: jobs waiting with no room to
+    /// admit them, or jobs waiting in a busy worker's batch. Caller holds `lock`.
+    private func needsWatchLocked(_ t: Int, batches: Bool) -> Bool {
+        if tiers[t].running >= width && runQueues.hasWork(background: t == 1) { return true }
+        guard batches else { return false }
+        for worker in tiers[t].workers where !worker.isIdle {
+            worker.localLock.lock()
+            let batched = !worker.local.isEmpty
+            worker.localLock.unlock()
+            if batched { return true }
+        }
+        return false
+    }
+
+    func perform(_ action: MonitorAction) {
+        switch action {
+        case .none: return
+        case .wake: monitorEvent.set()
+        case .start:
+            let thread = TKThread(name: "tk.dispatch.monitor") { [self] in monitorLoop() }
+            do {
+                try thread.startOrThrow()
+            } catch {
+                // No thread now: the next submission that finds something to watch tries again.
+                lock.withLock {
+                    monitor.pointee = MonitorState()
+                    monitorAwakeMirror.store(false, ordering: .relaxed)
+                }
+            }
+        }
+    }
+
+    /// The monitor thread: look every tick while there is something to watch, and keep ticking
+    /// while any worker is busy (sleeping whenever the run queues are momentarily empty would make
+    /// every refill of a flood wake it again: a futex wake and a context switch per refill); sleep
+    /// once the pool is idle; end after `idleTimeout` of sleep.
+    private func monitorLoop() {
+        while true {
+            lock.lock()
+            var actions = Actions()
+            var watching = false
+            for t in 0..<2 {
+                if needsWatchLocked(t, batches: true) {
+                    scanLocked(t, &actions)
+                    watching = true
+                } else if tiers[t].running + tiers[t].stalled > 0 {
+                    watching = true
+                }
+            }
+            if !watching {
+                monitor.pointee.awake = false
+                monitorAwakeMirror.store(false, ordering: .relaxed)
+                monitorEvent.reset()
+            }
+            lock.unlock()
+            actions.perform(self)
+            if watching {
+                _ = monitorEvent.wait(deadline: .now + DispatchPool.monitorTick, spinLimit: 0, observed: false)
+                continue
+            }
+            if monitorEvent.wait(deadline: .now + DispatchPool.idleTimeout, spinLimit: 0, observed: false) { continue }
+            let retire = lock.withLock { () -> Bool in
+                // A waker that raced the timeout has set `awake` and is about to set the event.
+                guard !monitor.pointee.awake else { return false }
+                monitor.pointee.threadRunning = false
+                return true
+            }
+            if retire { return }
+        }
+    }
+
+    /// One look at tier `t`'s busy workers. Caller holds `lock`.
+    private func scanLocked(_ t: Int, _ actions: inout Actions) {
+        var freed = false
+        for worker in tiers[t].workers where !worker.isIdle {
+            let word = worker.activity.load(ordering: .acquiring)
+            defer { worker.monitorSeen = worker.activity.load(ordering: .relaxed) }
+            let observable = word & 2 != 0, stalled = word & 1 != 0
+            guard observable, word == worker.monitorSeen else { continue }
+            // Inside the same job since the last tick, not parked in ThreadKit.
+            if !stalled {
+                // Its unstarted batch must not wait for it, whatever it is doing.
+                giveBackLocked(worker)
+                freed = true
+                // Replacing it helps only if work waits with no room to admit it; only then is its
+                // thread's state read (a /proc read, ~10 µs: not once per tick per long job).
+                let compensate = tiers[t].running >= width && runQueues.hasWork(background: t == 1)
+                if compensate, DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
+                   worker.activity.compareExchange(expected: word, desired: word | 1,
+                                                   ordering: .acquiringAndReleasing).exchanged {
+                    tiers[t].running -= 1
+                    tiers[t].stalled += 1
+                }
+            } else if !DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
+                      worker.activity.compareExchange(expected: word, desired: word & ~1,
+                                                      ordering: .acquiringAndReleasing).exchanged {
+                // Runnable again inside the same job: it counts as running (the tier may be over
+                // width until a worker reaches a job boundary).
+                tiers[t].stalled -= 1
+                tiers[t].running += 1
+            }
+        }
+        if freed { offerWorkLocked(background: t == 1, &actions) }
+    }
+
+    /// Whether kernel thread `tid` of this process is sleeping (`S`) or in an uninterruptible wait
+    /// (`D`) rather than running or runnable, from /proc/self/task/TID/stat. False if unknown.
+    static func threadIsWaiting(_ tid: UInt32) -> Bool {
+        guard tid != 0, let stat = SystemCall.readSmallFile("/proc/self/task/\(tid)/stat", limit: 512),
+              let close = stat.lastIndex(of: ")") else { return false }
+        // "TID (COMM) STATE ...": COMM may hold spaces and parentheses, so look after the last ')'.
+        let rest = stat[stat.index(after: close)...].drop(while: { $0 == " " })
+        guard let state = rest.first else { return false }
+        return state == "S" || state == "D"
+    }
+}

@@ -1,0 +1,63 @@
+// The dispatch pool's width follows the CPUs the process may use (issue 12): the affinity mask a
+// `taskset` or container sets, and the cgroup CPU quota. Judged by a child process whose mask is
+// restricted before its pool starts (the global queue's description states the width), by the
+// kernel's own answer for the mask (sched_getaffinity on this thread), and by the quota parser on
+// the cgroup file formats.
+import CThreadKit
+import Dispatch
+import Foundation
+@testable import ThreadKit
+import XCTest
+
+final class DispatchPoolWidthTests: XCTestCase {
+    func testThePoolsWidthFollowsTheAffinityMask() throws {
+        let result = try ChildProcess.run("dispatch-pool-width-affinity", ["1"])
+        XCTAssertEqual(result.status, 0, result.standardError)
+        XCTAssertTrue(result.standardOutput.contains("kept 1"), result.standardOutput)
+        XCTAssertTrue(result.standardOutput.contains("width: 1 (the pool's workers)"), result.standardOutput)
+        let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        if cores >= 2 {
+            let two = try ChildProcess.run("dispatch-pool-width-affinity", ["2"])
+            XCTAssertEqual(two.status, 0, two.standardError)
+            XCTAssertTrue(two.standardOutput.contains("width: 2 (the pool's workers)"), two.standardOutput)
+        }
+    }
+
+    func testTheBudgetCountsTheCallingThreadsAffinityMask() {
+        // The mask is per thread: restrict a thread of our own (Foundation's, the judge) and ask there.
+        let counts = SharedCounts()
+        let thread = Thread {
+            counts.before = CPUBudget.affinityCount() ?? -1
+            counts.kept = Int(tk_affinity_keep_first(1))
+            counts.after = CPUBudget.affinityCount() ?? -1
+            counts.budget = CPUBudget.usableCPUs()
+            counts.done.signal()
+        }
+        thread.start()
+        XCTAssertEqual(counts.done.wait(timeout: .now() + 30), .success)
+        XCTAssertGreaterThanOrEqual(counts.before, 1)
+        XCTAssertLessThanOrEqual(counts.before, CPUBudget.onlineCPUs())
+        XCTAssertEqual(counts.kept, 1)
+        XCTAssertEqual(counts.after, 1)
+        XCTAssertEqual(counts.budget, 1)
+    }
+
+    func testTheCgroupQuotaIsReadInWholeCPUsRoundedUp() {
+        XCTAssertEqual(CPUBudget.parseCPUMax("200000 100000\n"), 2)
+        XCTAssertEqual(CPUBudget.parseCPUMax("150000 100000\n"), 2)
+        XCTAssertEqual(CPUBudget.parseCPUMax("50000 100000\n"), 1)
+        XCTAssertNil(CPUBudget.parseCPUMax("max 100000\n"))
+        XCTAssertEqual(CPUBudget.parseCFS(quota: "400000\n", period: "100000\n"), 4)
+        XCTAssertNil(CPUBudget.parseCFS(quota: "-1\n", period: "100000\n"))
+        XCTAssertEqual(CPUBudget.ancestry("/a/b"), ["/a/b", "/a", ""])
+        XCTAssertEqual(CPUBudget.ancestry("/"), [""])
+        // This machine's own quota, if any, never raises the budget above the online CPUs.
+        XCTAssertLessThanOrEqual(CPUBudget.usableCPUs(), CPUBudget.onlineCPUs())
+    }
+}
+
+/// Written by the test's thread before it signals `done`, read after.
+private final class SharedCounts: @unchecked Sendable {
+    var before = 0, kept = 0, after = 0, budget = 0
+    let done = DispatchSemaphore(value: 0)
+}
