@@ -15,6 +15,7 @@ let groups: [(String, () -> [Row])] = [
     ("operations", OperationBenchmarks.rows),
     ("concurrency", ConcurrencyBenchmarks.rows),
     ("io", IOBenchmarks.rows),
+    ("postgres", PostgresBenchmarks.rows),
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())
@@ -28,6 +29,8 @@ if arguments.count == 3, let n = Int(arguments[2]) {
 if arguments.first == "port-sender" { exit(PortBenchmarks.sender(Array(arguments.dropFirst()))) }
 // The fresh process of the "8 items blocking 1 s" row.
 if arguments.first == "blocking-child", arguments.count == 2 { exit(DispatchBenchmarks.blockingChild(arguments[1])) }
+// A contending process of the postgres group.
+if arguments.first == "pglock-child" { exit(PostgresBenchmarks.child(Array(arguments.dropFirst()))) }
 if arguments.contains("--list") {
     for (name, _) in groups { print(name) }
     exit(0)

@@ -15,6 +15,7 @@ enum ChildRoles {
         + DispatchMisuseRoles.all + DispatchMainRoles.all + OperationMisuseRoles.all + ConcurrencyRoles.all + GlobalExecutorRoles.all + ExecutorMisuseRoles.all
         + DispatchSurfaceRoles.all + DispatchTargetRoles.all + DispatchSourceKindRoles.all + DispatchDataRoles.all
         + RunLoopIORoles.all + PortHardeningRoles.all + ExtremeInputRoles.all + ThreadLimitRoles.all + DistributedLockUserRoles.all
+        + PostgresLockRoles.all
 
     static func main(_ arguments: [String]) -> Int32 {
         guard let name = arguments.first, let role = all.first(where: { $0.name == name }) else {
