@@ -53,20 +53,13 @@ final class PostgresLockProcessTests: XCTestCase {
         let locked = try XCTUnwrap(holder.waitForLine(startingWith: "locked "), "the child never took the lock")
         let holderToken = try XCTUnwrap(Int64(locked.dropFirst("locked ".count)))
         let waiter = try TKPostgresLock(name: name, url: url)
-        let acquired = DispatchSemaphore(value: 0)
-        let result = ResultBox()
-        let acquiredAt = TimeBox()
-        Thread.detachNewThread {
-            result.set(Result { try waiter.lock(before: .now + .seconds(60)) })
-            acquiredAt.set(Date())
-            acquired.signal()
-        }
-        try waitUntil("the waiter waits in pg_advisory_lock") { try self.waiting(name) == 1 }
+        let call = BackgroundLockCall(waiter, before: .now + .seconds(60))
+        try waitUntil("the waiter waits in pg_advisory_lock") { try PgLocks.waiting(name) == 1 }
         let killedAt = Date()
         holder.kill9()
-        XCTAssertEqual(acquired.wait(timeout: .now() + 30), .success, "the waiter never acquired")
-        XCTAssertEqual(try result.get(), true)
-        let delay = try XCTUnwrap(acquiredAt.get()).timeIntervalSince(killedAt)
+        XCTAssertTrue(call.wait(timeout: 30), "the waiter never acquired")
+        XCTAssertEqual(try call.result(), true)
+        let delay = try XCTUnwrap(call.returnedAt).timeIntervalSince(killedAt)
         XCTAssertLessThan(delay, 1.0, "acquired \(delay) s after kill -9")
         XCTAssertGreaterThan(try XCTUnwrap(waiter.fencingToken), holderToken)
         try waiter.unlock()
@@ -120,18 +113,12 @@ final class PostgresLockProcessTests: XCTestCase {
         let waiter = try TKPostgresLock(name: name, url: url)
         XCTAssertTrue(try holder.tryLock())
         let oldToken = try XCTUnwrap(holder.fencingToken)
-        let done = DispatchSemaphore(value: 0)
-        let result = ResultBox()
-        let deadline = ContinuousClock.now + .seconds(60)
-        Thread.detachNewThread {
-            result.set(Result { try waiter.lock(before: deadline) })
-            done.signal()
-        }
-        try waitUntil("the waiter waits in pg_advisory_lock") { try self.waiting(name) == 1 }
+        let call = BackgroundLockCall(waiter, before: .now + .seconds(60))
+        try waitUntil("the waiter waits in pg_advisory_lock") { try PgLocks.waiting(name) == 1 }
         try PostgresTestServer.restart()
         XCTAssertEqual(lost.wait(timeout: .now() + 30), .success, "the holder was not told the restart ended its session")
-        XCTAssertEqual(done.wait(timeout: .now() + 90), .success, "the waiter never returned")
-        XCTAssertEqual(try result.get(), true, "the waiter did not acquire after the restart")
+        XCTAssertTrue(call.wait(timeout: 90), "the waiter never returned")
+        XCTAssertEqual(try call.result(), true, "the waiter did not acquire after the restart")
         XCTAssertGreaterThan(try XCTUnwrap(waiter.fencingToken), oldToken)
         try waiter.unlock()
     }
@@ -143,37 +130,17 @@ final class PostgresLockProcessTests: XCTestCase {
         let holder = try TKPostgresLock(name: name, url: url)
         let waiter = try TKPostgresLock(name: name, url: url)
         XCTAssertTrue(try holder.tryLock())
-        let done = DispatchSemaphore(value: 0)
-        let result = ResultBox()
         let deadline = ContinuousClock.now + .seconds(4)
-        Thread.detachNewThread {
-            result.set(Result { try waiter.lock(before: deadline) })
-            done.signal()
-        }
-        try waitUntil("the waiter waits in pg_advisory_lock") { try self.waiting(name) == 1 }
+        let call = BackgroundLockCall(waiter, before: deadline)
+        try waitUntil("the waiter waits in pg_advisory_lock") { try PgLocks.waiting(name) == 1 }
         try PostgresTestServer.stopServer()
         defer { XCTAssertNoThrow(try PostgresTestServer.startServer()) }
-        XCTAssertEqual(done.wait(timeout: .now() + 60), .success, "the waiter never returned")
+        XCTAssertTrue(call.wait(timeout: 60), "the waiter never returned")
         XCTAssertGreaterThanOrEqual(ContinuousClock.now, deadline, "failed before its deadline")
-        XCTAssertThrowsError(try result.get()) { error in
+        XCTAssertThrowsError(try call.result()) { error in
             let tk = error as? TKError
             XCTAssertEqual(tk?.code, .systemCall, "\(error)")
             XCTAssertTrue(tk?.message.contains("the deadline passed while the server could not be reached") == true, "\(error)")
         }
     }
-
-    func waiting(_ name: String) throws -> Int {
-        Int(try PostgresTestServer.psql("""
-            SELECT count(*) FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid
-            WHERE l.locktype = 'advisory' AND NOT l.granted AND t.name = '\(name)'
-            """)) ?? -1
-    }
-}
-
-/// A time handed from a thread to the test.
-final class TimeBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Date?   // guarded by `lock`
-    func set(_ date: Date) { lock.withLock { value = date } }
-    func get() -> Date? { lock.withLock { value } }
 }

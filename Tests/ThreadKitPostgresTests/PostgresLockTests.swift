@@ -16,10 +16,10 @@ final class PostgresLockTests: XCTestCase {
         XCTAssertFalse(try a.tryLock(), "held by this object: false, not a second (re-entrant) acquisition")
         let first = try XCTUnwrap(a.fencingToken)
         XCTAssertFalse(try b.tryLock())
-        XCTAssertEqual(try granted(name), 1, "pg_locks shows one granted advisory lock for the name")
+        XCTAssertEqual(try PgLocks.granted(name), 1, "pg_locks shows one granted advisory lock for the name")
         try a.unlock()
         XCTAssertNil(a.fencingToken)
-        XCTAssertEqual(try granted(name), 0)
+        XCTAssertEqual(try PgLocks.granted(name), 0)
         XCTAssertTrue(try b.tryLock())
         XCTAssertGreaterThan(try XCTUnwrap(b.fencingToken), first)
         try b.unlock()
@@ -32,7 +32,7 @@ final class PostgresLockTests: XCTestCase {
         let start = ContinuousClock.now
         XCTAssertFalse(try b.lock(before: start + .milliseconds(300)))
         XCTAssertGreaterThanOrEqual(ContinuousClock.now - start, .milliseconds(300), "gave up before the deadline")
-        XCTAssertEqual(try granted(name), 1)
+        XCTAssertEqual(try PgLocks.granted(name), 1)
         XCTAssertThrowsError(try a.lock(before: .now + .seconds(1))) { XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument) }
         try a.unlock()
         XCTAssertTrue(try b.lock(before: .now + .seconds(10)), "the session is usable after a lock_timeout")
@@ -43,16 +43,11 @@ final class PostgresLockTests: XCTestCase {
         let url = try PostgresTestServer.info().url, name = uniqueName()
         let a = try TKPostgresLock(name: name, url: url), b = try TKPostgresLock(name: name, url: url)
         XCTAssertTrue(try a.tryLock())
-        let acquired = DispatchSemaphore(value: 0)
-        let result = ResultBox()
-        Thread.detachNewThread {
-            result.set(Result { try b.lock(before: .now + .seconds(30)) })
-            acquired.signal()
-        }
-        try waitUntil("b waits in pg_advisory_lock") { try self.waiting(name) == 1 }
+        let call = BackgroundLockCall(b, before: .now + .seconds(30))
+        try waitUntil("b waits in pg_advisory_lock") { try PgLocks.waiting(name) == 1 }
         try a.unlock()
-        XCTAssertEqual(acquired.wait(timeout: .now() + 30), .success)
-        XCTAssertEqual(try result.get(), true)
+        XCTAssertTrue(call.wait(timeout: 30))
+        XCTAssertEqual(try call.result(), true)
         try b.unlock()
     }
 
@@ -77,8 +72,7 @@ final class PostgresLockTests: XCTestCase {
     func testBreakLockEndsTheHoldersSessionAndSaysWhoseItWas() throws {
         let url = try PostgresTestServer.info().url, name = uniqueName()
         let lost = DispatchSemaphore(value: 0)
-        let losses = ResultBox()
-        let a = try TKPostgresLock(name: name, url: url) { loss in losses.set(.success(loss.token == 0 ? false : true)); lost.signal() }
+        let a = try TKPostgresLock(name: name, url: url) { _ in lost.signal() }
         let b = try TKPostgresLock(name: name, url: url)
         XCTAssertNil(try b.breakLock(), "nobody holds it: nothing to break")
         XCTAssertTrue(try a.tryLock())
@@ -169,24 +163,6 @@ final class PostgresLockTests: XCTestCase {
         XCTAssertEqual(ipv6.port, 7000)
         XCTAssertEqual(ipv6.user, "postgres")
         XCTAssertEqual(ipv6.tls, .prefer)
-    }
-
-    // MARK: judges
-
-    /// Granted advisory locks on `name`, from pg_locks.
-    func granted(_ name: String) throws -> Int {
-        Int(try PostgresTestServer.psql("""
-            SELECT count(*) FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid
-            WHERE l.locktype = 'advisory' AND l.granted AND t.name = '\(name)'
-            """)) ?? -1
-    }
-
-    /// Sessions waiting for the advisory lock on `name`, from pg_locks.
-    func waiting(_ name: String) throws -> Int {
-        Int(try PostgresTestServer.psql("""
-            SELECT count(*) FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid
-            WHERE l.locktype = 'advisory' AND NOT l.granted AND t.name = '\(name)'
-            """)) ?? -1
     }
 }
 
