@@ -15,13 +15,24 @@ import PostgresNIO
 import ThreadKit
 
 extension TKPostgresLock {
-    /// Starts both detectors for the acquisition `generation` held on `session`.
-    func watch(_ session: PostgresSession, generation: UInt64) {
-        session.connection.closeFuture.whenComplete { [weak self] _ in
-            self?.declareLost(generation: generation, TKError(.systemCall, "\(self?.owner ?? "TKPostgresLock"): the session holding "
-                + "the lock (server pid \(session.backendPID)) ended: the server restarted, the connection was cut, or someone "
-                + "called pg_terminate_backend (breakLock).", errno: ECONNRESET))
+    /// Detector 1, registered once per session (when it becomes this object's session): when the
+    /// connection closes, the acquisition held on it, if any, is lost.
+    func watchClose(of session: PostgresSession) {
+        session.connection.closeFuture.whenComplete { [weak self, weak session] _ in
+            guard let self, let session else { return }
+            let generation = self.stateLock.withLock { () -> UInt64? in
+                guard case .held(let hold) = self.state.holding, hold.session === session else { return nil }
+                return hold.generation
+            }
+            guard let generation else { return }
+            self.declareLost(generation: generation, TKError(.systemCall, "\(self.owner): the session holding the lock (server pid "
+                + "\(session.backendPID)) ended: the server restarted, the connection was cut, or someone called "
+                + "pg_terminate_backend (breakLock).", errno: ECONNRESET))
         }
+    }
+
+    /// Starts detector 2 for the acquisition `generation` held on `session`.
+    func watch(_ session: PostgresSession, generation: UInt64) {
         let interval = TimeAmount.nanoseconds(Int64(livenessInterval.components.seconds) * 1_000_000_000
                                               + livenessInterval.components.attoseconds / 1_000_000_000)
         let task = session.connection.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { [weak self] task in

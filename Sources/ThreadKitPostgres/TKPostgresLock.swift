@@ -93,6 +93,7 @@ public final class TKPostgresLock: @unchecked Sendable {
             throw error
         }
         state.session = session
+        watchClose(of: session)
     }
 
     /// As `init(name:configuration:…)` with the URL given, or `TK_POSTGRES_URL` when `url` is nil.
@@ -270,6 +271,7 @@ public final class TKPostgresLock: @unchecked Sendable {
         dropSession()
         let session = try PostgresSession.connect(configuration, owner: owner, deadline: deadline)
         stateLock.withLock { state.session = session }
+        watchClose(of: session)
         return session
     }
 

@@ -91,6 +91,31 @@ final class PostgresLockTests: XCTestCase {
         try a.unlock()
     }
 
+    func testTheLivenessCheckKeepsAHealthyHoldAndDeclaresASilentSessionLost() throws {
+        let url = try PostgresTestServer.info().url, name = uniqueName()
+        let lost = DispatchSemaphore(value: 0)
+        let lock = try TKPostgresLock(name: name, url: url, livenessInterval: .milliseconds(50)) { _ in lost.signal() }
+        XCTAssertTrue(try lock.tryLock())
+        // Many checks pass while the session is healthy.
+        XCTAssertEqual(lost.wait(timeout: .now() + 1), .timedOut, "a healthy hold was reported lost: \(lock.lossError.map { "\($0)" } ?? "")")
+        XCTAssertTrue(lock.isHeld)
+        try lock.unlock()
+        // A server process that stops answering (SIGSTOP: a partition as the client sees it).
+        XCTAssertTrue(try lock.tryLock())
+        let pid = try XCTUnwrap(Int32(PostgresTestServer.psql("""
+            SELECT l.pid FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid
+            WHERE l.locktype = 'advisory' AND l.granted AND t.name = '\(name)'
+            """)))
+        XCTAssertEqual(kill(pid, SIGSTOP), 0, "the tests run as root or as the server's user, to stop its process")
+        defer { kill(pid, SIGCONT) }
+        XCTAssertEqual(lost.wait(timeout: .now() + 10), .success, "a session that stopped answering was not declared lost")
+        XCTAssertEqual(lock.lossError?.errno, ETIMEDOUT, "\(lock.lossError.map { "\($0)" } ?? "")")
+        kill(pid, SIGCONT)
+        XCTAssertThrowsError(try lock.unlock()) { XCTAssertEqual(($0 as? TKError)?.code, .notLockOwner) }
+        XCTAssertTrue(try lock.lock(before: .now + .seconds(10)), "a new session takes the lock once the old one is gone")
+        try lock.unlock()
+    }
+
     func testUnlockWithoutHoldingThrows() throws {
         let lock = try TKPostgresLock(name: uniqueName(), url: try PostgresTestServer.info().url)
         XCTAssertThrowsError(try lock.unlock()) { XCTAssertEqual(($0 as? TKError)?.code, .notLockOwner) }
