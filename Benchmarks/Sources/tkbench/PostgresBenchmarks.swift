@@ -66,7 +66,7 @@ enum PostgresBenchmarks {
             }
             for (_, out) in children { _ = out.fileHandleForReading.readData(ofLength: 6) }   // "ready\n"
             let elapsed = timed {
-                FileManager.default.createFile(atPath: gate, contents: nil)
+                _ = FileManager.default.createFile(atPath: gate, contents: nil)
                 for (process, _) in children { process.waitUntilExit() }
             }
             unlink(gate)
@@ -104,7 +104,7 @@ enum PostgresBenchmarks {
             }
             release = { try! file.unlock() }
         }
-        print("ready"); fflush(stdout)
+        print("ready"); fflush(nil)
         while access(gate, F_OK) != 0 { usleep(100) }
         for _ in 0..<n { acquire(); release() }
         return 0
