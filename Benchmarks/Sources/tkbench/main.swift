@@ -18,6 +18,7 @@ let groups: [(String, () -> [Row])] = [
     ("concurrency", ConcurrencyBenchmarks.rows),
     ("io", IOBenchmarks.rows),
     ("trace", TraceBenchmarks.rows),
+    ("postgres", PostgresBenchmarks.rows),
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())
@@ -35,6 +36,8 @@ if arguments.first == "blocking-child", arguments.count == 2 { exit(DispatchBenc
 if arguments.first == "scaling-child", arguments.count == 4, let cpus = Int(arguments[1]), let n = Int(arguments[3]) {
     exit(ScalingRows.child(cpus: cpus, file: arguments[2], rounds: n))
 }
+// A contending process of the postgres group.
+if arguments.first == "pglock-child" { exit(PostgresBenchmarks.child(Array(arguments.dropFirst()))) }
 if arguments.contains("--list") {
     for (name, _) in groups { print(name) }
     print("scaling")

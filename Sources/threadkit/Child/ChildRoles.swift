@@ -18,6 +18,7 @@ enum ChildRoles {
         + TraceRoles.all
         + DiagnosticsRoles.all
         + DispatchPoolRoles.all
+        + PostgresLockRoles.all
 
     static func main(_ arguments: [String]) -> Int32 {
         guard let name = arguments.first, let role = all.first(where: { $0.name == name }) else {

@@ -43,7 +43,7 @@ enum Tour {
     /// Every scenario, in the order the tour runs them (the order of the seeds' chapters).
     static let scenarios: [Scenario] = ThreadScenarios.all + RunLoopScenarios.all + PerformScenarios.all + PortScenarios.all + NetworkScenarios.all
         + NotificationQueueScenarios.all + LockScenarios.all + [DistributedLockScenario.scenario] + DispatchScenarios.all
-        + OperationScenarios.all + ConcurrencyScenarios.all
+        + OperationScenarios.all + ConcurrencyScenarios.all + [PostgresLockScenario.scenario]
         + [TraceScenario.scenario]
         + DiagnosticsScenarios.all
 
