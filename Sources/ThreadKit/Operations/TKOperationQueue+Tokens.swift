@@ -65,7 +65,10 @@ extension TKOperationQueue {
         if let underlying = plan.underlying {
             underlying.async(execute: token)
         } else {
-            TKDispatchQueue.global(qos: plan.qos).async(execute: token)
+            // Tokens are there to look for operations side by side: to the pool's shared run
+            // queues, never the submitting worker's local queue (docs/DispatchPool.md), where a
+            // token resubmitted by a running token would wait behind its own worker.
+            DispatchPool.shared.submit(DispatchEntry(.block(token)), level: RunQueues.level(qos), count: 1)
         }
     }
 
