@@ -214,7 +214,12 @@ extension TKDispatchIO {
 
     private func deliver(_ operation: IOOperation, done: Bool, data: TKDispatchData?, error: Int32) {
         guard let handler = operation.handler else { return }
-        operation.queue.async { handler(done, data, error) }
+        deliveries.enter()
+        let deliveries = deliveries
+        operation.queue.async {
+            handler(done, data, error)
+            deliveries.leave()
+        }
     }
 
     // MARK: Interval
@@ -241,7 +246,8 @@ extension TKDispatchIO {
         releaseDescriptor()
         if let handler = cleanupHandler {
             cleanupHandler = nil
-            queue.async { handler(error) }
+            // After every handler call already submitted has returned (docs/DispatchIO.md).
+            deliveries.notify(queue: queue) { handler(error) }
         }
     }
 

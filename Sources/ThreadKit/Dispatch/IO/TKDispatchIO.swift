@@ -66,6 +66,9 @@ public final class TKDispatchIO: @unchecked Sendable {
     var closed = false                                   // channel
     var cleanedUp = false                                // channel
     var cleanupHandler: (@Sendable (Int32) -> Void)?     // channel
+    /// I/O handler calls submitted and not yet returned: the cleanup handler waits for them, as
+    /// handlers and cleanup may go to a concurrent queue where submission order is not run order.
+    let deliveries = TKDispatchGroup()                   // any thread (the group is thread-safe)
     var highWater = Int.max                              // channel
     var lowWater = TKDispatchIO.chunkSize                // channel
     var interval: Duration?                              // channel
