@@ -59,15 +59,19 @@ extension TKOperationQueue {
         for _ in 0..<plan.tokens { submitToken(plan) }
     }
 
-    private func submitToken(_ plan: Plan) {
+    private func submitToken(_ plan: Plan, resubmitted: Bool = false) {
         let qos = plan.qos, underlying = plan.underlying
         let token: @Sendable () -> Void = { [self] in runToken(qos: qos, underlying: underlying) }
         if let underlying = plan.underlying {
             underlying.async(execute: token)
+        } else if resubmitted {
+            // A token that used up its budget goes behind other work of its level: from a pool
+            // worker, that worker's local queue (docs/DispatchPool.md), so it does not wake another.
+            TKDispatchQueue.global(qos: qos).async(execute: token)
         } else {
-            // Tokens are there to look for operations side by side: to the pool's shared run
-            // queues, never the submitting worker's local queue (docs/DispatchPool.md), where a
-            // token resubmitted by a running token would wait behind its own worker.
+            // New tokens are there to look for operations side by side: to the pool's shared run
+            // queues, never the submitting worker's local queue, where they would wait behind the
+            // token that submitted them.
             DispatchPool.shared.submit(DispatchEntry(.block(token)), level: RunQueues.level(qos), count: 1)
         }
     }
@@ -183,6 +187,6 @@ extension TKOperationQueue {
         }
         lock.unlock()
         carryOut(plan)
-        if again { submitToken(plan) }
+        if again { submitToken(plan, resubmitted: true) }
     }
 }
