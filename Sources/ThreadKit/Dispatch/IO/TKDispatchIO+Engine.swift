@@ -244,11 +244,15 @@ extension TKDispatchIO {
         cleanedUp = true
         let error = openError
         releaseDescriptor()
-        if let handler = cleanupHandler {
-            cleanupHandler = nil
-            // After every handler call already submitted has returned (docs/DispatchIO.md).
-            deliveries.notify(queue: queue) { handler(error) }
-        }
+        submitCleanupHandler(error)
+    }
+
+    /// Runs the cleanup handler (once) on the channel's queue after every handler call already
+    /// submitted has returned (docs/DispatchIO.md). Channel queue, or deinit.
+    private func submitCleanupHandler(_ error: Int32) {
+        guard let handler = cleanupHandler else { return }
+        cleanupHandler = nil
+        deliveries.notify(queue: queue) { handler(error) }
     }
 
     /// Stops the sources, restores the descriptor's flags and closes a descriptor the channel
@@ -266,10 +270,6 @@ extension TKDispatchIO {
         }
         fd = -1
         descriptor.store(-1, ordering: .relaxed)
-        if !cleanedUp, let handler = cleanupHandler {
-            cleanupHandler = nil
-            let error = openError
-            queue.async { handler(error) }
-        }
+        if !cleanedUp { submitCleanupHandler(openError) }
     }
 }
