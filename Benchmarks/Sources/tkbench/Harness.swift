@@ -66,9 +66,14 @@ struct Harness {
     /// Each contender's median time per operation over the interleaved rounds (after a warm-up).
     func medians(_ row: Row) -> [Double] {
         var samples = Array(repeating: [Double](), count: row.contenders.count)
-        for c in row.contenders { _ = c.measure(max(1, row.operations / 10)) }   // warm-up
+        // TKBENCH_CONTENDER=text measures only the contenders whose name contains it (for
+        // profiling one side); the others read as NaN.
+        let only = ProcessInfo.processInfo.environment["TKBENCH_CONTENDER"]
+        func skipped(_ c: Contender) -> Bool { only.map { !c.name.contains($0) } ?? false }
+        for c in row.contenders where !skipped(c) { _ = c.measure(max(1, row.operations / 10)) }   // warm-up
         for _ in 0..<rounds {
             for (i, c) in row.contenders.enumerated() {
+                if skipped(c) { samples[i].append(.nan); continue }
                 samples[i].append(c.measure(row.operations) / Double(row.operations))
             }
         }

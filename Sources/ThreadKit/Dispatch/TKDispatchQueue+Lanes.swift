@@ -17,7 +17,7 @@ extension TKDispatchQueue {
     }
 
     /// Routes an entry by kind.
-    func enqueue(_ entry: DispatchEntry) {
+    func enqueue(_ entry: consuming DispatchEntry) {
         switch kind {
         case .root(let level):
             DispatchPool.shared.submit(entry, level: level)

@@ -119,6 +119,14 @@ public final class TKDispatchQueue: @unchecked Sendable {
 
     static func root(_ level: Int) -> TKDispatchQueue { roots[level] }
 
+    /// The global queues as unretained references, by level, for the worker's per-job path
+    /// (reading `roots` retained and released a queue twice per job). They live for the process.
+    nonisolated(unsafe) static let rootReferences: UnsafePointer<Unmanaged<TKDispatchQueue>> = {
+        let references = UnsafeMutablePointer<Unmanaged<TKDispatchQueue>>.allocate(capacity: roots.count)
+        for (level, queue) in roots.enumerated() { (references + level).initialize(to: .passUnretained(queue)) }
+        return UnsafePointer(references)
+    }()
+
     private static let roots: [TKDispatchQueue] = [
         TKQualityOfService.background, .utility, .default, .userInitiated, .userInteractive,
     ].map { qos in
@@ -146,7 +154,7 @@ public final class TKDispatchQueue: @unchecked Sendable {
         let block = DiagnosticsSwitch.isOn(.contention) ? Contention.timedBlock(work, queue: label) : work
         var entry = DispatchEntry(.block(block), group: group, barrier: flags.contains(.barrier))
         if DiagnosticsSwitch.isOn(.trace) { entry.traceFlow = TraceRecorder.dispatchEnqueued(self) }
-        enqueue(entry)
+        enqueue(consume entry)
     }
 
     public func async(execute workItem: TKDispatchWorkItem) {

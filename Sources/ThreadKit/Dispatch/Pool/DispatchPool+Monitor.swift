@@ -94,6 +94,11 @@ extension DispatchPool {
     private func monitorLoop() {
         while true {
             lock.lock()
+            // Consume any set now: a wake that arrived while it ticked would otherwise leave the
+            // event set, and every later tick's wait would return at once (the monitor spun,
+            // taking a fifth of the only CPU from a flood). A set racing this reset was planned
+            // under the lock before it and only costs one early tick.
+            monitorEvent.reset()
             var actions = Actions()
             var watching = false
             for t in 0..<2 {
@@ -107,7 +112,6 @@ extension DispatchPool {
             if !watching {
                 monitor.pointee.awake = false
                 monitorAwakeMirror.store(false, ordering: .relaxed)
-                monitorEvent.reset()
             }
             lock.unlock()
             actions.perform(self)

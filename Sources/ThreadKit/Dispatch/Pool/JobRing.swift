@@ -29,6 +29,16 @@ final class JobRing<Element>: @unchecked Sendable {
         count &+= 1
     }
 
+    /// Makes room for one more element at the back and returns its slot, which the caller
+    /// initializes at once (so an element can be moved in without the ring being retained).
+    @inline(__always)
+    func reserveLast() -> UnsafeMutablePointer<Element> {
+        if count == capacity { grow() }
+        let slot = buffer + ((head &+ count) & (capacity &- 1))
+        count &+= 1
+        return slot
+    }
+
     /// Puts `element` in front of the others (a batch handed back by a suspended drainer).
     func prepend(_ element: Element) {
         if count == capacity { grow() }

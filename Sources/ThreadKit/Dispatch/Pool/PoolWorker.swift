@@ -10,7 +10,9 @@ import CThreadKit
 import Synchronization
 
 final class PoolWorker: ParkingObserver, @unchecked Sendable {
-    unowned let pool: DispatchPool
+    /// unowned(unsafe): the pool lives as long as the process (a checked `unowned` paid an atomic
+    /// strong-retain and a release on every use, several per job).
+    unowned(unsafe) let pool: DispatchPool
     /// Serves the background level (at the background OS class) instead of the normal ones.
     let background: Bool
     /// Set by the waker that took this worker off the idle stack.
@@ -68,6 +70,9 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         unsafeAddress { UnsafePointer(threadStateStorage) }
         unsafeMutableAddress { threadStateStorage }
     }
+
+    /// `TKDispatchQueue.rootReferences`, read once (a global's lazy initialisation check per job).
+    private let roots = TKDispatchQueue.rootReferences
 
     init(pool: DispatchPool, background: Bool) {
         self.pool = pool
@@ -177,9 +182,11 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
         becomeObservable()
         if entry.isUserWork {
             // A block of a global queue runs "inside" that global queue.
-            context.push(TKDispatchQueue.root(level), exclusive: false)
-            entry.runObserved(on: TKDispatchQueue.root(level), exclusive: false)
-            context.pop()
+            roots[level]._withUnsafeGuaranteedRef { root in
+                context.push(root, exclusive: false)
+                entry.runObserved(on: root, exclusive: false)
+                context.pop()
+            }
         } else {
             entry.run()
         }

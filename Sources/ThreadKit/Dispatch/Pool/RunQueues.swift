@@ -26,7 +26,20 @@ struct RunQueues {
 
     static let normalMask: UInt8 = 0b11110
 
-    private let levels: [JobRing<DispatchEntry>] = (0..<RunQueues.levelCount).map { _ in JobRing(capacity: 64) }
+    /// One ring per level, made once and kept for the life of the pool (the process). Held as
+    /// unmanaged references in memory of their own: reading a ring out of an array retained and
+    /// released it on every push and pop (two atomic operations per job, callgrind).
+    private let rings: UnsafeMutablePointer<Unmanaged<JobRing<DispatchEntry>>> = {
+        let rings = UnsafeMutablePointer<Unmanaged<JobRing<DispatchEntry>>>.allocate(capacity: RunQueues.levelCount)
+        for level in 0..<RunQueues.levelCount { (rings + level).initialize(to: .passRetained(JobRing(capacity: 64))) }
+        return rings
+    }()
+
+    /// Runs `body` with level `level`'s ring, without retaining it.
+    @inline(__always)
+    private func withRing<R>(_ level: Int, _ body: (JobRing<DispatchEntry>) -> R) -> R {
+        rings[level]._withUnsafeGuaranteedRef(body)
+    }
     /// Bit L set while level L is non-empty.
     private(set) var nonEmpty: UInt8 = 0
     /// Since when level L has waited with other levels non-empty (its aging clock); nil while it
@@ -39,10 +52,10 @@ struct RunQueues {
 
     var isEmpty: Bool { nonEmpty == 0 }
 
-    func count(_ level: Int) -> Int { levels[level].count }
+    func count(_ level: Int) -> Int { withRing(level) { $0.count } }
 
     /// Jobs waiting at every level.
-    var totalCount: Int { levels.reduce(0) { $0 + $1.count } }
+    var totalCount: Int { (0..<RunQueues.levelCount).reduce(0) { $0 + count($1) } }
 
     /// Whether jobs for the normal tier (levels 1–4) or the background tier (level 0) wait.
     func hasWork(background: Bool) -> Bool {
@@ -57,17 +70,21 @@ struct RunQueues {
             waitingSince[level] = nonEmpty != bit ? ContinuousClock.now : nil
             passes[level] = 0
         }
-        levels[level].append(entry)
+        // The slot is reserved under a guaranteed reference, then the entry is moved into it.
+        withRing(level) { $0.reserveLast() }.initialize(to: entry)
     }
 
     /// Moves up to `max` more entries of `level` (after one was popped) into a worker's batch ring.
     mutating func popMore(_ level: Int, into batch: JobRing<DispatchEntry>, max: Int) {
         var n = 0
-        while n < max, let entry = levels[level].popFirst() {
-            batch.append(entry)
-            n += 1
+        let emptied = withRing(level) { ring -> Bool in
+            while n < max, let entry = ring.popFirst() {
+                batch.append(entry)
+                n += 1
+            }
+            return ring.isEmpty
         }
-        if levels[level].isEmpty { nonEmpty &= ~(UInt8(1) << level) }
+        if emptied { nonEmpty &= ~(UInt8(1) << level) }
         countPasses(below: level, jobs: n)
     }
 
@@ -83,9 +100,9 @@ struct RunQueues {
             passes[level] = 0
         }
         if atFront {
-            levels[level].prepend(contentsOf: batch)
+            withRing(level) { $0.prepend(contentsOf: batch) }
         } else {
-            while let entry = batch.popFirst() { levels[level].append(entry) }
+            withRing(level) { ring in while let entry = batch.popFirst() { ring.append(entry) } }
         }
     }
 
@@ -170,8 +187,8 @@ struct RunQueues {
     }
 
     private mutating func pop(_ level: Int) -> DispatchEntry {
-        let entry = levels[level].popFirst()!
-        if levels[level].isEmpty { nonEmpty &= ~(UInt8(1) << level) }
+        let (entry, emptied) = withRing(level) { ring in (ring.popFirst()!, ring.isEmpty) }
+        if emptied { nonEmpty &= ~(UInt8(1) << level) }
         // Just served: its clock restarts at the next competition, its passes now.
         waitingSince[level] = nil
         passes[level] = 0
