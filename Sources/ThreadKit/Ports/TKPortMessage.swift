@@ -10,13 +10,16 @@ public final class TKPortMessage: @unchecked Sendable {
         case port(TKPort)
     }
 
+    // A message belongs to one thread at a time (see above), so the runtime's dynamic
+    // exclusivity check is off for its mutable fields: three checks per send were ~400
+    // instructions of a message's cost (callgrind).
     /// The message's identifier, free for the application (the seeds use 1000).
-    public var msgid: UInt32
-    public private(set) var components: [Component]
+    @exclusivity(unchecked) public var msgid: UInt32
+    @exclusivity(unchecked) public private(set) var components: [Component]
     public let sendPort: TKPort?
     public let receivePort: TKPort?
     /// Why the last `send(before:)` returned false, nil after a successful send.
-    public internal(set) var failureReason: String?
+    @exclusivity(unchecked) public internal(set) var failureReason: String?
 
     public init(sendPort: TKPort?, receivePort: TKPort?, components: [Component]) {
         self.sendPort = sendPort

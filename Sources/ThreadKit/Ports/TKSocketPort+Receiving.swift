@@ -151,7 +151,7 @@ extension TKSocketPort {
             decoding: while true {
                 switch s.connections[fd]!.decoder.next(verifier: authenticator?.verify) {
                 case .success(let frame?):
-                    _ = inbox.push(message(from: frame, authenticator), deadline: nil)
+                    _ = inbox.pushUnbounded(message(from: frame, authenticator))
                 case .success(nil):
                     break decoding
                 case .failure(let error):

@@ -216,7 +216,7 @@ extension TKRunLoop {
         // few microseconds. A main-actor round trip's next job usually arrives within that window,
         // and a loop that is not asleep costs its sender no kernel wakeup.
         var caught = false
-        if block && spinOnDescriptors {
+        if block && spinOnDescriptors && !CPUBudget.isSingleCPU {
             let until = ContinuousClock.now + TKRunLoop.descriptorSpin
             repeat {
                 poll.wait(block: false) { token, events in

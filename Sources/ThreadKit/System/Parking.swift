@@ -109,12 +109,15 @@ struct SpinWait {
     }
 
     /// A lock waiter: 12 polls with exponential backoff, about 450 relax hints in all. Tuned by the
-    /// contended-lock benchmark.
-    static func forLock() -> SpinWait { SpinWait(limit: 12, backoff: true) }
+    /// contended-lock benchmark. None where the process has one CPU (`CPUBudget.isSingleCPU`): the
+    /// holder cannot run, let alone release, while the waiter polls.
+    static func forLock() -> SpinWait { SpinWait(limit: CPUBudget.isSingleCPU ? 0 : 12, backoff: true) }
     /// For condition waits: covers the signalling thread's round trip through a critical section.
-    static let conditionLimit = 2_000
-    /// For a run loop about to sleep while work is flowing in from other threads.
-    static let loopLimit = 2_000
+    /// None on one CPU, as above.
+    static let conditionLimit = CPUBudget.isSingleCPU ? 0 : 2_000
+    /// For a run loop about to sleep while work is flowing in from other threads. None on one CPU:
+    /// the senders it waits for are the threads its polling keeps off the CPU.
+    static let loopLimit = CPUBudget.isSingleCPU ? 0 : 2_000
 
     /// Spins before the next poll. Returns false when the budget is spent: time to park.
     mutating func spin() -> Bool {

@@ -8,7 +8,7 @@
 
 enum DispatchSpin {
     /// One CPU for the whole process: the budgets of waits for another thread are zero.
-    static let singleCPU = CPUBudget.usableCPUs() == 1
+    static let singleCPU = CPUBudget.isSingleCPU
     /// A semaphore wait: the signaller is typically mid-hand-off (ping-pong), so polling covers it.
     static let semaphore = singleCPU ? 0 : SpinWait.conditionLimit
     /// Waits for work that usually takes longer (group and work-item waits, a sync caller waiting
