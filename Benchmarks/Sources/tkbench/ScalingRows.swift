@@ -24,7 +24,8 @@ enum ScalingRows {
         let harness = Harness(rounds: rounds)
         // TKBENCH_ONLY=text runs only the rows whose name contains it (for profiling one row).
         let only = ProcessInfo.processInfo.environment["TKBENCH_ONLY"]
-        func wants(_ name: String) -> Bool { only.map { name.contains($0) } ?? true }
+        // Several alternatives may be given, separated by "|".
+        func wants(_ name: String) -> Bool { only.map { $0.split(separator: "|").contains { name.contains($0) } } ?? true }
         /// A time-per-operation row: ours is contender 0, theirs the reference.
         func timeRow(_ name: String, _ row: @autoclosure () -> Row, throughput: Bool, unit: String = "ns", target: String) {
             guard wants(name) else { return }
@@ -42,7 +43,7 @@ enum ScalingRows {
         timeRow("blocks across 1,000 serial queues", DispatchBenchmarks.manyQueues(), throughput: true, target: "≥ 2× libdispatch")
         timeRow("queue ping-pong (per hop)", DispatchBenchmarks.hop(), throughput: false, target: "≤ 0.8× libdispatch")
         timeRow("concurrentPerform", DispatchBenchmarks.concurrentPerform(), throughput: true, target: "≥ 1× libdispatch")
-        timeRow("interactive behind background (start latency)", DispatchBenchmarks.interactiveBehindBackground(), throughput: false, unit: "µs", target: "≤ 1.0× libdispatch")
+        timeRow("interactive behind background (start latency, median)", DispatchBenchmarks.interactiveBehindBackground(), throughput: false, unit: "µs", target: "≤ 1.0× libdispatch")
         timeRow("TKOperationQueue throughput", operationThroughput(), throughput: true, target: "≥ 1× OperationQueue")
         timeRow("port messages into a loop, 1 sender", PortBenchmarks.inProcessMessages(), throughput: true, target: "≥ 1.0× NIO execute")
         timeRow("port messages into a loop, N senders", portMessagesFromSenders(cpus), throughput: true, target: "≥ 1.0× NIO execute; 16 CPUs ≥ 4× 2 CPUs")
