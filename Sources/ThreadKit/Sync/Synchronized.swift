@@ -21,6 +21,10 @@ import Synchronization
 /// `@synchronized(token)`. Threads using different tokens do not block each other; the same
 /// thread may nest on the same token. The lock is released however `body` exits, including by a
 /// thrown error.
+///
+/// Inlinable, so the fast path is specialized into the caller (an unspecialized generic call with
+/// its closure context and indirect result cost more than the lock).
+@inlinable
 public func synchronized<T>(_ token: AnyObject, _ body: () throws -> T) rethrows -> T {
     let id = UInt(bitPattern: ObjectIdentifier(token))
     let table = SyncTable.shared
@@ -39,9 +43,11 @@ public func synchronized<T>(_ token: AnyObject, _ body: () throws -> T) rethrows
 /// The table of per-token locks: 64 stripes of `slotsPerStripe` sticky slots plus an overflow
 /// list each. A token's identity stays valid while the caller holds it, so it cannot be reused
 /// by another object during that time; a slot left bound to a dead identity is simply rebound.
+@usableFromInline
 final class SyncTable: @unchecked Sendable {
-    static let shared = SyncTable()
+    @usableFromInline static let shared = SyncTable()
 
+    @usableFromInline
     final class Entry: @unchecked Sendable {
         let lock = TKRecursiveLock()
         /// The token identity the entry belongs to (0: none). A sticky slot's binding is written
@@ -88,16 +94,17 @@ final class SyncTable: @unchecked Sendable {
         deinit { mutex.deallocate() }
     }
 
-    static let slotsPerStripe = 4
-    private static let stripeCount = 64
+    @usableFromInline static let slotsPerStripe = 4
+    @usableFromInline static let stripeCount = 64
     private let stripes: [Stripe]
 
     /// The fast path's view of every stripe's sticky slots, stripe after stripe: their token words
     /// in one flat buffer, and their locks as unretained references (the stripes own the entries
     /// for the life of the table, the process). Reading them costs no reference counting, which
     /// cost more than the lock itself.
-    private let tokenWords: UnsafeMutablePointer<Atomic<UInt>>
-    private let locks: ContiguousArray<Unmanaged<TKRecursiveLock>>
+    @usableFromInline let tokenWords: UnsafeMutablePointer<Atomic<UInt>>
+    /// Unretained references to the slots' locks, flat like `tokenWords`.
+    @usableFromInline let locks: UnsafeMutablePointer<Unmanaged<TKRecursiveLock>>
 
     private init() {
         let total = SyncTable.stripeCount * SyncTable.slotsPerStripe
@@ -105,11 +112,12 @@ final class SyncTable: @unchecked Sendable {
         for i in 0..<total { (tokenWords + i).initialize(to: Atomic(0)) }
         let words = tokenWords
         stripes = (0..<SyncTable.stripeCount).map { Stripe(words + $0 * SyncTable.slotsPerStripe, slots: SyncTable.slotsPerStripe) }
-        locks = ContiguousArray(stripes.flatMap { $0.slots.map { Unmanaged.passUnretained($0.lock) } })
+        locks = .allocate(capacity: total)
+        locks.initialize(from: stripes.flatMap { $0.slots.map { Unmanaged.passUnretained($0.lock) } }, count: total)
     }
 
     /// Objects are 16-byte aligned: drop the low bits before picking a stripe.
-    @inline(__always) private func stripeIndex(_ id: UInt) -> Int { Int((id >> 4) & UInt(SyncTable.stripeCount - 1)) }
+    @inlinable @inline(__always) func stripeIndex(_ id: UInt) -> Int { Int((id >> 4) & UInt(SyncTable.stripeCount - 1)) }
 
     /// How many entries are held or waited for now (for tests: the table must not keep tokens).
     var count: Int {
@@ -127,7 +135,7 @@ final class SyncTable: @unchecked Sendable {
     /// included); -1 otherwise. It never waits: a slot read as bound to the token may be rebound
     /// meanwhile, and waiting on it would wait for another token, which can deadlock a program that
     /// takes its tokens in a consistent order.
-    @inline(__always)
+    @inlinable @inline(__always)
     func fastLock(_ id: UInt) -> Int {
         let base = stripeIndex(id) &* SyncTable.slotsPerStripe
         for index in base..<(base &+ SyncTable.slotsPerStripe) {
@@ -142,7 +150,7 @@ final class SyncTable: @unchecked Sendable {
         return -1
     }
 
-    @inline(__always)
+    @inlinable @inline(__always)
     func unlockSlot(_ index: Int) {
         locks[index]._withUnsafeGuaranteedRef { $0.unlock() }
     }
@@ -150,6 +158,7 @@ final class SyncTable: @unchecked Sendable {
     /// Under the stripe's mutex: waits for the token's slot (pinned by `waiters`, so it cannot be
     /// rebound meanwhile), or binds a free sticky slot to it, or uses an overflow entry. Returns the
     /// entry locked.
+    @usableFromInline
     func slowLock(_ id: UInt) -> Entry {
         let index = stripeIndex(id)
         let stripe = stripes[index]
@@ -190,7 +199,7 @@ final class SyncTable: @unchecked Sendable {
         return entry
     }
 
-    @inline(__always)
+    @usableFromInline
     func unlock(_ entry: Entry) {
         entry.lock.unlock()
         if let index = entry.overflowStripe { releaseOverflow(entry, stripes[index]) }

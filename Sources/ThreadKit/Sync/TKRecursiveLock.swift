@@ -71,6 +71,7 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         }
     }
 
+    @inlinable
     public func tryLock() -> Bool {
         let tid = SystemCall.currentThreadID
         if raw.owner() == tid {
