@@ -164,6 +164,13 @@ int tk_hang_sampler_install(void) {
     return signo;
 }
 
+void tk_hang_sampler_unblock_here(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGRTMIN + 6);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+}
+
 int tk_hang_sample_request(uint32_t tid, uint32_t *done) {
     if (tk_sample_signal == 0) return -EINVAL;
     __atomic_store_n(&tk_sample_done, done, __ATOMIC_RELEASE);

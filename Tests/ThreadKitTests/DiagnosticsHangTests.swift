@@ -84,6 +84,33 @@ final class DiagnosticsHangTests: XCTestCase {
         assertReport(report, tid: tid.load(), activity: "\"slow import\"")
     }
 
+    /// A thread inherits its creator's signal mask, and libdispatch's workers (where Swift
+    /// concurrency's jobs run) block every signal: a ThreadKit thread started from one must still
+    /// accept the sampling signal (SIGRTMIN+6), or its hangs are reported without a stack.
+    func testAThreadStartedFromOneThatBlocksEverySignalCanBeSampled() {
+        let blockedInCreator = Atomic32(), blockedInThread = Atomic32()
+        let done = DispatchSemaphore(value: 0)
+        let creator = Thread {
+            var all = sigset_t(), old = sigset_t()
+            sigfillset(&all)
+            pthread_sigmask(SIG_BLOCK, &all, &old)
+            var mask = sigset_t()
+            pthread_sigmask(SIG_BLOCK, nil, &mask)
+            blockedInCreator.store(sigismember(&mask, __libc_current_sigrtmin() + 6))
+            TKThread {
+                var mine = sigset_t()
+                pthread_sigmask(SIG_BLOCK, nil, &mine)
+                blockedInThread.store(sigismember(&mine, __libc_current_sigrtmin() + 6))
+                done.signal()
+            }.start()
+            pthread_sigmask(SIG_SETMASK, &old, nil)
+        }
+        creator.start()
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(blockedInCreator.load(), 1, "the creating thread did not block the signal")
+        XCTAssertEqual(blockedInThread.load(), 0, "the ThreadKit thread inherited the blocked sampling signal")
+    }
+
     func testTheMainLoopNotReachingAWaitIsReported() throws {
         let result = try ChildProcess.run("main-loop-hang")
         XCTAssertEqual(result.status, 0, result.standardError)

@@ -48,6 +48,11 @@ uint64_t tk_lockorder_overflowed(void);
 /// loads libgcc_s, which must not happen inside a signal handler). Returns the signal number, or
 /// -errno.
 int tk_hang_sampler_install(void);
+/// Unblocks the sampling signal on the calling thread. Every ThreadKit thread calls it when it
+/// starts: a thread inherits its creator's signal mask, and a pool worker started from a thread
+/// that blocks every signal (libdispatch's workers, which run Swift concurrency's jobs, do) could
+/// otherwise never be sampled.
+void tk_hang_sampler_unblock_here(void);
 /// Asks thread `tid` for its stack: stores the request, sends the signal with tgkill, returns 0
 /// or -errno. The handler (on `tid`) fills the sampler's frame buffer, stores the frame count
 /// (plus one) in `*done` and wakes it as a futex. One request at a time (the watchdog's).

@@ -313,6 +313,8 @@ open class TKThread: @unchecked Sendable {
     /// Runs on the new thread: publish the object, apply name and scheduling, run, finish.
     fileprivate func run() {
         let tid = SystemCall.currentThreadID
+        // Hang reports sample a thread's stack with a signal; a thread inherits its creator's mask.
+        tk_hang_sampler_unblock_here()
         TKThread.startedThreadIDs.withLock { _ = $0.insert(tid) }
         TKThread.currentSlot.value = self
         // Applied under the lock so a concurrent rename or QoS change cannot be overwritten by
