@@ -27,7 +27,7 @@ final class PortInbox: @unchecked Sendable {
     // runtime's dynamic exclusivity check is turned off for them (it cost four checks, ~750
     // instructions, per message sent; callgrind).
     /// The queued messages, oldest first: consumers take from the front one at a time.
-    @exclusivity(unchecked) private var queue = HeadArray<TKPortMessage>()
+    private let queue = JobRing<TKPortMessage>(capacity: 64)
     @exclusivity(unchecked) private var closed = false
     @exclusivity(unchecked) private var waitingSenders = 0
     @exclusivity(unchecked) private var receivers: [WeakLoop] = []
@@ -61,7 +61,7 @@ final class PortInbox: @unchecked Sendable {
     private var pending: Int { queue.count }
 
     /// Appends `message`, waiting for room until `deadline`.
-    func push(_ message: TKPortMessage, deadline: ContinuousClock.Instant) -> PushResult {
+    func push(_ message: consuming TKPortMessage, deadline: ContinuousClock.Instant) -> PushResult {
         let tid = mutex.lockInternal()
         while !closed && pending >= limit {
             if ContinuousClock.now >= deadline { break }
@@ -79,14 +79,14 @@ final class PortInbox: @unchecked Sendable {
     /// Appends `message` without waiting and without enforcing the limit: a socket reader that
     /// already took the bytes off the wire must not drop them; it pauses its connection instead
     /// (see `isOverLimit`).
-    func pushUnbounded(_ message: TKPortMessage) -> PushResult {
+    func pushUnbounded(_ message: consuming TKPortMessage) -> PushResult {
         pushLocked(message, mutex.lockInternal())
     }
 
     /// The rest of a push, with the mutex held (by thread `tid`); releases it. (Two entry points
     /// rather than an optional deadline: copying an optional `ContinuousClock.Instant`, a
     /// resilient type, went through value witnesses, ~100 instructions per message.)
-    private func pushLocked(_ message: TKPortMessage, _ tid: UInt32) -> PushResult {
+    private func pushLocked(_ message: consuming TKPortMessage, _ tid: UInt32) -> PushResult {
         if closed {
             mutex.unlockInternal(tid)
             return .closed
@@ -118,12 +118,13 @@ final class PortInbox: @unchecked Sendable {
     /// Whether the queue holds at least `limit` messages.
     var isOverLimit: Bool { mutex.withLock { pending >= limit } }
 
-    /// Moves every queued message into `batch` (which must be empty), in arrival order. Takes
-    /// nothing while a `messages` iteration is active: the messages are the iteration's.
-    func take(into batch: inout [TKPortMessage]) {
+    /// Moves every queued message into `batch` (which must be empty), in arrival order: the two
+    /// rings are swapped. Takes nothing while a `messages` iteration is active: the messages are
+    /// the iteration's.
+    func take(into batch: JobRing<TKPortMessage>) {
         let wakeSenders = mutex.withLock { () -> Bool in
             if consumers > 0 { return false }
-            queue.takeAll(into: &batch)
+            queue.swapContents(with: batch)
             published.store(0, ordering: .sequentiallyConsistent)
             return waitingSenders > 0
         }

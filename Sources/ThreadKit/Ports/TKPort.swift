@@ -31,8 +31,10 @@ public class TKPort: @unchecked Sendable {
     /// Set while one loop runs the delegate over a batch (acquire/release: the batch buffer and
     /// the delegate's own state pass from one delivering thread to the next).
     private let delivering = Atomic<Bool>(false)
-    /// The batch being delivered; owned by the thread that set `delivering`.
-    private var batch: [TKPortMessage] = []
+    /// The batch being delivered; owned by the thread that set `delivering`. Messages are moved
+    /// out of it one by one (iterating an array and then emptying it cost a retain, a release and
+    /// a value-witness destroy per message).
+    private let batch = JobRing<TKPortMessage>(capacity: 64)
     /// Messages received and not yet delivered.
     let inbox: PortInbox
 
@@ -135,16 +137,16 @@ public class TKPort: @unchecked Sendable {
         guard delivering.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged else {
             return false
         }
-        inbox.take(into: &batch)
+        inbox.take(into: batch)
         var handled = false
-        for message in batch {
+        while let message = batch.popFirst() {
             guard isValid else { break }
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.portMessage(.begin, message) }
             delegate.handlePortMessage(message)
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.portMessage(.end, message) }
             handled = true
         }
-        batch.removeAll(keepingCapacity: true)
+        batch.removeAll()   // what an invalidation left undelivered
         delivering.store(false, ordering: .releasing)
         return handled
     }

@@ -1,14 +1,18 @@
-// JobRing: the FIFO under every dispatch queue and pool run queue: a growable ring buffer.
+// JobRing: the FIFO under every dispatch queue, pool run queue, operation ready queue and port
+// inbox: a growable ring buffer whose elements are moved in and out (never copied).
 // Not thread-safe: each ring is guarded by its owner's lock (a queue's ring by `queue.lock`, a
-// level of the run queues by `pool.lock`) or belongs to one thread (a drainer's batch ring).
-// A class so a drainer can swap a queue's ring with its own in O(1) under the lock.
+// level of the run queues by `pool.lock`, a port's inbox by its mutex) or belongs to one thread
+// (a drainer's batch ring, a port's delivery batch). A class so a drainer can swap a queue's ring
+// with its own in O(1) under the lock.
 
 final class JobRing<Element>: @unchecked Sendable {
-    private var buffer: UnsafeMutablePointer<Element>
+    // Guarded by the owner (see above): the runtime's dynamic exclusivity checks are off for the
+    // fields, which every push and pop touches.
+    @exclusivity(unchecked) private var buffer: UnsafeMutablePointer<Element>
     /// Always a power of two, so positions wrap with a mask.
-    private var capacity: Int
-    private var head = 0
-    private(set) var count = 0
+    @exclusivity(unchecked) private var capacity: Int
+    @exclusivity(unchecked) private var head = 0
+    @exclusivity(unchecked) private(set) var count = 0
 
     init(capacity: Int = 16) {
         self.capacity = capacity
@@ -72,6 +76,19 @@ final class JobRing<Element>: @unchecked Sendable {
         reversed.reserveCapacity(other.count)
         while let element = other.popFirst() { reversed.append(element) }
         for element in reversed.reversed() { prepend(element) }
+    }
+
+    /// Exchanges the elements of the two rings (O(1)): a port's deliverer takes the whole inbox.
+    func swapContents(with other: JobRing<Element>) {
+        let (otherBuffer, otherCapacity, otherHead, otherCount) = (other.buffer, other.capacity, other.head, other.count)
+        other.buffer = buffer
+        other.capacity = capacity
+        other.head = head
+        other.count = count
+        buffer = otherBuffer
+        capacity = otherCapacity
+        head = otherHead
+        count = otherCount
     }
 
     func removeAll() {
