@@ -147,7 +147,11 @@ final class DispatchPoolTests: XCTestCase {
     }
 
     func testIdleWorkersRetireAndTheThreadCountReturnsToItsBaseline() {
-        // Wait for any earlier test's workers to retire, then measure.
+        // The pool's monitor stays once started (it starts normal workers for background ones):
+        // make sure it runs, wait for any earlier test's workers to retire, then measure.
+        let warmUp = TKDispatchGroup()
+        TKDispatchQueue.global().async(group: warmUp) {}
+        XCTAssertEqual(warmUp.wait(until: .now + .seconds(30)), .success)
         waitUntil(.now + .seconds(10)) { DispatchPool.shared.snapshot().threads == 0 && DispatchPool.shared.snapshot(background: true).threads == 0 }
         let baseline = taskCount()
         let group = TKDispatchGroup()

@@ -23,6 +23,24 @@ final class DispatchPoolWidthTests: XCTestCase {
         }
     }
 
+    /// A normal worker asked for by a background worker (background work submitting to a default
+    /// queue while no normal worker exists) runs at the normal class: SCHED_OTHER and the nice value
+    /// of the process's other threads, not the background worker's SCHED_BATCH and nice 10, which
+    /// a thread inherits from its creator. Judged by the kernel's own answer inside the item.
+    func testANormalWorkerAskedForByABackgroundWorkerRunsAtTheNormalClass() throws {
+        let result = try ChildProcess.run("dispatch-pool-normal-from-background")
+        XCTAssertEqual(result.status, 0, result.standardError)
+        let lines = result.standardOutput.split(separator: "\n")
+        guard let mainLine = lines.first(where: { $0.hasPrefix("main nice ") }),
+              let itemLine = lines.first(where: { $0.hasPrefix("default item policy ") }) else {
+            return XCTFail("unexpected output: \(result.standardOutput)")
+        }
+        let mainNice = mainLine.split(separator: " ").last.map(String.init) ?? "?"
+        let fields = itemLine.split(separator: " ")
+        XCTAssertEqual(fields[3], "0", "not SCHED_OTHER (3 is SCHED_BATCH): \(itemLine)")
+        XCTAssertEqual(String(fields[5]), mainNice, "not the normal nice value: \(itemLine), \(mainLine)")
+    }
+
     func testTheBudgetCountsTheCallingThreadsAffinityMask() {
         // The mask is per thread: restrict a thread of our own (Foundation's, the judge) and ask there.
         let counts = SharedCounts()

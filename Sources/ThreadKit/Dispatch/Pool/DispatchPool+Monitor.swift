@@ -24,6 +24,9 @@ extension DispatchPool {
         var threadRunning = false
         /// It is ticking, or has been told to start: nobody needs to wake it.
         var awake = false
+        /// Normal workers a background worker asked for, which the monitor starts (see
+        /// `startWorkers`).
+        var pendingNormalStarts = 0
     }
 
     enum MonitorAction { case none, wake, start }
@@ -87,10 +90,34 @@ extension DispatchPool {
         }
     }
 
+    /// Makes sure the monitor thread runs: called by a thread that is not a background worker
+    /// whenever the pool starts a worker, so that the monitor, started at the normal class, is
+    /// there to start normal workers for background ones.
+    func ensureMonitorLocked(_ actions: inout Actions) {
+        guard !monitor.pointee.threadRunning else { return }
+        monitor.pointee.threadRunning = true
+        monitor.pointee.awake = true
+        monitorAwakeMirror.store(true, ordering: .relaxed)
+        actions.monitor = .start
+    }
+
+    /// Hands `count` normal-worker starts to the monitor; false if it does not run (its start
+    /// failed), and the caller starts them itself. Called by a background worker.
+    func delegateNormalStartsToMonitor(_ count: Int) -> Bool {
+        let delegated = lock.withLock { () -> Bool in
+            guard monitor.pointee.threadRunning else { return false }
+            monitor.pointee.pendingNormalStarts += count
+            return true
+        }
+        if delegated { monitorEvent.set() }
+        return delegated
+    }
+
     /// The monitor thread: look every tick while there is something to watch, and keep ticking
     /// while any worker is busy (sleeping whenever the run queues are momentarily empty would make
     /// every refill of a flood wake it again: a futex wake and a context switch per refill); sleep
-    /// once the pool is idle; end after `idleTimeout` of sleep.
+    /// once the pool is idle, until woken. It lives as long as the process once started: it also
+    /// starts the normal workers that background workers ask for (`startWorkers`).
     private func monitorLoop() {
         while true {
             lock.lock()
@@ -99,6 +126,8 @@ extension DispatchPool {
             // taking a fifth of the only CPU from a flood). A set racing this reset was planned
             // under the lock before it and only costs one early tick.
             monitorEvent.reset()
+            let starts = monitor.pointee.pendingNormalStarts
+            monitor.pointee.pendingNormalStarts = 0
             var actions = Actions()
             var watching = false
             for t in 0..<2 {
@@ -114,19 +143,9 @@ extension DispatchPool {
                 monitorAwakeMirror.store(false, ordering: .relaxed)
             }
             lock.unlock()
+            for _ in 0..<starts { startWorker(background: false) }
             actions.perform(self)
-            if watching {
-                _ = monitorEvent.wait(deadline: .now + DispatchPool.monitorTick, spinLimit: 0, observed: false)
-                continue
-            }
-            if monitorEvent.wait(deadline: .now + DispatchPool.idleTimeout, spinLimit: 0, observed: false) { continue }
-            let retire = lock.withLock { () -> Bool in
-                // A waker that raced the timeout has set `awake` and is about to set the event.
-                guard !monitor.pointee.awake else { return false }
-                monitor.pointee.threadRunning = false
-                return true
-            }
-            if retire { return }
+            _ = monitorEvent.wait(deadline: watching ? .now + DispatchPool.monitorTick : nil, spinLimit: 0, observed: false)
         }
     }
 

@@ -108,7 +108,7 @@ final class DispatchPool: @unchecked Sendable {
 
         mutating func perform(_ pool: DispatchPool) {
             wake?.event.set()
-            for _ in 0..<spawn { pool.startWorker(background: spawnBackground) }
+            if spawn > 0 { pool.startWorkers(spawn, background: spawnBackground) }
             pool.perform(monitor)
         }
     }
@@ -441,7 +441,24 @@ final class DispatchPool: @unchecked Sendable {
         }
     }
 
-    private func startWorker(background: Bool) {
+    /// Starts `count` workers of a tier. A thread inherits its creator's nice value and scheduling
+    /// policy, and an unprivileged process cannot raise them again: a normal worker started by a
+    /// background worker (background work submitting to a default-QoS queue while no normal
+    /// worker is idle) would run at nice 10 and SCHED_BATCH for good. So a background worker hands
+    /// such starts to the monitor, which runs at the normal class; any other thread that starts a
+    /// worker makes sure the monitor runs (it is started once, by such a thread, and stays).
+    func startWorkers(_ count: Int, background: Bool) {
+        if DispatchPool.onBackgroundWorker {
+            if !background && delegateNormalStartsToMonitor(count) { return }
+        } else {
+            var actions = Actions()
+            lock.withLock { ensureMonitorLocked(&actions) }
+            perform(actions.monitor)
+        }
+        for _ in 0..<count { startWorker(background: background) }
+    }
+
+    func startWorker(background: Bool) {
         let t = background ? 1 : 0
         let worker = PoolWorker(pool: self, background: background)
         let number = lock.withLock { () -> Int in
