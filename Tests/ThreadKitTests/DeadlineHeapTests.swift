@@ -5,11 +5,14 @@
 import XCTest
 
 final class DeadlineHeapTests: XCTestCase {
-    /// Instants before and after the epoch, apart by attoseconds to hours: the keys order exactly
-    /// as the instants do, and convert back to the very same instant.
+    /// Instants before and after the epoch, apart by attoseconds to hours, and as far as twice
+    /// Int64.max seconds either way (the extreme-input cases' far past and far future): the keys
+    /// order exactly as the instants do, and convert back to the very same instant.
     func testKeysOrderAndConvertBackExactly() {
         let base = DeadlineKey.epoch
-        let offsets: [Duration] = [.zero, .nanoseconds(1), .nanoseconds(-1), .seconds(-1.5), .seconds(-1.2), .seconds(0.5),
+        let huge = Duration.seconds(Int64.max)
+        let offsets: [Duration] = [huge + huge, .zero - huge - huge, huge, .zero - huge,
+                                   .zero, .nanoseconds(1), .nanoseconds(-1), .seconds(-1.5), .seconds(-1.2), .seconds(0.5),
                                    .seconds(-0.5), .milliseconds(3), .seconds(3_600), .seconds(-3_600),
                                    Duration(secondsComponent: 2, attosecondsComponent: 1),
                                    Duration(secondsComponent: 2, attosecondsComponent: 2),

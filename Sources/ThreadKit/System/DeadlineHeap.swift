@@ -6,10 +6,10 @@
 // skipped when they fire; `removeAll(where:)` drops a removed item's entries at once. Guarded by its owner's lock (a run loop's, the manager's).
 
 struct DeadlineHeap<Payload> {
-    /// A deadline as plain integers: its exact distance from `DeadlineKey.epoch` in the components
-    /// of a Duration. `ContinuousClock.Instant` is a resilient type of the Concurrency library, so
-    /// an entry holding one was copied and compared through value witnesses and calls at every
-    /// step of a sift (a fifth of a 25,000-timer flood's time, perf); these compare inline.
+    /// A deadline as a plain integer: its exact distance from `DeadlineKey.epoch` in attoseconds.
+    /// `ContinuousClock.Instant` is a resilient type of the Concurrency library, so an entry
+    /// holding one was copied and compared through value witnesses and calls at every step of a
+    /// sift (a fifth of a 25,000-timer flood's time, perf); keys compare inline.
     struct Entry {
         let key: DeadlineKey
         let sequence: UInt64
@@ -91,26 +91,24 @@ struct DeadlineHeap<Payload> {
     }
 }
 
-/// An instant as its exact offset from a fixed epoch, in Duration's components (seconds, and
-/// attoseconds of the same sign, |attoseconds| < 10^18), so two keys compare as integer pairs in
-/// the order of their instants. Converting is exact both ways.
+/// An instant as its exact offset from a fixed epoch, in attoseconds (Duration's own
+/// representation, an Int128): two keys compare inline in the order of their instants, and the
+/// conversion is exact both ways for every instant the clock can hold (far past and far future
+/// included: Duration's seconds-and-attoseconds components would not fit an Int64 there).
 struct DeadlineKey: Comparable {
     /// Any fixed instant will do; read once.
     static let epoch = ContinuousClock.now
 
-    let seconds: Int64
-    let attoseconds: Int64
+    let attoseconds: Int128
 
     init(_ instant: ContinuousClock.Instant) {
-        (seconds, attoseconds) = (instant - DeadlineKey.epoch).components
+        attoseconds = (instant - DeadlineKey.epoch).attoseconds
     }
 
     var instant: ContinuousClock.Instant {
-        DeadlineKey.epoch + Duration(secondsComponent: seconds, attosecondsComponent: attoseconds)
+        DeadlineKey.epoch + Duration(attoseconds: attoseconds)
     }
 
     @inline(__always)
-    static func < (a: DeadlineKey, b: DeadlineKey) -> Bool {
-        a.seconds != b.seconds ? a.seconds < b.seconds : a.attoseconds < b.attoseconds
-    }
+    static func < (a: DeadlineKey, b: DeadlineKey) -> Bool { a.attoseconds < b.attoseconds }
 }
