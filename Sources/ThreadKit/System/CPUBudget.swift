@@ -14,7 +14,8 @@ import Glibc
 enum CPUBudget {
     /// Whether this process may use one CPU only, decided when first asked (the pool's start, or
     /// the first spin). There a thread that spins waiting for another holds the very CPU the other
-    /// needs, so every spin budget is zero (SpinWait, DispatchSpin, the run loop's poll window).
+    /// needs, so every spin budget is one `sched_yield()` instead (SpinWait), and the run loop's
+    /// descriptor poll window is skipped.
     static let isSingleCPU = usableCPUs() == 1
 
     /// The CPUs the calling thread may run on now: the affinity mask and the cgroup quota.

@@ -22,7 +22,7 @@ enum DispatchPoolRoles {
         ChildRole(name: "dispatch-pool-normal-from-background",
                   usage: "(a background item submits a default-QoS item to a pool with no normal worker yet; print its policy and nice)") { _ in
             // Unprivileged, as most programs run: as root (CI) a thread may raise its own priority
-            // back, which hides the inheritance. Dropped before any thread exists.
+            // back, which hides the inheritance. Dropped before the pool starts.
             if getuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0) { return 3 }
             let done = TKDispatchSemaphore(value: 0)
             final class Seen: @unchecked Sendable { var policy: Int32 = -1; var nice: Int32 = 99 }
