@@ -16,6 +16,23 @@
 // the delegate's again and the loops are woken for them: nothing is lost.
 import Synchronization
 
+/// A message as it waits in an inbox: what the receiving side's `TKPortMessage` is made from. The
+/// taking thread makes that object (`message(arrivedOn:)`), so a message is allocated, and later
+/// freed, by the loop that delivers it, and the port is retained there too: made by the sender,
+/// it was freed across threads and every sender retained the one port's count per message
+/// (a third of a two-sender flood's profile was reference counting on that one object).
+struct QueuedPortMessage {
+    let msgid: UInt32
+    let components: [TKPortMessage.Component]
+    /// The port to reply to: the delivered message's `sendPort`.
+    let replyPort: TKPort?
+
+    @inline(__always)
+    func message(arrivedOn port: TKPort) -> TKPortMessage {
+        TKPortMessage(sendPort: replyPort, receivePort: port, components: components, msgid: msgid)
+    }
+}
+
 final class PortInbox: @unchecked Sendable {
     enum PushResult { case queued, full, closed }
 
@@ -27,7 +44,12 @@ final class PortInbox: @unchecked Sendable {
     // runtime's dynamic exclusivity check is turned off for them (it cost four checks, ~750
     // instructions, per message sent; callgrind).
     /// The queued messages, oldest first: consumers take from the front one at a time.
-    private let queue = JobRing<TKPortMessage>(capacity: 64)
+    private let queue = JobRing<QueuedPortMessage>(capacity: 64)
+    /// The port this inbox belongs to (set once by it, before any message arrives): messages taken
+    /// by `messages` iterations are made with it. unowned(unsafe): the port owns the inbox and
+    /// only its own calls reach it (a `weak` reference gave the port a side table, which sent
+    /// every retain and release of it, several per message, down the runtime's slow path).
+    unowned(unsafe) var owner: TKPort?
     @exclusivity(unchecked) private var closed = false
     @exclusivity(unchecked) private var waitingSenders = 0
     @exclusivity(unchecked) private var receivers: [WeakLoop] = []
@@ -61,7 +83,7 @@ final class PortInbox: @unchecked Sendable {
     private var pending: Int { queue.count }
 
     /// Appends `message`, waiting for room until `deadline`.
-    func push(_ message: consuming TKPortMessage, deadline: ContinuousClock.Instant) -> PushResult {
+    func push(_ message: consuming QueuedPortMessage, deadline: ContinuousClock.Instant) -> PushResult {
         let tid = mutex.lockInternal()
         while !closed && pending >= limit {
             if ContinuousClock.now >= deadline { break }
@@ -79,14 +101,14 @@ final class PortInbox: @unchecked Sendable {
     /// Appends `message` without waiting and without enforcing the limit: a socket reader that
     /// already took the bytes off the wire must not drop them; it pauses its connection instead
     /// (see `isOverLimit`).
-    func pushUnbounded(_ message: consuming TKPortMessage) -> PushResult {
+    func pushUnbounded(_ message: consuming QueuedPortMessage) -> PushResult {
         pushLocked(message, mutex.lockInternal())
     }
 
     /// The rest of a push, with the mutex held (by thread `tid`); releases it. (Two entry points
     /// rather than an optional deadline: copying an optional `ContinuousClock.Instant`, a
     /// resilient type, went through value witnesses, ~100 instructions per message.)
-    private func pushLocked(_ message: consuming TKPortMessage, _ tid: UInt32) -> PushResult {
+    private func pushLocked(_ message: consuming QueuedPortMessage, _ tid: UInt32) -> PushResult {
         if closed {
             mutex.unlockInternal(tid)
             return .closed
@@ -121,7 +143,7 @@ final class PortInbox: @unchecked Sendable {
     /// Moves every queued message into `batch` (which must be empty), in arrival order: the two
     /// rings are swapped. Takes nothing while a `messages` iteration is active: the messages are
     /// the iteration's.
-    func take(into batch: JobRing<TKPortMessage>) {
+    func take(into batch: JobRing<QueuedPortMessage>) {
         let wakeSenders = mutex.withLock { () -> Bool in
             if consumers > 0 { return false }
             queue.swapContents(with: batch)
@@ -186,13 +208,14 @@ final class PortInbox: @unchecked Sendable {
     /// once no lock is held.
     func takeOne(_ aftermath: inout TakeAftermath) -> Taken {
         mutex.withLock {
-            if closed { return .closed }
+            // Only the port's own calls reach its inbox, so the owner is alive here.
+            guard !closed, let port = owner else { return .closed }
             let wasAtLimit = pending >= limit
-            guard let message = queue.popFirst() else { return .empty }
+            guard let queued = queue.popFirst() else { return .empty }
             published.store(pending, ordering: .sequentiallyConsistent)
             if waitingSenders > 0 { aftermath.wakeSenders = true }
             if wasAtLimit && pending < limit { aftermath.drained = true }
-            return .message(message)
+            return .message(queued.message(arrivedOn: port))
         }
     }
 

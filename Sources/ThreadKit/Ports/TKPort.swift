@@ -34,7 +34,7 @@ public class TKPort: @unchecked Sendable {
     /// The batch being delivered; owned by the thread that set `delivering`. Messages are moved
     /// out of it one by one (iterating an array and then emptying it cost a retain, a release and
     /// a value-witness destroy per message).
-    private let batch = JobRing<TKPortMessage>(capacity: 64)
+    private let batch = JobRing<QueuedPortMessage>(capacity: 64)
     /// Messages received and not yet delivered.
     let inbox: PortInbox
 
@@ -45,6 +45,7 @@ public class TKPort: @unchecked Sendable {
     init(inboxLimit: Int) {
         inbox = PortInbox(limit: inboxLimit)
         serial = TKPort.serials.wrappingAdd(1, ordering: .relaxed).newValue
+        inbox.owner = self
     }
 
     /// The object that handles arriving messages. Weak, as in Foundation. Messages that arrive
@@ -79,10 +80,10 @@ public class TKPort: @unchecked Sendable {
             message.failureReason = "\(self) is invalid. Fix: send to a valid port."
             return false
         }
-        // The receiver sees the reply port as its sendPort and this port as its receivePort.
-        let delivered = TKPortMessage(sendPort: message.receivePort, receivePort: self,
-                                      components: message.components, msgid: message.msgid)
-        switch inbox.push(delivered, deadline: deadline) {
+        // The receiver sees the reply port as its sendPort and this port as its receivePort; its
+        // message object is made by the loop that delivers it (QueuedPortMessage).
+        let queued = QueuedPortMessage(msgid: message.msgid, components: message.components, replyPort: message.receivePort)
+        switch inbox.push(queued, deadline: deadline) {
         case .queued: return true
         case .full:
             message.failureReason = "\(self)'s queue stayed full (\(inbox.limit) messages) until the deadline. "
@@ -139,8 +140,9 @@ public class TKPort: @unchecked Sendable {
         }
         inbox.take(into: batch)
         var handled = false
-        while let message = batch.popFirst() {
+        while let queued = batch.popFirst() {
             guard isValid else { break }
+            let message = queued.message(arrivedOn: self)
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.portMessage(.begin, message) }
             delegate.handlePortMessage(message)
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.portMessage(.end, message) }

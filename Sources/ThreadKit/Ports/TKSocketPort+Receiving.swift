@@ -174,7 +174,7 @@ extension TKSocketPort {
 
     /// The message a frame carries. Its reply port and port components become remote ports
     /// (shared per address); after an authenticated frame they sign with the same authenticator.
-    private func message(from frame: PortWireFormat.Frame, _ authenticator: TKSocketPortAuthenticator?) -> TKPortMessage {
+    private func message(from frame: PortWireFormat.Frame, _ authenticator: TKSocketPortAuthenticator?) -> QueuedPortMessage {
         func remote(_ address: TKSocketAddress) -> TKSocketPort {
             let port = TKSocketPort.remote(for: address)
             if let authenticator { port.adopt(authenticator) }
@@ -186,7 +186,7 @@ extension TKSocketPort {
             case .port(let address): return .port(remote(address))
             }
         }
-        return TKPortMessage(sendPort: frame.reply.map(remote), receivePort: self, components: components, msgid: frame.msgid)
+        return QueuedPortMessage(msgid: frame.msgid, components: components, replyPort: frame.reply.map(remote))
     }
 
     /// Closes an accepted connection; a reason (nil: the peer simply hung up) is reported.
