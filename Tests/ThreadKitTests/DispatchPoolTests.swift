@@ -108,15 +108,21 @@ final class DispatchPoolTests: XCTestCase {
         let higherDoneWhenUtilityStarted = Atomic<Int>(-1)
         let higherDone = Atomic<Int>(0)
         let group = TKDispatchGroup()
+        @Sendable func submitHigher() {
+            TKDispatchQueue.global(qos: .userInitiated).async(group: group) {
+                let end = ContinuousClock.now + .microseconds(100)
+                while ContinuousClock.now < end {}
+                higherDone.wrappingAdd(1, ordering: .relaxed)
+            }
+        }
+        // A backlog of at least 100 ms of higher work first, so the stream outlasts the aging time
+        // (20 ms) even when the feeder gets little CPU: the workers run userInitiated jobs at a
+        // higher priority than the feeder where the process may raise priorities (as root), and
+        // under ThreadSanitizer the feeder fell behind and the backlog drained before aging.
+        for _ in 0..<2_000 { submitHigher() }
         let feeder = TestThread {
             while !stop.load(ordering: .relaxed) {
-                for _ in 0..<64 {
-                    TKDispatchQueue.global(qos: .userInitiated).async(group: group) {
-                        let end = ContinuousClock.now + .microseconds(100)
-                        while ContinuousClock.now < end {}
-                        higherDone.wrappingAdd(1, ordering: .relaxed)
-                    }
-                }
+                for _ in 0..<64 { submitHigher() }
                 rounds.wrappingAdd(1, ordering: .relaxed)
                 usleep(1_000)
             }
