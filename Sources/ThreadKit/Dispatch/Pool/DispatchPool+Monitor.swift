@@ -43,17 +43,14 @@ extension DispatchPool {
     @inline(__always)
     func watchLocked(_ t: Int, batches: Bool, _ actions: inout Actions) {
         guard !monitor.pointee.awake, needsWatchLocked(t, batches: batches) else { return }
-        if monitor.pointee.threadRunning {
-            actions.monitor = .wake
-        } else if DispatchPool.onBackgroundWorker {
+        guard monitor.pointee.threadRunning else {
             // A thread inherits its creator's nice value and cannot raise it: a monitor started
-            // here would run, and start normal workers, at the background class. The next
-            // submission from another thread starts it.
+            // by a background worker would run, and start normal workers, at the background
+            // class. The next submission from another thread starts it.
+            if !DispatchPool.onBackgroundWorker { ensureMonitorLocked(&actions) }
             return
-        } else {
-            monitor.pointee.threadRunning = true
-            actions.monitor = .start
         }
+        actions.monitor = .wake
         monitor.pointee.awake = true
         monitorAwakeMirror.store(true, ordering: .relaxed)
     }
