@@ -174,32 +174,51 @@ enum DispatchBenchmarks {
     static func interactiveBehindBackground() -> Row {
         Row(group: "dispatch", name: "interactive item behind a background flood (start latency, median)", operations: 30, unit: .microseconds, contenders: [
             Contender(name: "TKDispatchQueue") { n in
-                var latencies: [Double] = []
-                for _ in 0..<n {
-                    let group = TKDispatchGroup()
-                    for _ in 0..<200 { TKDispatchQueue.global(qos: .background).async(group: group) { spin(50) } }
-                    let started = Atomic<UInt64>(0)
-                    let t0 = now()
-                    TKDispatchQueue.global(qos: .userInteractive).async(group: group) { started.store(now(), ordering: .relaxed) }
-                    group.wait()
-                    latencies.append(Double(started.load(ordering: .relaxed) - t0))
-                }
-                return medianTimesCount(latencies)
+                medianTimesCount((0..<n).map { _ in interactiveSample(ours: true) }.map { Double($0.started - $0.submitted) })
             },
             Contender(name: "DispatchQueue") { n in
-                var latencies: [Double] = []
-                for _ in 0..<n {
-                    let group = DispatchGroup()
-                    for _ in 0..<200 { DispatchQueue.global(qos: .background).async(group: group) { spin(50) } }
-                    let started = Atomic<UInt64>(0)
-                    let t0 = now()
-                    DispatchQueue.global(qos: .userInteractive).async(group: group) { started.store(now(), ordering: .relaxed) }
-                    group.wait()
-                    latencies.append(Double(started.load(ordering: .relaxed) - t0))
-                }
-                return medianTimesCount(latencies)
+                medianTimesCount((0..<n).map { _ in interactiveSample(ours: false) }.map { Double($0.started - $0.submitted) })
             },
         ], reference: "DispatchQueue", target: "≤ 1.0×, fewer threads")
+    }
+
+    /// One item of the row above: 200 background items of ~50 µs, then an interactive item; returns
+    /// when all have run, with the CLOCK_MONOTONIC instants (ns) at which the interactive item was
+    /// submitted and started.
+    static func interactiveSample(ours: Bool) -> (submitted: UInt64, started: UInt64) {
+        let started = Atomic<UInt64>(0)
+        let t0: UInt64
+        if ours {
+            let group = TKDispatchGroup()
+            for _ in 0..<200 { TKDispatchQueue.global(qos: .background).async(group: group) { spin(50) } }
+            t0 = now()
+            TKDispatchQueue.global(qos: .userInteractive).async(group: group) { started.store(now(), ordering: .relaxed) }
+            group.wait()
+        } else {
+            let group = DispatchGroup()
+            for _ in 0..<200 { DispatchQueue.global(qos: .background).async(group: group) { spin(50) } }
+            t0 = now()
+            DispatchQueue.global(qos: .userInteractive).async(group: group) { started.store(now(), ordering: .relaxed) }
+            group.wait()
+        }
+        return (t0, started.load(ordering: .relaxed))
+    }
+
+    /// `tkbench interactive-samples ours|theirs N FILE`: N items of the interactive row for one
+    /// side, written to FILE as "submitted started" lines (CLOCK_MONOTONIC ns), so that
+    /// Benchmarks/interactive-breakdown.sh can split each latency with `perf sched` events.
+    static func interactiveSamples(_ arguments: [String]) -> Int32 {
+        guard arguments.count == 3, let n = Int(arguments[1]), ["ours", "theirs"].contains(arguments[0]) else {
+            print("usage: tkbench interactive-samples ours|theirs N FILE")
+            return 2
+        }
+        let samples = (0..<n).map { _ in interactiveSample(ours: arguments[0] == "ours") }
+        let text = samples.map { "\($0.submitted) \($0.started)\n" }.joined()
+        do { try text.write(toFile: arguments[2], atomically: true, encoding: .utf8) } catch {
+            print("tkbench: cannot write \(arguments[2]): \(error)")
+            return 1
+        }
+        return 0
     }
 
     /// The median of `samples` times their count (a row's per-operation figure is then the median).

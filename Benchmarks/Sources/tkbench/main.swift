@@ -36,6 +36,8 @@ if arguments.first == "blocking-child", arguments.count == 2 { exit(DispatchBenc
 if arguments.first == "scaling-child", arguments.count == 4, let cpus = Int(arguments[1]), let n = Int(arguments[3]) {
     exit(ScalingRows.child(cpus: cpus, file: arguments[2], rounds: n))
 }
+// The interactive row's items for one side, for Benchmarks/interactive-breakdown.sh.
+if arguments.first == "interactive-samples" { exit(DispatchBenchmarks.interactiveSamples(Array(arguments.dropFirst()))) }
 // A contending process of the postgres group.
 if arguments.first == "pglock-child" { exit(PostgresBenchmarks.child(Array(arguments.dropFirst()))) }
 if arguments.contains("--list") {
