@@ -13,6 +13,17 @@ struct FutexWord: @unchecked Sendable {
         pointer.initialize(to: Atomic(initial))
     }
 
+    /// A word alone on its cache line (and the adjacent-line prefetcher's pair): for words that
+    /// different threads hammer side by side, which would otherwise share a line (false sharing).
+    static func onItsOwnCacheLine(_ initial: UInt32 = 0) -> FutexWord {
+        FutexWord(initial, at: UnsafeMutableRawPointer.allocate(byteCount: 128, alignment: 128))
+    }
+
+    private init(_ initial: UInt32, at memory: UnsafeMutableRawPointer) {
+        pointer = memory.bindMemory(to: Atomic<UInt32>.self, capacity: 1)
+        pointer.initialize(to: Atomic(initial))
+    }
+
     /// Called exactly once, from the owner's deinit, when no thread can be using the word.
     func deallocate() {
         pointer.deinitialize(count: 1)

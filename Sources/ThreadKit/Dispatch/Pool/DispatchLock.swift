@@ -15,9 +15,14 @@ import Synchronization
 /// | 1    | locked, nobody sleeping                  |
 /// | 2    | locked, one or more threads may sleep    |
 struct DispatchLock: @unchecked Sendable {
-    private let word = FutexWord(0)
+    private let word: FutexWord
 
-    init() {}
+    init() { word = FutexWord(0) }
+
+    private init(word: FutexWord) { self.word = word }
+
+    /// A lock whose word sits alone on its cache line (`FutexWord.onItsOwnCacheLine`).
+    static func onItsOwnCacheLine() -> DispatchLock { DispatchLock(word: .onItsOwnCacheLine()) }
 
     /// Called once, from the owner's deinit.
     func deallocate() { word.deallocate() }
@@ -34,6 +39,30 @@ struct DispatchLock: @unchecked Sendable {
     @inline(__always)
     func unlock() {
         if word.pointer.pointee.exchange(0, ordering: .releasing) == 2 {
+            SystemCall.futexWake(word.address, count: 1)
+        }
+    }
+
+    /// Takes the lock if it is free, without waiting. Sequentially consistent, success or not, so
+    /// that it orders against a store made just before it (the pool's staging handshake: a
+    /// producer that staged work and raised a flag either takes the lock here, or the holder sees
+    /// the flag after `unlockSequentiallyConsistent`; docs/DispatchPool.md, "Staging").
+    @inline(__always)
+    func tryLock() -> Bool {
+        word.pointer.pointee.compareExchange(expected: 0, desired: 1, successOrdering: .sequentiallyConsistent,
+                                             failureOrdering: .sequentiallyConsistent).exchanged
+    }
+
+    /// Whether threads sleep on the lock now (its word is 2): waiting for it would mean parking
+    /// behind them. A relaxed load; a hint.
+    @inline(__always)
+    var isCongested: Bool { word.pointer.pointee.load(ordering: .relaxed) == 2 }
+
+    /// `unlock`, sequentially consistent: a load after it cannot be ordered before it (the other
+    /// half of the handshake above). The same instruction as `unlock` on x86.
+    @inline(__always)
+    func unlockSequentiallyConsistent() {
+        if word.pointer.pointee.exchange(0, ordering: .sequentiallyConsistent) == 2 {
             SystemCall.futexWake(word.address, count: 1)
         }
     }

@@ -79,7 +79,7 @@ extension DispatchPool {
                 try thread.startOrThrow()
             } catch {
                 // No thread now: the next submission that finds something to watch tries again.
-                lock.withLock {
+                withPoolLock {
                     monitor.pointee = MonitorState()
                     monitorAwakeMirror.store(false, ordering: .relaxed)
                 }
@@ -101,7 +101,7 @@ extension DispatchPool {
     /// Hands `count` normal-worker starts to the monitor; false if it does not run (its start
     /// failed), and the caller starts them itself. Called by a background worker.
     func delegateNormalStartsToMonitor(_ count: Int) -> Bool {
-        let delegated = lock.withLock { () -> Bool in
+        let delegated = withPoolLock { () -> Bool in
             guard monitor.pointee.threadRunning else { return false }
             monitor.pointee.pendingNormalStarts += count
             return true
@@ -117,7 +117,7 @@ extension DispatchPool {
     /// starts the normal workers that background workers ask for (`startWorkers`).
     private func monitorLoop() {
         while true {
-            lock.lock()
+            lockPool()
             // Consume any set now: a wake that arrived while it ticked would otherwise leave the
             // event set, and every later tick's wait would return at once (the monitor spun,
             // taking a fifth of the only CPU from a flood). A set racing this reset was planned
@@ -139,7 +139,7 @@ extension DispatchPool {
                 monitor.pointee.awake = false
                 monitorAwakeMirror.store(false, ordering: .relaxed)
             }
-            lock.unlock()
+            unlockPool()
             for _ in 0..<starts { startWorker(background: false) }
             actions.perform(self)
             _ = monitorEvent.wait(deadline: watching ? .now + DispatchPool.monitorTick : nil, spinLimit: 0, observed: false)

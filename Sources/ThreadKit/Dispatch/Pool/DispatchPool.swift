@@ -1,7 +1,9 @@
 // DispatchPool: the one thread pool under every queue but the main one (docs/DispatchPool.md,
 // "What wakes a worker"). Any thread may submit; workers pop. Everything below is guarded by
 // `lock`, a DispatchLock (a leaf: nothing is locked or woken while it is held; wakes and thread
-// starts happen after unlocking, from the lists the locked section filled in).
+// starts happen after unlocking, from the lists the locked section filled in), always taken and
+// released through `lockPool`/`tryLockPool`/`unlockPool`, which also move the jobs that producers
+// staged while the lock was congested into the run queues (`InjectionStage`, docs: "Staging").
 import CThreadKit
 import Glibc
 import Synchronization
@@ -48,7 +50,10 @@ final class DispatchPool: @unchecked Sendable {
         var idle: [PoolWorker] = []
     }
 
+    /// Taken only through `lockPool`, `tryLockPool` and `unlockPool` (which drain `stage`).
     let lock = DispatchLock()
+    /// Submissions that found `lock` congested (docs/DispatchPool.md, "Staging").
+    let stage: InjectionStage
     /// The run queues, guarded by lock. Kept in memory of their own (the pool lives as long as the
     /// process) and reached through addressors: a stored property of a class pays a runtime
     /// exclusivity check on every access, which showed on the submit path.
@@ -91,6 +96,7 @@ final class DispatchPool: @unchecked Sendable {
 
     private init() {
         width = CPUBudget.usableCPUs()
+        stage = InjectionStage(width: width)
         runQueuesStorage = .allocate(capacity: 1)
         runQueuesStorage.initialize(to: RunQueues())
         tiers = .allocate(capacity: 2)
@@ -113,6 +119,74 @@ final class DispatchPool: @unchecked Sendable {
         }
     }
 
+    // MARK: The lock and the stage
+
+    /// Takes the pool's lock and moves any staged jobs into the run queues (before anything else
+    /// looks at them: a producer's staged jobs go in before its next one).
+    @inline(__always)
+    func lockPool() {
+        lock.lock()
+        if stage.pending.load(ordering: .relaxed) { drainStageLocked() }
+    }
+
+    /// `lockPool` if the lock is free now.
+    @inline(__always)
+    func tryLockPool() -> Bool {
+        guard lock.tryLock() else { return false }
+        if stage.pending.load(ordering: .relaxed) { drainStageLocked() }
+        return true
+    }
+
+    /// Offers the work drained while the lock was held, releases it, and — if a producer staged a
+    /// job meanwhile and the lock is free — takes it again to drain (the holder's half of the
+    /// staging handshake; docs/DispatchPool.md, "Staging").
+    @inline(__always)
+    func unlockPool() {
+        if stage.drainedTiers != 0 {
+            var (normal, background) = offerDrainedLocked()
+            lock.unlockSequentiallyConsistent()
+            normal.perform(self)
+            background.perform(self)
+        } else {
+            lock.unlockSequentiallyConsistent()
+        }
+        if stage.pending.load(ordering: .sequentiallyConsistent) { drainStageAfterUnlock() }
+    }
+
+    @inline(__always)
+    func withPoolLock<T>(_ body: () throws -> T) rethrows -> T {
+        lockPool()
+        defer { unlockPool() }
+        return try body()
+    }
+
+    private func drainStageLocked() {
+        stage.drain(into: &runQueues)
+        publishNonEmptyLocked()
+    }
+
+    /// Plans a worker for each tier that drained jobs arrived in (one `Actions` per tier, as each
+    /// holds one wake). Caller holds lock.
+    private func offerDrainedLocked() -> (Actions, Actions) {
+        let tiers = stage.drainedTiers
+        stage.drainedTiers = 0
+        var normal = Actions(), background = Actions()
+        if tiers & 1 != 0 { offerWorkLocked(background: false, &normal) }
+        if tiers & 2 != 0 { offerWorkLocked(background: true, &background) }
+        return (normal, background)
+    }
+
+    /// Drains for producers that staged while this thread held the lock, while the flag stays
+    /// raised and the lock is free (a busy lock's holder does it when it unlocks).
+    private func drainStageAfterUnlock() {
+        while stage.pending.load(ordering: .sequentiallyConsistent), tryLockPool() {
+            var (normal, background) = offerDrainedLocked()
+            lock.unlockSequentiallyConsistent()
+            normal.perform(self)
+            background.perform(self)
+        }
+    }
+
     // MARK: Submitting
 
     /// Appends `entry` to the run queue of `level` and wakes or starts a worker if the tier may
@@ -131,14 +205,24 @@ final class DispatchPool: @unchecked Sendable {
         submitShared(entry, level: level)
     }
 
-    /// Appends `entry` to the run queue of `level` (never a local queue) and offers it.
+    /// Appends `entry` to the run queue of `level` (never a local queue) and offers it; with the
+    /// The lock congested (threads sleep on it): staged for its holder to move in, not waited for.
     private func submitShared(_ entry: consuming DispatchEntry, level: Int) {
-        lock.lock()
+        if !tryLockPool() {
+            guard !lock.isCongested else {
+                // Raised the flag: take the lock if it came free meanwhile (else its holder drains).
+                if stage.stage(entry, level: level) && tryLockPool() { unlockPool() }
+                return
+            }
+            // Only taken: its holder is gone within the lock's spin, cheaper than staging (the
+            // job written twice, a drain); measured on 2 CPUs (docs/DispatchPool.md, "Staging").
+            lockPool()
+        }
         runQueues.push(entry, level: level)
         publishNonEmptyLocked()
         var actions = Actions()
         offerWorkLocked(background: level == RunQueues.background, &actions)
-        lock.unlock()
+        unlockPool()
         actions.perform(self)
     }
 
@@ -147,12 +231,12 @@ final class DispatchPool: @unchecked Sendable {
     func submit(_ entry: DispatchEntry, level: Int, count: Int) {
         guard count > 0 else { return }
         if count == 1 { return submitShared(entry, level: level) }
-        lock.lock()
+        lockPool()
         for _ in 0..<count { runQueues.push(entry, level: level) }
         publishNonEmptyLocked()
         var actions = Actions()
         offerWorkLocked(background: level == RunQueues.background, &actions)
-        lock.unlock()
+        unlockPool()
         actions.perform(self)
     }
 
@@ -169,11 +253,11 @@ final class DispatchPool: @unchecked Sendable {
         let wantMonitor = !monitorAwakeMirror.load(ordering: .relaxed)
         let wantThief = before & (before &- 1) == 0 && searchingMirror(t) == 0 && idleMirror(t) > 0
         guard wantMonitor || wantThief else { return }
-        lock.lock()
+        lockPool()
         var actions = Actions()
         if wantMonitor { watchLocked(t, batches: true, &actions) }
         if wantThief { offerWorkLocked(background: worker.background, forStealing: true, &actions) }
-        lock.unlock()
+        unlockPool()
         actions.perform(self)
     }
 
@@ -259,7 +343,7 @@ final class DispatchPool: @unchecked Sendable {
     func nextJob(for worker: PoolWorker, wasSearching: inout Bool) -> (DispatchEntry, Int)? {
         let background = worker.background
         let t = background ? 1 : 0
-        lock.lock()
+        lockPool()
         var actions = Actions()
         if tiers[t].running <= width {
             var job: (DispatchEntry, Int)?
@@ -301,7 +385,7 @@ final class DispatchPool: @unchecked Sendable {
                     // an idle background worker then re-parks until that instant).
                     offerWorkLocked(background: true, &actions)
                 }
-                lock.unlock()
+                unlockPool()
                 actions.perform(self)
                 return job
             }
@@ -321,7 +405,7 @@ final class DispatchPool: @unchecked Sendable {
             // No normal work is left: waiting background work may start now.
             offerWorkLocked(background: true, &actions)
         }
-        lock.unlock()
+        unlockPool()
         actions.perform(self)
         return nil
     }
@@ -354,11 +438,11 @@ final class DispatchPool: @unchecked Sendable {
     /// at the front; jobs of its own level waited: at the back) and lets another worker take it.
     /// Worker's thread.
     func giveBack(_ worker: PoolWorker, toFront: Bool) {
-        lock.lock()
+        lockPool()
         giveBackLocked(worker, toFront: toFront)
         var actions = Actions()
         offerWorkLocked(background: worker.background, &actions)
-        lock.unlock()
+        unlockPool()
         actions.perform(self)
     }
 
@@ -380,7 +464,7 @@ final class DispatchPool: @unchecked Sendable {
 
     func idleTimedOut(_ worker: PoolWorker, idleSince: ContinuousClock.Instant) -> IdleVerdict {
         let t = worker.background ? 1 : 0
-        return lock.withLock {
+        return withPoolLock {
             // Woken concurrently: the waker counted it running already.
             guard worker.isIdle else { return .woken }
             if worker.background && runQueues.backgroundAdmissible() && tiers[1].running < width {
@@ -410,14 +494,14 @@ final class DispatchPool: @unchecked Sendable {
     /// take its place at once. `wasStalled`: the monitor counted it stalled already.
     func workerWillBlock(_ worker: PoolWorker, wasStalled: Bool) {
         let t = worker.background ? 1 : 0
-        lock.lock()
+        lockPool()
         if wasStalled { tiers[t].stalled -= 1 } else { tiers[t].running -= 1 }
         tiers[t].blocked += 1
         // The jobs it took with the blocked one must not wait for it.
         giveBackLocked(worker)
         var actions = Actions()
         offerWorkLocked(background: worker.background, &actions)
-        lock.unlock()
+        unlockPool()
         actions.perform(self)
     }
 
@@ -425,7 +509,7 @@ final class DispatchPool: @unchecked Sendable {
     /// job boundary and goes idle.
     func workerDidUnblock(_ worker: PoolWorker) {
         let t = worker.background ? 1 : 0
-        lock.withLock {
+        withPoolLock {
             tiers[t].blocked -= 1
             tiers[t].running += 1
         }
@@ -435,7 +519,7 @@ final class DispatchPool: @unchecked Sendable {
     /// running again (the tier may be over width until a worker reaches a job boundary).
     func workerDidUnstall(_ worker: PoolWorker) {
         let t = worker.background ? 1 : 0
-        lock.withLock {
+        withPoolLock {
             tiers[t].stalled -= 1
             tiers[t].running += 1
         }
@@ -452,7 +536,7 @@ final class DispatchPool: @unchecked Sendable {
             if !background && delegateNormalStartsToMonitor(count) { return }
         } else {
             var actions = Actions()
-            lock.withLock { ensureMonitorLocked(&actions) }
+            withPoolLock { ensureMonitorLocked(&actions) }
             perform(actions.monitor)
         }
         for _ in 0..<count { startWorker(background: background) }
@@ -461,7 +545,7 @@ final class DispatchPool: @unchecked Sendable {
     func startWorker(background: Bool) {
         let t = background ? 1 : 0
         let worker = PoolWorker(pool: self, background: background)
-        let number = lock.withLock { () -> Int in
+        let number = withPoolLock { () -> Int in
             nextWorkerNumber += 1
             tiers[t].workers.append(worker)
             return nextWorkerNumber
@@ -478,7 +562,7 @@ final class DispatchPool: @unchecked Sendable {
             // The OS refused a thread: give the slot back, and let ThreadStartRetry try again (with
             // back-off) so the queued work runs once a thread can start, even if nothing else is
             // ever submitted.
-            let queued = lock.withLock { () -> Int in
+            let queued = withPoolLock { () -> Int in
                 tiers[t].workers.removeAll { $0 === worker }
                 tiers[t].threads -= 1
                 tiers[t].running -= 1
@@ -497,11 +581,11 @@ final class DispatchPool: @unchecked Sendable {
     /// ThreadStartRetry's round for the pool: offer the waiting work to each tier again (starting
     /// a worker where none searches; a failure registers the next retry).
     private func retryWorkers() {
-        lock.lock()
+        lockPool()
         var actions = Actions(), background = Actions()
         offerWorkLocked(background: false, &actions)
         offerWorkLocked(background: true, &background)
-        lock.unlock()
+        unlockPool()
         actions.perform(self)
         background.perform(self)
     }
@@ -514,7 +598,7 @@ final class DispatchPool: @unchecked Sendable {
 
     func snapshot(background: Bool = false) -> Snapshot {
         let t = background ? 1 : 0
-        return lock.withLock { Snapshot(threads: tiers[t].threads, running: tiers[t].running, blocked: tiers[t].blocked,
+        return withPoolLock { Snapshot(threads: tiers[t].threads, running: tiers[t].running, blocked: tiers[t].blocked,
                                           stalled: tiers[t].stalled, idle: tiers[t].idle.count, searching: tiers[t].searching) }
     }
 }

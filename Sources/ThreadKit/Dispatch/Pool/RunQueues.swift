@@ -26,19 +26,13 @@ struct RunQueues {
 
     static let normalMask: UInt8 = 0b11110
 
-    /// One ring per level, made once and kept for the life of the pool (the process). Held as
-    /// unmanaged references in memory of their own: reading a ring out of an array retained and
-    /// released it on every push and pop (two atomic operations per job, callgrind).
-    private let rings: UnsafeMutablePointer<Unmanaged<JobRing<DispatchEntry>>> = {
-        let rings = UnsafeMutablePointer<Unmanaged<JobRing<DispatchEntry>>>.allocate(capacity: RunQueues.levelCount)
-        for level in 0..<RunQueues.levelCount { (rings + level).initialize(to: .passRetained(JobRing(capacity: 64))) }
-        return rings
-    }()
+    /// One ring per level.
+    private let rings = LevelRings(capacity: 64)
 
     /// Runs `body` with level `level`'s ring, without retaining it.
     @inline(__always)
     private func withRing<R>(_ level: Int, _ body: (JobRing<DispatchEntry>) -> R) -> R {
-        rings[level]._withUnsafeGuaranteedRef(body)
+        rings.withRing(level, body)
     }
     /// Bit L set while level L is non-empty.
     private(set) var nonEmpty: UInt8 = 0
