@@ -206,7 +206,8 @@ final class DispatchPool: @unchecked Sendable {
     }
 
     /// Appends `entry` to the run queue of `level` (never a local queue) and offers it; with the
-    /// The lock congested (threads sleep on it): staged for its holder to move in, not waited for.
+    /// lock congested (threads asleep on it), stages it for the lock's next holder instead of
+    /// waiting (docs/DispatchPool.md, "Staging").
     private func submitShared(_ entry: consuming DispatchEntry, level: Int) {
         if !tryLockPool() {
             guard !lock.isCongested else {
