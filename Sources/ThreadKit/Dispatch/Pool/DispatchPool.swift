@@ -349,7 +349,7 @@ final class DispatchPool: @unchecked Sendable {
         if tiers[t].running <= width {
             var job: (DispatchEntry, Int)?
             if background {
-                job = runQueues.popBackground(now: { ContinuousClock.now }).map { ($0, RunQueues.background) }
+                job = runQueues.popBackground().map { ($0, RunQueues.background) }
             } else {
                 job = runQueues.popNormal()
             }

@@ -1,5 +1,6 @@
 // RunQueues: the pool's FIFOs, one per QoS level, and the aging rule that picks the next job
 // (docs/DispatchPool.md, "QoS: order, aging, OS priority"). Guarded by the pool's lock.
+import Glibc
 
 /// Levels are numbered by importance: 0 background (served by the background tier only),
 /// 1 utility, 2 default, 3 userInitiated, 4 userInteractive.
@@ -36,13 +37,35 @@ struct RunQueues {
     }
     /// Bit L set while level L is non-empty.
     private(set) var nonEmpty: UInt8 = 0
-    /// Since when level L has waited with other levels non-empty (its aging clock); nil while it
-    /// has not competed yet or was just served. Stamped lazily, so a level alone never reads the
-    /// clock.
-    private var waitingSince: [ContinuousClock.Instant?] = Array(repeating: nil, count: RunQueues.levelCount)
+    /// Since when level L has waited with other levels non-empty (its aging clock, a `Stamp`); 0
+    /// while it has not competed yet or was just served. Stamped lazily, so a level alone never
+    /// reads the clock.
+    private let waitingSince: UnsafeMutablePointer<UInt64> = {
+        let stamps = UnsafeMutablePointer<UInt64>.allocate(capacity: RunQueues.levelCount)
+        stamps.initialize(repeating: 0, count: RunQueues.levelCount)
+        return stamps
+    }()
     /// Jobs of more important levels started while level L waited, since it was last served or
     /// became non-empty; saturates at `agingStarts[L]` (which keeps the bound in the docs' argument).
-    private var passes: [Int] = Array(repeating: 0, count: RunQueues.levelCount)
+    private let passes: UnsafeMutablePointer<Int> = {
+        let passes = UnsafeMutablePointer<Int>.allocate(capacity: RunQueues.levelCount)
+        passes.initialize(repeating: 0, count: RunQueues.levelCount)
+        return passes
+    }()
+
+    /// An aging stamp: ContinuousClock's clock (CLOCK_BOOTTIME) in nanoseconds, never 0. Not a
+    /// `ContinuousClock.Instant`: that type is resilient, and a function holding one in a local
+    /// paid a metadata lookup and a dynamic stack allocation on every call — `push` included.
+    static func stamp() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &ts)
+        return max(1, UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec))
+    }
+
+    /// `agingTime` in nanoseconds.
+    static let agingNanoseconds: [UInt64] = agingTime.map {
+        UInt64($0.components.seconds) * 1_000_000_000 + UInt64($0.components.attoseconds / 1_000_000_000)
+    }
 
     var isEmpty: Bool { nonEmpty == 0 }
 
@@ -61,7 +84,7 @@ struct RunQueues {
         if nonEmpty & bit == 0 {
             nonEmpty |= bit
             // Competing from the start: its clock starts now, with no passes yet.
-            waitingSince[level] = nonEmpty != bit ? ContinuousClock.now : nil
+            waitingSince[level] = nonEmpty != bit ? RunQueues.stamp() : 0
             passes[level] = 0
         }
         // The slot is reserved under a guaranteed reference, then the entry is moved into it.
@@ -90,7 +113,7 @@ struct RunQueues {
         let bit = UInt8(1) << level
         if nonEmpty & bit == 0 {
             nonEmpty |= bit
-            waitingSince[level] = nonEmpty != bit ? ContinuousClock.now : nil
+            waitingSince[level] = nonEmpty != bit ? RunQueues.stamp() : 0
             passes[level] = 0
         }
         if atFront {
@@ -107,7 +130,7 @@ struct RunQueues {
         guard mask != 0 else { return nil }
         var level = 7 - mask.leadingZeroBitCount
         if mask & ~(UInt8(1) << level) != 0 {
-            let now = ContinuousClock.now
+            let now = RunQueues.stamp()
             stampCompetitors(now)
             var lower = level - 1
             while lower >= 1 {
@@ -125,10 +148,10 @@ struct RunQueues {
 
     /// The next background job, if the background tier may run now: no normal level waits, or the
     /// background level has aged.
-    mutating func popBackground(now: () -> ContinuousClock.Instant) -> DispatchEntry? {
+    mutating func popBackground() -> DispatchEntry? {
         guard nonEmpty & 1 != 0 else { return nil }
         if nonEmpty & RunQueues.normalMask != 0 {
-            let t = now()
+            let t = RunQueues.stamp()
             stampCompetitors(t)
             guard hasAged(0, now: t) else { return nil }
         }
@@ -139,7 +162,7 @@ struct RunQueues {
     mutating func backgroundAdmissible() -> Bool {
         guard nonEmpty & 1 != 0 else { return false }
         if nonEmpty & RunQueues.normalMask == 0 { return true }
-        let now = ContinuousClock.now
+        let now = RunQueues.stamp()
         stampCompetitors(now)
         return hasAged(0, now: now)
     }
@@ -154,14 +177,19 @@ struct RunQueues {
     /// waits, its count is not complete — the normal pop that completes it offers the work — or
     /// it may run already).
     func backgroundAgingDeadline() -> ContinuousClock.Instant? {
-        guard nonEmpty & 1 != 0, nonEmpty & RunQueues.normalMask != 0, let since = waitingSince[0],
+        guard nonEmpty & 1 != 0, nonEmpty & RunQueues.normalMask != 0, waitingSince[0] != 0,
               passes[0] >= RunQueues.agingStarts[0] else { return nil }
-        return since + RunQueues.agingTime[0]
+        let deadline = waitingSince[0] + RunQueues.agingNanoseconds[0]
+        // As an instant: the clock read first, so the instant is never earlier than the stamp's.
+        let stampNow = RunQueues.stamp()
+        let now = ContinuousClock.now
+        return deadline >= stampNow ? now + .nanoseconds(Int64(deadline - stampNow))
+                                    : now - .nanoseconds(Int64(stampNow - deadline))
     }
 
-    private func hasAged(_ level: Int, now: ContinuousClock.Instant) -> Bool {
-        guard passes[level] >= RunQueues.agingStarts[level], let since = waitingSince[level] else { return false }
-        return now - since >= RunQueues.agingTime[level]
+    private func hasAged(_ level: Int, now: UInt64) -> Bool {
+        guard passes[level] >= RunQueues.agingStarts[level], waitingSince[level] != 0 else { return false }
+        return now &- waitingSince[level] >= RunQueues.agingNanoseconds[level]
     }
 
     /// `jobs` jobs of `level` started: every waiting level below it was passed over that often.
@@ -174,8 +202,8 @@ struct RunQueues {
         }
     }
 
-    private mutating func stampCompetitors(_ now: ContinuousClock.Instant) {
-        for level in 0..<RunQueues.levelCount where nonEmpty & (1 << level) != 0 && waitingSince[level] == nil {
+    private mutating func stampCompetitors(_ now: UInt64) {
+        for level in 0..<RunQueues.levelCount where nonEmpty & (1 << level) != 0 && waitingSince[level] == 0 {
             waitingSince[level] = now
         }
     }
@@ -184,7 +212,7 @@ struct RunQueues {
         let (entry, emptied) = withRing(level) { ring in (ring.popFirst()!, ring.isEmpty) }
         if emptied { nonEmpty &= ~(UInt8(1) << level) }
         // Just served: its clock restarts at the next competition, its passes now.
-        waitingSince[level] = nil
+        waitingSince[level] = 0
         passes[level] = 0
         return entry
     }
