@@ -301,25 +301,7 @@ final class DispatchPool: @unchecked Sendable {
         guard tiers[t].searching == 0, tiers[t].running < width,
               forStealing || runQueues.hasWork(background: background) else { return }
         if background && !forStealing && !runQueues.backgroundAdmissible() {
-            // Background work waits behind normal work: make sure a background worker will notice
-            // when it ages (an idle one parks until the aging deadline).
-            let aging = runQueues.backgroundAgingDeadline()
-            if tiers[1].threads == 0 {
-                tiers[1].threads += 1
-                tiers[1].running += 1
-                addSearching(1, 1)
-                actions.spawn = 1
-                actions.spawnBackground = true
-            } else if let worker = tiers[1].idle.last, let aging, worker.idleDeadline.map({ $0 > aging }) ?? true {
-                // It sleeps past the aging deadline: wake it so it re-parks with the new one.
-                tiers[1].idle.removeLast()
-                publishIdleLocked(1)
-                tiers[1].running += 1
-                addSearching(1, 1)
-                worker.isIdle = false
-                actions.wake = worker
-            }
-            return
+            return offerAgingBackgroundLocked(&actions)
         }
         if let worker = tiers[t].idle.popLast() {
             publishIdleLocked(t)
@@ -333,6 +315,31 @@ final class DispatchPool: @unchecked Sendable {
             addSearching(t, 1)
             actions.spawn = 1
             actions.spawnBackground = background
+        }
+    }
+
+    /// Background work waits behind normal work: makes sure a background worker will notice when
+    /// it ages (an idle one parks until the aging deadline). Out of line: the deadline is a
+    /// `ContinuousClock.Instant`, a resilient type whose locals cost every caller a metadata lookup
+    /// and a dynamic stack allocation, and `offerWorkLocked` runs on every submission. Caller
+    /// holds lock.
+    @inline(never)
+    private func offerAgingBackgroundLocked(_ actions: inout Actions) {
+        let aging = runQueues.backgroundAgingDeadline()
+        if tiers[1].threads == 0 {
+            tiers[1].threads += 1
+            tiers[1].running += 1
+            addSearching(1, 1)
+            actions.spawn = 1
+            actions.spawnBackground = true
+        } else if let worker = tiers[1].idle.last, let aging, worker.idleDeadline.map({ $0 > aging }) ?? true {
+            // It sleeps past the aging deadline: wake it so it re-parks with the new one.
+            tiers[1].idle.removeLast()
+            publishIdleLocked(1)
+            tiers[1].running += 1
+            addSearching(1, 1)
+            worker.isIdle = false
+            actions.wake = worker
         }
     }
 
@@ -401,7 +408,7 @@ final class DispatchPool: @unchecked Sendable {
         publishIdleLocked(t)
         worker.isIdle = true
         worker.event.reset()
-        worker.idleDeadline = background ? runQueues.backgroundAgingDeadline() : nil
+        setIdleDeadlineLocked(worker)
         if !background && runQueues.hasWork(background: true) {
             // No normal work is left: waiting background work may start now.
             offerWorkLocked(background: true, &actions)
@@ -409,6 +416,13 @@ final class DispatchPool: @unchecked Sendable {
         unlockPool()
         actions.perform(self)
         return nil
+    }
+
+    /// An idle background worker parks until waiting background work ages (a normal one: no
+    /// such deadline). Out of line, like `offerAgingBackgroundLocked`. Caller holds lock.
+    @inline(never)
+    private func setIdleDeadlineLocked(_ worker: PoolWorker) {
+        worker.idleDeadline = worker.background ? runQueues.backgroundAgingDeadline() : nil
     }
 
     /// Moves the newer half of a busy worker's local queue to `thief`'s (empty) one and returns its
