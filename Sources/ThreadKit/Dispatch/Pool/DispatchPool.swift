@@ -142,15 +142,23 @@ final class DispatchPool: @unchecked Sendable {
     /// staging handshake; docs/DispatchPool.md, "Staging").
     @inline(__always)
     func unlockPool() {
-        if stage.drainedTiers != 0 {
-            var (normal, background) = offerDrainedLocked()
-            lock.unlockSequentiallyConsistent()
-            normal.perform(self)
-            background.perform(self)
-        } else {
-            lock.unlockSequentiallyConsistent()
-        }
+        releaseOfferingDrained()
         if stage.pending.load(ordering: .sequentiallyConsistent) { drainStageAfterUnlock() }
+    }
+
+    /// Releases the lock, having planned a worker for each tier that drained jobs arrived in (one
+    /// `Actions` per tier, as each holds one wake), and carries those plans out.
+    @inline(__always)
+    private func releaseOfferingDrained() {
+        guard stage.drainedTiers != 0 else { return lock.unlockSequentiallyConsistent() }
+        let tiers = stage.drainedTiers
+        stage.drainedTiers = 0
+        var normal = Actions(), background = Actions()
+        if tiers & 1 != 0 { offerWorkLocked(background: false, &normal) }
+        if tiers & 2 != 0 { offerWorkLocked(background: true, &background) }
+        lock.unlockSequentiallyConsistent()
+        normal.perform(self)
+        background.perform(self)
     }
 
     @inline(__always)
@@ -165,26 +173,10 @@ final class DispatchPool: @unchecked Sendable {
         publishNonEmptyLocked()
     }
 
-    /// Plans a worker for each tier that drained jobs arrived in (one `Actions` per tier, as each
-    /// holds one wake). Caller holds lock.
-    private func offerDrainedLocked() -> (Actions, Actions) {
-        let tiers = stage.drainedTiers
-        stage.drainedTiers = 0
-        var normal = Actions(), background = Actions()
-        if tiers & 1 != 0 { offerWorkLocked(background: false, &normal) }
-        if tiers & 2 != 0 { offerWorkLocked(background: true, &background) }
-        return (normal, background)
-    }
-
     /// Drains for producers that staged while this thread held the lock, while the flag stays
     /// raised and the lock is free (a busy lock's holder does it when it unlocks).
     private func drainStageAfterUnlock() {
-        while stage.pending.load(ordering: .sequentiallyConsistent), tryLockPool() {
-            var (normal, background) = offerDrainedLocked()
-            lock.unlockSequentiallyConsistent()
-            normal.perform(self)
-            background.perform(self)
-        }
+        while stage.pending.load(ordering: .sequentiallyConsistent), tryLockPool() { releaseOfferingDrained() }
     }
 
     // MARK: Submitting

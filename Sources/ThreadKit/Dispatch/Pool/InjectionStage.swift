@@ -3,8 +3,8 @@
 // job to its shard instead of joining them; whoever holds the pool's lock next moves every staged
 // job into the run queues (flat combining: Hendler, Incze, Shavit and Tzafrir, "Flat Combining and the
 // Synchronization-Parallelism Tradeoff", SPAA 2010). Any thread stages; only a holder of the pool's
-// lock drains. A shard's ring is guarded by the shard's lock; `pending` is the handshake flag;
-// `spare` and `drainedTiers` are guarded by the pool's lock.
+// lock drains. A shard's rings are guarded by the shard's lock; `pending` is the handshake flag;
+// `spares` and `drainedTiers` are guarded by the pool's lock.
 import CThreadKit
 import Synchronization
 
@@ -18,12 +18,11 @@ final class InjectionStage: @unchecked Sendable {
         /// levels the run queues' QoS order decides anyway). Entries are moved in and out, never
         /// copied. Guarded by `lock`.
         let rings = LevelRings(capacity: 16)
-        /// Jobs in all `rings`, guarded by `lock`.
-        @exclusivity(unchecked) var count = 0
         /// Jobs ever staged here (for tests), guarded by `lock`.
         @exclusivity(unchecked) var total = 0
-        /// `count != 0`, stored under `lock` only when it changes, so the drainer can skip an
-        /// empty shard without taking its lock (sequentially consistent: see `drain`).
+        /// Whether any of `rings` holds a job. Written only under `lock` (so a read under it is
+        /// exact) and only when it changes; the drainer reads it without the lock to skip an empty
+        /// shard (sequentially consistent: see `drain`).
         let hasJobs = Atomic<Bool>(false)
         /// Keeps the next shard's allocations off this shard's ring header.
         private let padding = UnsafeMutableRawPointer.allocate(byteCount: 128, alignment: 64)
@@ -59,13 +58,15 @@ final class InjectionStage: @unchecked Sendable {
     /// already, and the drain it promises will find this job (docs/DispatchPool.md, "Staging").
     func stage(_ entry: consuming DispatchEntry, level: Int) -> Bool {
         let shard = shards[Int(tk_current_tid()) & mask]
-        shard._withUnsafeGuaranteedRef { $0.lock.lock() }
-        // The slot is reserved under a guaranteed reference, then the entry is moved into it.
-        shard._withUnsafeGuaranteedRef { $0.rings.withRing(level) { $0.reserveLast() } }.initialize(to: entry)
+        // The slot is reserved under the lock and a guaranteed reference, then the entry is moved
+        // into it (a consumed value cannot be moved inside the closure).
         shard._withUnsafeGuaranteedRef { shard in
-            shard.count += 1
+            shard.lock.lock()
+            return shard.rings.withRing(level) { $0.reserveLast() }
+        }.initialize(to: entry)
+        shard._withUnsafeGuaranteedRef { shard in
             shard.total += 1
-            if shard.count == 1 { shard.hasJobs.store(true, ordering: .sequentiallyConsistent) }
+            if !shard.hasJobs.load(ordering: .relaxed) { shard.hasJobs.store(true, ordering: .sequentiallyConsistent) }
             shard.lock.unlock()
         }
         if pending.load(ordering: .sequentiallyConsistent) { return false }
@@ -103,7 +104,6 @@ final class InjectionStage: @unchecked Sendable {
                         spares.withRing(level) { ring.swapContents(with: $0) }
                     }
                 }
-                shard.count = 0
                 shard.hasJobs.store(false, ordering: .sequentiallyConsistent)
                 shard.lock.unlock()
                 return levels

@@ -9,11 +9,12 @@ struct RunQueues {
     static let background = 0
     /// Aging (a bounded share): a waiting level L is served ahead of more important levels of its
     /// tier once `agingStarts[L]` jobs of those levels have started since L was last served (or
-    /// began to wait) and it has waited `agingTime[L]`. Both double at each step down, so a more
+    /// began to wait) and it has waited `agingTime[L]` nanoseconds (40, 20, 10, 5 ms). Both double
+    /// at each step down, so a more
     /// important level always gets the larger share however long the jobs are (docs/DispatchPool.md
     /// has the starvation-freedom argument). userInteractive never ages: nothing is above it.
     static let agingStarts: [Int] = [32, 16, 8, 4, 0]
-    static let agingTime: [Duration] = [.milliseconds(40), .milliseconds(20), .milliseconds(10), .milliseconds(5), .zero]
+    static let agingTime: [UInt64] = [40_000_000, 20_000_000, 10_000_000, 5_000_000, 0]
 
     static func level(_ qos: TKQualityOfService) -> Int {
         switch qos {
@@ -37,7 +38,7 @@ struct RunQueues {
     }
     /// Bit L set while level L is non-empty.
     private(set) var nonEmpty: UInt8 = 0
-    /// Since when level L has waited with other levels non-empty (its aging clock, a `Stamp`); 0
+    /// Since when level L has waited with other levels non-empty (its aging clock, a `stamp()`); 0
     /// while it has not competed yet or was just served. Stamped lazily, so a level alone never
     /// reads the clock.
     private let waitingSince: UnsafeMutablePointer<UInt64> = {
@@ -60,11 +61,6 @@ struct RunQueues {
         var ts = timespec()
         clock_gettime(CLOCK_BOOTTIME, &ts)
         return max(1, UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec))
-    }
-
-    /// `agingTime` in nanoseconds.
-    static let agingNanoseconds: [UInt64] = agingTime.map {
-        UInt64($0.components.seconds) * 1_000_000_000 + UInt64($0.components.attoseconds / 1_000_000_000)
     }
 
     var isEmpty: Bool { nonEmpty == 0 }
@@ -179,7 +175,7 @@ struct RunQueues {
     func backgroundAgingDeadline() -> ContinuousClock.Instant? {
         guard nonEmpty & 1 != 0, nonEmpty & RunQueues.normalMask != 0, waitingSince[0] != 0,
               passes[0] >= RunQueues.agingStarts[0] else { return nil }
-        let deadline = waitingSince[0] + RunQueues.agingNanoseconds[0]
+        let deadline = waitingSince[0] + RunQueues.agingTime[0]
         // As an instant: the clock read first, so the instant is never earlier than the stamp's.
         let stampNow = RunQueues.stamp()
         let now = ContinuousClock.now
@@ -189,7 +185,7 @@ struct RunQueues {
 
     private func hasAged(_ level: Int, now: UInt64) -> Bool {
         guard passes[level] >= RunQueues.agingStarts[level], waitingSince[level] != 0 else { return false }
-        return now &- waitingSince[level] >= RunQueues.agingNanoseconds[level]
+        return now &- waitingSince[level] >= RunQueues.agingTime[level]
     }
 
     /// `jobs` jobs of `level` started: every waiting level below it was passed over that often.
