@@ -38,7 +38,7 @@ final class DispatchPoolMonitorTests: XCTestCase {
             XCTAssertEqual(done.wait(timeout: .now() + 30), .success, "item \(i) of \(readers + 1) never finished: the pool did not look past workers blocked in read(2)")
         }
         XCTAssertEqual(readBytes.load(ordering: .relaxed), readers)
-        XCTAssertLessThanOrEqual(DispatchPool.shared.snapshot().threads, DispatchPool.hardCap)
+        XCTAssertLessThanOrEqual(DispatchPool.shared.snapshot().threads, DispatchPool.shared.threadCap)
         // Every stalled worker counts as running again once its job ends, and the tier comes to rest.
         XCTAssertTrue(waitUntil(.now + .seconds(10)) {
             let s = DispatchPool.shared.snapshot()

@@ -34,7 +34,7 @@ final class DispatchPoolTests: XCTestCase {
         }
         TKDispatchQueue.global().async(group: group) { for _ in 0..<waiters { release.signal() } }
         XCTAssertEqual(group.wait(until: .now + .seconds(30)), .success)
-        XCTAssertLessThanOrEqual(DispatchPool.shared.snapshot().threads, DispatchPool.hardCap)
+        XCTAssertLessThanOrEqual(DispatchPool.shared.snapshot().threads, DispatchPool.shared.threadCap)
     }
 
     func testActiveWorkersNeverExceedTheWidth() {

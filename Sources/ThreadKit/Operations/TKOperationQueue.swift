@@ -22,7 +22,7 @@ public final class TKOperationQueue: @unchecked Sendable {
     /// "As many as the system allows": the pool's thread cap, so operations that block in
     /// ThreadKit waits are replaced by others up to what the pool will ever run at once.
     public static let defaultMaxConcurrentOperationCount: Int = -1
-    static let systemWidth = DispatchPool.hardCap
+    static var systemWidth: Int { DispatchPool.shared.threadCap }
 
     private static let mainQueue = TKOperationQueue(mainThread: ())
 

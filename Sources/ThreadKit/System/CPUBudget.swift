@@ -26,6 +26,21 @@ enum CPUBudget {
         return max(1, budget)
     }
 
+    /// The width the dispatch pool sizes itself to: `TK_CPU_BUDGET` when set to a whole number from
+    /// 1 to 4,096 (for testing: it makes the pool run as wide as on a machine with that many CPUs,
+    /// oversubscribed on the real ones; spin decisions still follow the real CPUs), otherwise
+    /// `usableCPUs()`. A malformed value is said once on stderr and ignored.
+    static func poolWidth() -> Int {
+        guard let raw = getenv("TK_CPU_BUDGET") else { return usableCPUs() }
+        let text = String(cString: raw)
+        guard let value = Int(text), (1...4_096).contains(value) else {
+            SystemCall.report("ThreadKit: TK_CPU_BUDGET=\(text) is not a whole number from 1 to 4096; ignored "
+                              + "(the pool sizes itself to the \(usableCPUs()) CPU(s) this process may use).")
+            return usableCPUs()
+        }
+        return value
+    }
+
     static func onlineCPUs() -> Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
 
     /// CPUs in the calling thread's affinity mask (nil where it cannot be read).

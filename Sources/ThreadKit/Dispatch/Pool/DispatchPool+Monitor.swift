@@ -52,15 +52,14 @@ extension DispatchPool {
         }
         actions.monitor = .wake
         monitor.pointee.awake = true
-        monitorAwakeMirror.store(true, ordering: .relaxed)
     }
 
     /// Whether tier `t` has work that a stuck worker could hold up: jobs waiting with no room to
     /// admit them, or jobs waiting in a busy worker's batch. Caller holds `lock`.
     private func needsWatchLocked(_ t: Int, batches: Bool) -> Bool {
-        if tiers[t].running >= width && runQueues.hasWork(background: t == 1) { return true }
+        if scheduler.saturatedWithWork(Tier(rawValue: t)!) { return true }
         guard batches else { return false }
-        for worker in tiers[t].workers where !worker.isIdle {
+        for worker in scheduler[Tier(rawValue: t)!].workers where !worker.isIdle {
             worker.localLock.lock()
             let batched = !worker.local.isEmpty
             worker.localLock.unlock()
@@ -81,7 +80,6 @@ extension DispatchPool {
                 // No thread now: the next submission that finds something to watch tries again.
                 withPoolLock {
                     monitor.pointee = MonitorState()
-                    monitorAwakeMirror.store(false, ordering: .relaxed)
                 }
             }
         }
@@ -94,7 +92,6 @@ extension DispatchPool {
         guard !monitor.pointee.threadRunning else { return }
         monitor.pointee.threadRunning = true
         monitor.pointee.awake = true
-        monitorAwakeMirror.store(true, ordering: .relaxed)
         actions.monitor = .start
     }
 
@@ -131,13 +128,12 @@ extension DispatchPool {
                 if needsWatchLocked(t, batches: true) {
                     scanLocked(t, &actions)
                     watching = true
-                } else if tiers[t].running + tiers[t].stalled > 0 {
+                } else if scheduler[Tier(rawValue: t)!].running + scheduler[Tier(rawValue: t)!].stalled > 0 {
                     watching = true
                 }
             }
             if !watching {
                 monitor.pointee.awake = false
-                monitorAwakeMirror.store(false, ordering: .relaxed)
             }
             unlockPool()
             for _ in 0..<starts { startWorker(background: false) }
@@ -149,7 +145,8 @@ extension DispatchPool {
     /// One look at tier `t`'s busy workers. Caller holds `lock`.
     private func scanLocked(_ t: Int, _ actions: inout Actions) {
         var freed = false
-        for worker in tiers[t].workers where !worker.isIdle {
+        let tier = Tier(rawValue: t)!
+        for worker in scheduler[tier].workers where !worker.isIdle {
             let word = worker.activity.load(ordering: .acquiring)
             defer { worker.monitorSeen = worker.activity.load(ordering: .relaxed) }
             let observable = word & 2 != 0, stalled = word & 1 != 0
@@ -161,23 +158,21 @@ extension DispatchPool {
                 freed = true
                 // Replacing it helps only if work waits with no room to admit it; only then is its
                 // thread's state read (a /proc read, ~10 µs: not once per tick per long job).
-                let compensate = tiers[t].running >= width && runQueues.hasWork(background: t == 1)
+                let compensate = scheduler.saturatedWithWork(tier)
                 if compensate, DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
                    worker.activity.compareExchange(expected: word, desired: word | 1,
                                                    ordering: .acquiringAndReleasing).exchanged {
-                    tiers[t].running -= 1
-                    tiers[t].stalled += 1
+                    scheduler.stall(tier)
                 }
             } else if !DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
                       worker.activity.compareExchange(expected: word, desired: word & ~1,
                                                       ordering: .acquiringAndReleasing).exchanged {
                 // Runnable again inside the same job: it counts as running (the tier may be over
                 // width until a worker reaches a job boundary).
-                tiers[t].stalled -= 1
-                tiers[t].running += 1
+                scheduler.unstall(tier)
             }
         }
-        if freed { offerWorkLocked(background: t == 1, &actions) }
+        if freed { offerWorkLocked(tier, &actions) }
     }
 
     /// Whether kernel thread `tid` of this process is sleeping (`S`) or in an uninterruptible wait

@@ -1,9 +1,19 @@
 // DispatchPool: the one thread pool under every queue but the main one (docs/DispatchPool.md,
-// "What wakes a worker"). Any thread may submit; workers pop. Everything below is guarded by
-// `lock`, a DispatchLock (a leaf: nothing is locked or woken while it is held; wakes and thread
-// starts happen after unlocking, from the lists the locked section filled in), always taken and
-// released through `lockPool`/`tryLockPool`/`unlockPool`, which also move the jobs that producers
-// staged while the lock was congested into the run queues (`InjectionStage`, docs: "Staging").
+// "What wakes a worker"). The shell around `PoolScheduler`, which makes every scheduling decision:
+// this file holds the scheduler under `lock`, calls its transitions, and carries out what they
+// planned (sets a worker's event, starts a thread, wakes the monitor) after unlocking.
+//
+// Who touches what:
+// - `lock` (a DispatchLock, a leaf: nothing is locked or woken while it is held) guards the
+//   scheduler, the monitor's state and the counters below; it is always taken and released
+//   through `lockPool`/`tryLockPool`/`unlockPool`, which also move staged jobs into the run queues.
+// - Producers never take `lock` on their fast path: a submission from any thread that is not a
+//   worker of the job's tier goes to the producer's staging shard (`InjectionStage`, its own
+//   per-shard lock), and only the submission that raises the stage's `pending` flag while a worker
+//   must be woken tries `lock` once (docs/DispatchPool.md, "Submitting without the pool's lock").
+// - The mirrors (`nonEmptyMirror`, `running*`, `searching*`, `idle*`, `monitorAwakeMirror`) are
+//   copies of scheduler state published at every release of `lock`, read without it.
+// - A job submitted by a job running on a worker goes to that worker's local queue (its own lock).
 import CThreadKit
 import Glibc
 import Synchronization
@@ -11,110 +21,146 @@ import Synchronization
 final class DispatchPool: @unchecked Sendable {
     static let shared = DispatchPool()
 
+    typealias Scheduler = PoolScheduler<PoolWorker>
+    typealias Tier = Scheduler.Tier
+
     /// Workers of one tier may run this many jobs at once (not counting blocked ones): the CPUs this
-    /// process may use when the pool starts (affinity mask and cgroup quota, `CPUBudget`).
+    /// process may use when the pool starts (affinity mask and cgroup quota, `CPUBudget`), or
+    /// `TK_CPU_BUDGET` (for testing).
     let width: Int
-    /// No tier ever has more threads than this, blocked ones included.
-    static let hardCap = 64
+    /// No tier ever has more threads than this, blocked and stalled ones included: libdispatch's
+    /// Linux cap (255), or 8 per CPU of the width on machines wider than 32, so the cap grows with
+    /// the machine and never falls below libdispatch's. Reaching it is said once on stderr
+    /// (`reportThreadCapReached`).
+    let threadCap: Int
+    static func threadCap(width: Int) -> Int { max(255, 8 * width) }
     /// An idle worker's thread ends after this long without work.
     static let idleTimeout: Duration = .seconds(2)
-    /// A worker takes at most this many jobs of one level per visit to the lock, and only when the
-    /// level holds several per worker and no other level waits: fewer lock round trips when a
-    /// queue is long.
-    static let batchLimit = 8
+    static let idleTimeoutNanoseconds: UInt64 = 2_000_000_000
     /// A worker's local queue holds at most this many jobs (docs/DispatchPool.md, "Local queues and
     /// stealing"); more go to the run queues.
     static let localLimit = 32
     /// Local jobs a worker starts in a row while jobs of the same level wait in the run queues,
     /// before its local queue goes behind them (a batch, at most `batchLimit - 1`, never reaches it).
     static let localStreakLimit = 8
-
-    /// Per tier (0 normal, 1 background). Guarded by `lock`.
-    struct Tier {
-        /// Workers executing or about to execute a job (woken, started, or between jobs), not
-        /// blocked and not idle.
-        var running = 0
-        /// Workers parked inside a ThreadKit wait while running a job.
-        var blocked = 0
-        /// Workers the monitor found blocked outside ThreadKit (no progress for a tick, thread not
-        /// runnable) while running a job: not counted running, like blocked ones.
-        var stalled = 0
-        /// Live worker threads (running + blocked + stalled + idle).
-        var threads = 0
-        /// Every live worker of the tier (the monitor looks at the busy ones).
-        var workers: [PoolWorker] = []
-        /// Workers woken or started that have not popped a job yet. While one searches, submits
-        /// wake nobody else: the searcher wakes the next when it finds a job and more wait.
-        var searching = 0
-        /// Idle workers, most recently idle last (woken first: its cache is warm).
-        var idle: [PoolWorker] = []
-    }
+    static var batchLimit: Int { Scheduler.batchLimit }
 
     /// Taken only through `lockPool`, `tryLockPool` and `unlockPool` (which drain `stage`).
     let lock = DispatchLock()
-    /// Submissions that found `lock` congested (docs/DispatchPool.md, "Staging").
+    /// Where producers put their submissions (docs/DispatchPool.md, "Staging").
     let stage: InjectionStage
-    /// The run queues, guarded by lock. Kept in memory of their own (the pool lives as long as the
+    /// The scheduler, guarded by lock. Kept in memory of its own (the pool lives as long as the
     /// process) and reached through addressors: a stored property of a class pays a runtime
     /// exclusivity check on every access, which showed on the submit path.
-    private let runQueuesStorage: UnsafeMutablePointer<RunQueues>
-    var runQueues: RunQueues {
-        unsafeAddress { UnsafePointer(runQueuesStorage) }
-        unsafeMutableAddress { runQueuesStorage }
+    private let schedulerStorage: UnsafeMutablePointer<Scheduler>
+    var scheduler: Scheduler {
+        unsafeAddress { UnsafePointer(schedulerStorage) }
+        unsafeMutableAddress { schedulerStorage }
     }
-    /// `runQueues.nonEmpty` as of the last release of `lock`: a worker between the jobs of its batch
-    /// reads it without the lock to see whether more important work has arrived. Relaxed: a stale
-    /// value only delays that check by one job.
+    /// `scheduler.runQueues.nonEmpty` as of the last release of `lock`: a worker between the jobs
+    /// of its batch reads it without the lock to see whether more important work has arrived.
+    /// Relaxed: a stale value only delays that check by one job.
     let nonEmptyMirror = Atomic<UInt8>(0)
-    /// `tiers[t].searching` as of its last change (under `lock`), per tier: a worker that pushed a
-    /// second local job asks for a thief only while nobody searches. Relaxed: a stale value costs
-    /// one needless lock visit or one missed wake that the monitor's next tick repairs.
+    /// Per tier, `running` and `searching` as of the last release of `lock`. Stored and loaded
+    /// sequentially consistent: a producer that raised the stage's flag reads them to decide
+    /// whether a worker must be woken; a worker that went idle stores them before its releasing
+    /// exchange and then loads the flag (both sides of a Dekker pair: one of the two sees the
+    /// other, so the staged job is either offered by the producer or drained by the worker;
+    /// Models/PoolWake.pml checks it).
+    let runningNormal = Atomic<Int>(0)
+    let runningBackground = Atomic<Int>(0)
     let searchingNormal = Atomic<Int>(0)
     let searchingBackground = Atomic<Int>(0)
-    /// `tiers[t].idle.count` as of its last change (under `lock`), per tier, for the same purpose.
+    /// Per tier, the idle stack's size as of the last release of `lock`: a worker that pushed a
+    /// second local job asks for a thief only while one is idle. Relaxed: a stale value costs one
+    /// needless lock visit or one missed wake that the monitor's next tick repairs.
     let idleNormal = Atomic<Int>(0)
     let idleBackground = Atomic<Int>(0)
     @inline(__always) func idleMirror(_ t: Int) -> Int {
         t == 0 ? idleNormal.load(ordering: .relaxed) : idleBackground.load(ordering: .relaxed)
     }
     @inline(__always) func searchingMirror(_ t: Int) -> Int {
-        t == 0 ? searchingNormal.load(ordering: .relaxed) : searchingBackground.load(ordering: .relaxed)
+        t == 0 ? searchingNormal.load(ordering: .sequentiallyConsistent) : searchingBackground.load(ordering: .sequentiallyConsistent)
     }
-    /// `monitor.awake` as of its last change (under `lock`): a local push wakes the monitor only
-    /// while it sleeps. Relaxed, for the same reason.
+    @inline(__always) func runningMirror(_ t: Int) -> Int {
+        t == 0 ? runningNormal.load(ordering: .sequentiallyConsistent) : runningBackground.load(ordering: .sequentiallyConsistent)
+    }
+    /// `monitor.awake` as of the last release of `lock`, sequentially consistent for the same
+    /// Dekker pairing: a producer whose job no worker will visit soon makes sure the monitor looks.
     let monitorAwakeMirror = Atomic<Bool>(false)
-    /// Normal (0) and background (1), guarded by lock; in memory of their own like the run queues.
-    let tiers: UnsafeMutablePointer<Tier>
-    /// The monitor's state, guarded by lock; in memory of its own like the tiers.
+    /// Idle workers polling their event before they park, and how many may (a quarter of the width,
+    /// at least 2: both workers of a 2-CPU machine, as before). Relaxed: a count that is off for a
+    /// moment only lets one more or one fewer worker poll.
+    let idleSpinners = Atomic<Int>(0)
+    let maxIdleSpinners: Int
+    /// The monitor's state, guarded by lock; in memory of its own like the scheduler.
     let monitor: UnsafeMutablePointer<MonitorState>
     /// Set to wake the monitor thread (docs/DispatchPool.md, "Workers blocked outside ThreadKit").
     let monitorEvent = ParkingEvent()
     private var nextWorkerNumber = 0             // guarded by lock
+    /// Acquisitions of `lock` (TKPoolIntrospection), guarded by lock: a plain increment by each
+    /// holder, so counting adds no atomic operation and no shared cache line of its own.
+    private var lockAcquisitions = 0
+    /// Set once the thread cap has been reported (`reportThreadCapReached`).
+    private let reportedThreadCap = Atomic<Bool>(false)
     /// 0: no worker start has failed; 1: one did and was reported; 2: a start succeeded after that
     /// and was reported too. Each report is made once per process.
     private let reportedStartFailure = Atomic<Int>(0)
 
     private init() {
-        width = CPUBudget.usableCPUs()
+        width = CPUBudget.poolWidth()
+        threadCap = DispatchPool.threadCap(width: width)
+        maxIdleSpinners = max(2, width / 4)
         stage = InjectionStage(width: width)
-        runQueuesStorage = .allocate(capacity: 1)
-        runQueuesStorage.initialize(to: RunQueues())
-        tiers = .allocate(capacity: 2)
-        tiers.initialize(repeating: Tier(), count: 2)
+        schedulerStorage = .allocate(capacity: 1)
+        schedulerStorage.initialize(to: Scheduler(width: width, threadCap: threadCap,
+                                                  idleTimeout: DispatchPool.idleTimeoutNanoseconds))
         monitor = .allocate(capacity: 1)
         monitor.initialize(to: MonitorState())
     }
 
-    /// What a locked section decided to do once the lock is released.
+    /// What a locked section decided to do once the lock is released: per tier, at most one worker
+    /// to wake or one to start (a tier's offer plans one only while nobody searches, and the plan
+    /// makes the worker its searcher, so a second offer to the same tier in the same section plans
+    /// nothing), and the monitor's action.
+    ///
+    /// One slot per tier, not one in all: a section may offer to both tiers (a normal worker that
+    /// takes a job chains the next normal searcher and lets aged background work start; the
+    /// monitor scans both tiers). With one shared slot the second plan overwrote the first, and
+    /// the overwritten worker was counted searching but never woken: its tier's `searching` stayed
+    /// 1 for good, every later offer to that tier waited for that searcher, and the pool ran
+    /// nothing more (docs/DispatchPool.md, "The wedge of 2026-11-25"; Models/PoolWedge.pml).
     struct Actions {
-        var wake: PoolWorker?
-        var spawn = 0
-        var spawnBackground = false
+        private var wakeNormal: PoolWorker?
+        private var wakeBackground: PoolWorker?
+        private var startNormal = false
+        private var startBackground = false
         var monitor = MonitorAction.none
 
+        /// Records `plan`, made for `tier`.
+        mutating func add(_ plan: Scheduler.Plan, _ tier: Tier) {
+            switch plan {
+            case .none: return
+            case .wake(let worker):
+                assert(worker.background == tier.isBackground)
+                assert(!plansWorker(tier), "DispatchPool: two workers planned for the \(tier) tier in one section")
+                if tier == .normal { wakeNormal = worker } else { wakeBackground = worker }
+            case .start:
+                assert(!plansWorker(tier), "DispatchPool: two workers planned for the \(tier) tier in one section")
+                if tier == .normal { startNormal = true } else { startBackground = true }
+            }
+        }
+
+        /// Whether a worker is planned for `tier`.
+        func plansWorker(_ tier: Tier) -> Bool {
+            tier == .normal ? wakeNormal != nil || startNormal : wakeBackground != nil || startBackground
+        }
+
         mutating func perform(_ pool: DispatchPool) {
-            wake?.event.set()
-            if spawn > 0 { pool.startWorkers(spawn, background: spawnBackground) }
+            wakeNormal?.event.set()
+            wakeBackground?.event.set()
+            if startNormal { pool.startWorkers(1, background: false) }
+            if startBackground { pool.startWorkers(1, background: true) }
             pool.perform(monitor)
         }
     }
@@ -126,6 +172,7 @@ final class DispatchPool: @unchecked Sendable {
     @inline(__always)
     func lockPool() {
         lock.lock()
+        lockAcquisitions &+= 1
         if stage.pending.load(ordering: .relaxed) { drainStageLocked() }
     }
 
@@ -133,32 +180,36 @@ final class DispatchPool: @unchecked Sendable {
     @inline(__always)
     func tryLockPool() -> Bool {
         guard lock.tryLock() else { return false }
+        lockAcquisitions &+= 1
         if stage.pending.load(ordering: .relaxed) { drainStageLocked() }
         return true
     }
 
-    /// Offers the work drained while the lock was held, releases it, and — if a producer staged a
-    /// job meanwhile and the lock is free — takes it again to drain (the holder's half of the
-    /// staging handshake; docs/DispatchPool.md, "Staging").
+    /// Offers the work drained while the lock was held, publishes the mirrors, releases the lock,
+    /// and — if a producer staged a job meanwhile and the lock is free — takes it again to drain
+    /// (the holder's half of the staging handshake; docs/DispatchPool.md, "Staging").
     @inline(__always)
     func unlockPool() {
         releaseOfferingDrained()
         if stage.pending.load(ordering: .sequentiallyConsistent) { drainStageAfterUnlock() }
     }
 
-    /// Releases the lock, having planned a worker for each tier that drained jobs arrived in (one
-    /// `Actions` per tier, as each holds one wake), and carries those plans out.
+    /// Releases the lock, having planned a worker for each tier that drained jobs arrived in, and
+    /// carries those plans out.
     @inline(__always)
     private func releaseOfferingDrained() {
-        guard stage.drainedTiers != 0 else { return lock.unlockSequentiallyConsistent() }
+        guard stage.drainedTiers != 0 else {
+            publishMirrorsLocked()
+            return lock.unlockSequentiallyConsistent()
+        }
         let tiers = stage.drainedTiers
         stage.drainedTiers = 0
-        var normal = Actions(), background = Actions()
-        if tiers & 1 != 0 { offerWorkLocked(background: false, &normal) }
-        if tiers & 2 != 0 { offerWorkLocked(background: true, &background) }
+        var actions = Actions()
+        if tiers & 1 != 0 { offerWorkLocked(.normal, &actions) }
+        if tiers & 2 != 0 { offerWorkLocked(.background, &actions) }
+        publishMirrorsLocked()
         lock.unlockSequentiallyConsistent()
-        normal.perform(self)
-        background.perform(self)
+        actions.perform(self)
     }
 
     @inline(__always)
@@ -169,8 +220,7 @@ final class DispatchPool: @unchecked Sendable {
     }
 
     private func drainStageLocked() {
-        stage.drain(into: &runQueues)
-        publishNonEmptyLocked()
+        stage.drain(into: &scheduler.runQueues)
     }
 
     /// Drains for producers that staged while this thread held the lock, while the flag stays
@@ -179,10 +229,31 @@ final class DispatchPool: @unchecked Sendable {
         while stage.pending.load(ordering: .sequentiallyConsistent), tryLockPool() { releaseOfferingDrained() }
     }
 
+    /// Copies the scheduler's state that other threads read without the lock to its mirrors, each
+    /// only when it changed (a store per release would move the lines to this thread every time).
+    /// Caller holds lock, and releases it right after (sequentially consistent).
+    @inline(__always)
+    private func publishMirrorsLocked() {
+        let bits = scheduler.runQueues.nonEmpty
+        if nonEmptyMirror.load(ordering: .relaxed) != bits { nonEmptyMirror.store(bits, ordering: .relaxed) }
+        publish(scheduler[.normal], running: runningNormal, searching: searchingNormal, idle: idleNormal)
+        publish(scheduler[.background], running: runningBackground, searching: searchingBackground, idle: idleBackground)
+        let awake = monitor.pointee.awake
+        if monitorAwakeMirror.load(ordering: .relaxed) != awake { monitorAwakeMirror.store(awake, ordering: .sequentiallyConsistent) }
+    }
+
+    @inline(__always)
+    private func publish(_ tier: Scheduler.TierState, running: borrowing Atomic<Int>, searching: borrowing Atomic<Int>,
+                         idle: borrowing Atomic<Int>) {
+        if running.load(ordering: .relaxed) != tier.running { running.store(tier.running, ordering: .sequentiallyConsistent) }
+        if searching.load(ordering: .relaxed) != tier.searching { searching.store(tier.searching, ordering: .sequentiallyConsistent) }
+        if idle.load(ordering: .relaxed) != tier.idle.count { idle.store(tier.idle.count, ordering: .relaxed) }
+    }
+
     // MARK: Submitting
 
-    /// Appends `entry` to the run queue of `level` and wakes or starts a worker if the tier may
-    /// take more work and nobody is already looking for it.
+    /// Appends `entry` to the run queue of `level` (through the stage) or the submitting worker's
+    /// local queue, and makes sure a worker will run it.
     func submit(_ entry: consuming DispatchEntry, level: Int) {
         // Submitted by a job running on a worker of the right tier: its local queue, no lock.
         if let raw = tk_pool_worker_get() {
@@ -197,38 +268,32 @@ final class DispatchPool: @unchecked Sendable {
         submitShared(entry, level: level)
     }
 
-    /// Appends `entry` to the run queue of `level` (never a local queue) and offers it; with the
-    /// lock congested (threads asleep on it), stages it for the lock's next holder instead of
-    /// waiting (docs/DispatchPool.md, "Staging").
+    /// Appends `entry` to the calling thread's staging shard (never a local queue), without the
+    /// pool's lock (docs/DispatchPool.md, "Submitting without the pool's lock"):
+    /// - the stage's `pending` flag was up: the drain it promises moves this job too; done;
+    /// - this call raised it, and the job's tier has a searcher, or all its `width` workers run,
+    ///   and the monitor is awake: a worker (or the monitor's next tick) takes the lock soon and
+    ///   drains; done (the Dekker pairing with a worker going idle is in `runningNormal`'s comment);
+    /// - otherwise a worker must be woken: try the lock once; its holder drains, offers the work
+    ///   and wakes one (if another thread holds it, that holder sees the flag when it unlocks).
     private func submitShared(_ entry: consuming DispatchEntry, level: Int) {
-        if !tryLockPool() {
-            guard !lock.isCongested else {
-                // Raised the flag: take the lock if it came free meanwhile (else its holder drains).
-                if stage.stage(entry, level: level) && tryLockPool() { unlockPool() }
-                return
-            }
-            // Only taken: its holder is gone within the lock's spin, cheaper than staging (the
-            // job written twice, a drain); measured on 2 CPUs (docs/DispatchPool.md, "Staging").
-            lockPool()
+        guard stage.stage(entry, level: level) else { return }
+        let t = level == RunQueues.background ? 1 : 0
+        if searchingMirror(t) == 0 && runningMirror(t) < width || !monitorAwakeMirror.load(ordering: .sequentiallyConsistent) {
+            if tryLockPool() { unlockPool() }
         }
-        runQueues.push(entry, level: level)
-        publishNonEmptyLocked()
-        var actions = Actions()
-        offerWorkLocked(background: level == RunQueues.background, &actions)
-        unlockPool()
-        actions.perform(self)
     }
 
     /// Appends `count` copies of `entry` (tokens of a concurrent queue, helpers of concurrentPerform)
-    /// to the run queues, never to a local queue: they are there to run side by side.
+    /// to the run queues, never to a local queue: they are there to run side by side. One lock
+    /// visit for the lot.
     func submit(_ entry: DispatchEntry, level: Int, count: Int) {
         guard count > 0 else { return }
         if count == 1 { return submitShared(entry, level: level) }
         lockPool()
-        for _ in 0..<count { runQueues.push(entry, level: level) }
-        publishNonEmptyLocked()
+        for _ in 0..<count { scheduler.submit(entry, level: level) }
         var actions = Actions()
-        offerWorkLocked(background: level == RunQueues.background, &actions)
+        offerWorkLocked(Tier(background: level == RunQueues.background), &actions)
         unlockPool()
         actions.perform(self)
     }
@@ -249,178 +314,67 @@ final class DispatchPool: @unchecked Sendable {
         lockPool()
         var actions = Actions()
         if wantMonitor { watchLocked(t, batches: true, &actions) }
-        if wantThief { offerWorkLocked(background: worker.background, forStealing: true, &actions) }
+        if wantThief { offerWorkLocked(Tier(background: worker.background), forStealing: true, &actions) }
         unlockPool()
         actions.perform(self)
     }
 
-    /// Copies `runQueues.nonEmpty` to its mirror, only when it changed: every worker reads the
-    /// mirror between local jobs, so a store per submission would move its cache line to the
-    /// submitter and back once per job in a flood. Caller holds lock.
-    @inline(__always)
-    private func publishNonEmptyLocked() {
-        let bits = runQueues.nonEmpty
-        if nonEmptyMirror.load(ordering: .relaxed) != bits { nonEmptyMirror.store(bits, ordering: .relaxed) }
-    }
-
-    /// Copies `tiers[t].idle.count` to its mirror. Caller holds lock.
-    @inline(__always)
-    private func publishIdleLocked(_ t: Int) {
-        if t == 0 {
-            idleNormal.store(tiers[t].idle.count, ordering: .relaxed)
-        } else {
-            idleBackground.store(tiers[t].idle.count, ordering: .relaxed)
-        }
-    }
-
-    /// Changes `tiers[t].searching` and its mirror. Caller holds lock.
-    @inline(__always)
-    private func addSearching(_ t: Int, _ delta: Int) {
-        tiers[t].searching += delta
-        if t == 0 {
-            searchingNormal.store(tiers[t].searching, ordering: .relaxed)
-        } else {
-            searchingBackground.store(tiers[t].searching, ordering: .relaxed)
-        }
-    }
-
-    /// Wakes an idle worker, or plans a new one, if the tier may admit work, work waits (in the run
-    /// queues; `forStealing`: in a worker's local queue), and no worker is searching already.
-    /// Caller holds lock.
-    func offerWorkLocked(background: Bool, forStealing: Bool = false, _ actions: inout Actions) {
-        let t = background ? 1 : 0
-        if !forStealing { watchLocked(t, batches: false, &actions) }
-        guard tiers[t].searching == 0, tiers[t].running < width,
-              forStealing || runQueues.hasWork(background: background) else { return }
-        if background && !forStealing && !runQueues.backgroundAdmissible() {
-            return offerAgingBackgroundLocked(&actions)
-        }
-        if let worker = tiers[t].idle.popLast() {
-            publishIdleLocked(t)
-            worker.isIdle = false
-            tiers[t].running += 1
-            addSearching(t, 1)
-            actions.wake = worker
-        } else if tiers[t].threads < DispatchPool.hardCap {
-            tiers[t].threads += 1
-            tiers[t].running += 1
-            addSearching(t, 1)
-            actions.spawn = 1
-            actions.spawnBackground = background
-        }
-    }
-
-    /// Background work waits behind normal work: makes sure a background worker will notice when
-    /// it ages (an idle one parks until the aging deadline). Out of line: the deadline is a
-    /// `ContinuousClock.Instant`, a resilient type whose locals cost every caller a metadata lookup
-    /// and a dynamic stack allocation, and `offerWorkLocked` runs on every submission. Caller
-    /// holds lock.
-    @inline(never)
-    private func offerAgingBackgroundLocked(_ actions: inout Actions) {
-        let aging = runQueues.backgroundAgingDeadline()
-        if tiers[1].threads == 0 {
-            tiers[1].threads += 1
-            tiers[1].running += 1
-            addSearching(1, 1)
-            actions.spawn = 1
-            actions.spawnBackground = true
-        } else if let worker = tiers[1].idle.last, let aging, worker.idleDeadline.map({ $0 > aging }) ?? true {
-            // It sleeps past the aging deadline: wake it so it re-parks with the new one.
-            tiers[1].idle.removeLast()
-            publishIdleLocked(1)
-            tiers[1].running += 1
-            addSearching(1, 1)
-            worker.isIdle = false
-            actions.wake = worker
-        }
+    /// The scheduler's wake decision for `tier`, recorded in `actions`; first makes sure the monitor
+    /// watches if the tier cannot admit the work. Caller holds lock.
+    func offerWorkLocked(_ tier: Tier, forStealing: Bool = false, _ actions: inout Actions) {
+        if !forStealing { watchLocked(tier.rawValue, batches: false, &actions) }
+        actions.add(scheduler.offer(tier, forStealing: forStealing), tier)
+        if scheduler.capReached { reportThreadCapReached() }
     }
 
     // MARK: Workers
 
     /// The next job for `worker` (and, when its level is long, up to `batchLimit - 1` more moved to
-    /// the worker's batch ring), or nil when it must go idle (it is then on the idle stack and
+    /// the worker's local queue), or nil when it must go idle (it is then on the idle stack and
     /// `idleDeadline` says until when it sleeps). Worker's thread.
     func nextJob(for worker: PoolWorker, wasSearching: inout Bool) -> (DispatchEntry, Int)? {
-        let background = worker.background
-        let t = background ? 1 : 0
+        let tier = Tier(background: worker.background)
         lockPool()
         var actions = Actions()
-        if tiers[t].running <= width {
-            var job: (DispatchEntry, Int)?
-            if background {
-                job = runQueues.popBackground().map { ($0, RunQueues.background) }
-            } else {
-                job = runQueues.popNormal()
+        var job: (DispatchEntry, Int)?
+        switch scheduler.pop(tier) {
+        case .job(let entry, let level, let batch):
+            if batch > 0 {
+                worker.localLock.lock()
+                worker.localLevel = level
+                scheduler.takeBatch(level: level, into: worker.local, max: batch)
+                worker.localLock.unlock()
+                // Jobs now wait in a batch: the monitor watches for the worker stalling.
+                watchLocked(tier.rawValue, batches: true, &actions)
             }
-            // Nothing in the run queues of the tier: take half of a busy worker's local queue (a
-            // background thief only while no normal work waits: the background admission rule).
-            if job == nil && !runQueues.hasWork(background: background)
-                && (!background || !runQueues.hasWork(background: false)) {
-                job = stealLocked(for: worker, t, &actions)
-            }
-            if let job {
-                // Batch only while the level is alone: under competition every job is one pick,
-                // so aging counts the jobs that really started (docs/DispatchPool.md).
-                let alone = runQueues.nonEmpty == UInt8(1) << job.1
-                let extra = alone ? min(DispatchPool.batchLimit - 1, runQueues.count(job.1) / (2 * width)) : 0
-                if extra > 0 {
-                    worker.localLock.lock()
-                    worker.localLevel = job.1
-                    runQueues.popMore(job.1, into: worker.local, max: extra)
-                    worker.localLock.unlock()
-                    // Jobs now wait in a batch: the monitor watches for the worker stalling.
-                    watchLocked(t, batches: true, &actions)
-                }
-                publishNonEmptyLocked()
-                if wasSearching {
-                    wasSearching = false
-                    addSearching(t, -1)
-                    // Chain: more work waits, so the next searcher is woken now.
-                    offerWorkLocked(background: background, &actions)
-                }
-                if !background && runQueues.hasWork(background: true)
-                    && (!runQueues.hasWork(background: false) || runQueues.backgroundPassesComplete) {
-                    // The last normal job is taken, or enough normal jobs started for waiting
-                    // background work to age: it may start now (or once its time condition holds;
-                    // an idle background worker then re-parks until that instant).
-                    offerWorkLocked(background: true, &actions)
-                }
-                unlockPool()
-                actions.perform(self)
-                return job
-            }
+            job = (entry, level)
+        case .steal:
+            job = stealLocked(for: worker, tier.rawValue, &actions)
+        case .idle:
+            break
         }
-        // Idle: over width (a blocked worker came back) or nothing to do.
-        if wasSearching {
-            wasSearching = false
-            addSearching(t, -1)
+        if job != nil {
+            let plans = scheduler.started(tier, wasSearching: &wasSearching)
+            actions.add(plans.own, tier)
+            actions.add(plans.background, .background)
+        } else {
+            actions.add(scheduler.park(worker, wasSearching: &wasSearching), .background)
+            worker.event.reset()
         }
-        tiers[t].running -= 1
-        tiers[t].idle.append(worker)
-        publishIdleLocked(t)
-        worker.isIdle = true
-        worker.event.reset()
-        setIdleDeadlineLocked(worker)
-        if !background && runQueues.hasWork(background: true) {
-            // No normal work is left: waiting background work may start now.
-            offerWorkLocked(background: true, &actions)
-        }
+        // Work a tier cannot admit now (it is at width) is the monitor's to watch (one load while
+        // it is awake).
+        watchLocked(tier.rawValue, batches: false, &actions)
+        if tier == .normal { watchLocked(1, batches: false, &actions) }
+        if scheduler.capReached { reportThreadCapReached() }
         unlockPool()
         actions.perform(self)
-        return nil
-    }
-
-    /// An idle background worker parks until waiting background work ages (a normal one: no
-    /// such deadline). Out of line, like `offerAgingBackgroundLocked`. Caller holds lock.
-    @inline(never)
-    private func setIdleDeadlineLocked(_ worker: PoolWorker) {
-        worker.idleDeadline = worker.background ? runQueues.backgroundAgingDeadline() : nil
+        return job
     }
 
     /// Moves the newer half of a busy worker's local queue to `thief`'s (empty) one and returns its
     /// first job. Caller holds lock; the two local locks are taken under it, one victim at a time.
     private func stealLocked(for thief: PoolWorker, _ t: Int, _ actions: inout Actions) -> (DispatchEntry, Int)? {
-        for victim in tiers[t].workers where victim !== thief && !victim.isIdle {
+        for victim in scheduler[Tier(rawValue: t)!].workers where victim !== thief && !victim.isIdle {
             victim.localLock.lock()
             let count = victim.local.count
             guard count > 0 else {
@@ -448,7 +402,7 @@ final class DispatchPool: @unchecked Sendable {
         lockPool()
         giveBackLocked(worker, toFront: toFront)
         var actions = Actions()
-        offerWorkLocked(background: worker.background, &actions)
+        offerWorkLocked(Tier(background: worker.background), &actions)
         unlockPool()
         actions.perform(self)
     }
@@ -459,55 +413,25 @@ final class DispatchPool: @unchecked Sendable {
         worker.localLock.lock()
         defer { worker.localLock.unlock() }
         guard !worker.local.isEmpty else { return }
-        runQueues.giveBack(worker.local, level: worker.localLevel, atFront: toFront)
-        publishNonEmptyLocked()
+        scheduler.runQueues.giveBack(worker.local, level: worker.localLevel, atFront: toFront)
     }
 
-    /// Called by an idle worker whose sleep ended without being woken. `.woken`: a waker took it off
-    /// the idle stack concurrently (it is counted running; its event is about to be set); `.work`:
-    /// aged background work may run (it took itself off, counted running); `.sleep`: sleep on until
-    /// the deadline; `.retire`: it has been removed and its thread ends.
-    enum IdleVerdict { case woken, work, sleep(ContinuousClock.Instant), retire }
-
-    func idleTimedOut(_ worker: PoolWorker, idleSince: ContinuousClock.Instant) -> IdleVerdict {
-        let t = worker.background ? 1 : 0
-        return withPoolLock {
-            // Woken concurrently: the waker counted it running already.
-            guard worker.isIdle else { return .woken }
-            if worker.background && runQueues.backgroundAdmissible() && tiers[1].running < width {
-                tiers[1].idle.removeAll { $0 === worker }
-                publishIdleLocked(1)
-                worker.isIdle = false
-                tiers[1].running += 1
-                return .work
-            }
-            let retireAt = idleSince + DispatchPool.idleTimeout
-            let now = ContinuousClock.now
-            if now >= retireAt {
-                tiers[t].idle.removeAll { $0 === worker }
-                publishIdleLocked(t)
-                tiers[t].workers.removeAll { $0 === worker }
-                worker.isIdle = false
-                tiers[t].threads -= 1
-                return .retire
-            }
-            // An aging instant already past (the tier is at width) is no reason to wake again.
-            let aging = worker.background ? runQueues.backgroundAgingDeadline().flatMap { $0 > now ? $0 : nil } : nil
-            return .sleep(aging.map { min($0, retireAt) } ?? retireAt)
-        }
+    /// Called by an idle worker whose sleep ended without being woken (see
+    /// `PoolScheduler.IdleVerdict`). `idleSince`: a `RunQueues.stamp`.
+    func idleTimedOut(_ worker: PoolWorker, idleSince: UInt64) -> Scheduler.IdleVerdict {
+        withPoolLock { scheduler.idleTimedOut(worker, idleSince: idleSince) }
     }
 
     /// `worker` is about to park inside a ThreadKit wait while running a job: another worker may
     /// take its place at once. `wasStalled`: the monitor counted it stalled already.
     func workerWillBlock(_ worker: PoolWorker, wasStalled: Bool) {
-        let t = worker.background ? 1 : 0
+        let tier = Tier(background: worker.background)
         lockPool()
-        if wasStalled { tiers[t].stalled -= 1 } else { tiers[t].running -= 1 }
-        tiers[t].blocked += 1
+        scheduler.block(tier, wasStalled: wasStalled)
         // The jobs it took with the blocked one must not wait for it.
         giveBackLocked(worker)
         var actions = Actions()
-        offerWorkLocked(background: worker.background, &actions)
+        offerWorkLocked(tier, &actions)
         unlockPool()
         actions.perform(self)
     }
@@ -515,21 +439,13 @@ final class DispatchPool: @unchecked Sendable {
     /// `worker` resumed after such a park. The tier may be over width until a worker reaches a
     /// job boundary and goes idle.
     func workerDidUnblock(_ worker: PoolWorker) {
-        let t = worker.background ? 1 : 0
-        withPoolLock {
-            tiers[t].blocked -= 1
-            tiers[t].running += 1
-        }
+        withPoolLock { scheduler.unblock(Tier(background: worker.background)) }
     }
 
     /// The monitor counted `worker` stalled while its job ran, and the job has ended: it counts as
     /// running again (the tier may be over width until a worker reaches a job boundary).
     func workerDidUnstall(_ worker: PoolWorker) {
-        let t = worker.background ? 1 : 0
-        withPoolLock {
-            tiers[t].stalled -= 1
-            tiers[t].running += 1
-        }
+        withPoolLock { scheduler.unstall(Tier(background: worker.background)) }
     }
 
     /// Starts `count` workers of a tier. A thread inherits its creator's nice value and scheduling
@@ -550,11 +466,11 @@ final class DispatchPool: @unchecked Sendable {
     }
 
     func startWorker(background: Bool) {
-        let t = background ? 1 : 0
+        let tier = Tier(background: background)
         let worker = PoolWorker(pool: self, background: background)
         let number = withPoolLock { () -> Int in
             nextWorkerNumber += 1
-            tiers[t].workers.append(worker)
+            scheduler.register(worker)
             return nextWorkerNumber
         }
         let thread = TKThread(name: background ? "tk.dispatch.bg.\(number)" : "tk.dispatch.\(number)") { worker.run() }
@@ -570,11 +486,8 @@ final class DispatchPool: @unchecked Sendable {
             // back-off) so the queued work runs once a thread can start, even if nothing else is
             // ever submitted.
             let queued = withPoolLock { () -> Int in
-                tiers[t].workers.removeAll { $0 === worker }
-                tiers[t].threads -= 1
-                tiers[t].running -= 1
-                addSearching(t, -1)
-                return runQueues.totalCount
+                scheduler.startFailed(tier, worker: worker)
+                return scheduler.runQueues.totalCount
             }
             if reportedStartFailure.compareExchange(expected: 0, desired: 1, ordering: .relaxed).exchanged {
                 SystemCall.report("ThreadKit: the dispatch pool could not start a worker thread (\(error)). \(queued) job(s) "
@@ -589,24 +502,64 @@ final class DispatchPool: @unchecked Sendable {
     /// a worker where none searches; a failure registers the next retry).
     private func retryWorkers() {
         lockPool()
-        var actions = Actions(), background = Actions()
-        offerWorkLocked(background: false, &actions)
-        offerWorkLocked(background: true, &background)
+        var actions = Actions()
+        offerWorkLocked(.normal, &actions)
+        offerWorkLocked(.background, &actions)
         unlockPool()
         actions.perform(self)
-        background.perform(self)
     }
 
-    // MARK: Observing (tests)
+    /// Says once per process on stderr that a tier has reached `threadCap` with work waiting: the
+    /// work waits until one of the tier's threads finishes its job (libdispatch says nothing).
+    /// Caller holds lock (the report itself is one write(2)).
+    private func reportThreadCapReached() {
+        scheduler.capReached = false
+        guard !reportedThreadCap.load(ordering: .relaxed),
+              !reportedThreadCap.exchange(true, ordering: .relaxed) else { return }
+        SystemCall.report("ThreadKit: the dispatch pool reached its cap of \(threadCap) threads per tier "
+                          + "(width \(width)); jobs wait until a thread's job ends. Most of its threads are blocked: "
+                          + "blocking many pool jobs on each other or on I/O starves the pool. (Reported once.)")
+    }
+
+    // MARK: Observing (tests, TKPoolIntrospection)
 
     struct Snapshot {
         let threads: Int; let running: Int; let blocked: Int; let stalled: Int; let idle: Int; let searching: Int
     }
 
     func snapshot(background: Bool = false) -> Snapshot {
-        let t = background ? 1 : 0
-        return withPoolLock { Snapshot(threads: tiers[t].threads, running: tiers[t].running, blocked: tiers[t].blocked,
-                                          stalled: tiers[t].stalled, idle: tiers[t].idle.count, searching: tiers[t].searching) }
+        withPoolLock {
+            let s = scheduler[Tier(background: background)]
+            return Snapshot(threads: s.threads, running: s.running, blocked: s.blocked, stalled: s.stalled,
+                            idle: s.idle.count, searching: s.searching)
+        }
+    }
+
+    /// TKPoolIntrospection.poolLockAcquisitions (this read's own acquisition not counted).
+    var lockAcquisitionCount: Int { withPoolLock { lockAcquisitions - 1 } }
+
+    /// TKPoolIntrospection.stateDescription.
+    func stateDescription() -> String {
+        withPoolLock {
+            var text = "ThreadKit dispatch pool: width \(width), thread cap \(threadCap), lock acquisitions "
+                + "\(lockAcquisitions), stage pending \(stage.pending.load(ordering: .relaxed))\n"
+            text += "run queues: \(scheduler.runQueues.stateDescription)\n"
+            for tier in [Tier.normal, .background] {
+                let s = scheduler[tier]
+                text += "\(tier) tier: threads \(s.threads), running \(s.running), blocked \(s.blocked), "
+                    + "stalled \(s.stalled), idle \(s.idle.count), searching \(s.searching)"
+                    + (scheduler.invariantHolds(tier) ? "" : " (COUNTER INVARIANT BROKEN)") + "\n"
+                for worker in s.workers {
+                    worker.localLock.lock()
+                    let local = worker.local.count
+                    worker.localLock.unlock()
+                    let word = worker.activity.load(ordering: .relaxed)
+                    text += "  worker tid \(worker.threadID.load(ordering: .relaxed)): \(worker.isIdle ? "idle" : "busy"), "
+                        + "local \(local), activity \(word >> 2)\(word & 2 != 0 ? " in a job" : "")\(word & 1 != 0 ? " stalled" : "")\n"
+                }
+            }
+            text += "monitor: running \(monitor.pointee.threadRunning), awake \(monitor.pointee.awake)\n"
+            return text
+        }
     }
 }
-

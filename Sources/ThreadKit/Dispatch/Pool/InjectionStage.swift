@@ -1,10 +1,12 @@
-// InjectionStage: where a submission to the run queues waits when the pool's lock is congested
-// (docs/DispatchPool.md, "Staging"). A producer that finds threads asleep on the lock appends its
-// job to its shard instead of joining them; whoever holds the pool's lock next moves every staged
-// job into the run queues (flat combining: Hendler, Incze, Shavit and Tzafrir, "Flat Combining and the
-// Synchronization-Parallelism Tradeoff", SPAA 2010). Any thread stages; only a holder of the pool's
-// lock drains. A shard's rings are guarded by the shard's lock; `pending` is the handshake flag;
-// `spares` and `drainedTiers` are guarded by the pool's lock.
+// InjectionStage: where every submission to the run queues from a thread that is not a worker of
+// the job's tier arrives (docs/DispatchPool.md, "Submitting without the pool's lock"). A producer
+// appends its job to its shard (chosen by its thread id, so a thread's jobs keep their order) and
+// never touches the pool's lock on that path; whoever holds the pool's lock next moves every staged
+// job into the run queues (flat combining: Hendler, Incze, Shavit and Tzafrir, "Flat Combining and
+// the Synchronization-Parallelism Tradeoff", SPAA 2010; sharded per producer like Go's per-P run
+// queues, so producers on different shards share no cache line). Any thread stages; only a holder
+// of the pool's lock drains. A shard's rings are guarded by the shard's lock; `pending` is the
+// handshake flag; `spares` and `drainedTiers` are guarded by the pool's lock.
 import CThreadKit
 import Synchronization
 

@@ -1,6 +1,7 @@
 // PoolWorker: one thread of the dispatch pool and its ParkingObserver. The loop below is the
-// worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle`,
-// `idleDeadline` and `monitorSeen` are guarded by the pool's lock; `local` and `localLevel` by
+// worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle` and
+// `idleDeadline` are the scheduler's (PoolScheduler), `monitorSeen` the monitor's, all guarded by
+// the pool's lock; `local` and `localLevel` by
 // `localLock` (the worker pushes and pops; thieves and the monitor take jobs out, always while
 // holding the pool's lock, so two local locks are only ever held together under it);
 // `activity` is the worker's progress word (written by the worker, marked by the monitor: see
@@ -9,7 +10,7 @@
 import CThreadKit
 import Synchronization
 
-final class PoolWorker: ParkingObserver, @unchecked Sendable {
+final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendable {
     /// unowned(unsafe): the pool lives as long as the process (a checked `unowned` paid an atomic
     /// strong-retain and a release on every use, several per job).
     unowned(unsafe) let pool: DispatchPool
@@ -17,11 +18,11 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
     let background: Bool
     /// Set by the waker that took this worker off the idle stack.
     let event = ParkingEvent()
-    /// On the pool's idle stack. Guarded by the pool's lock.
+    /// On the pool's idle stack. Written by the scheduler, under the pool's lock.
     var isIdle = false
-    /// An idle background worker wakes at this instant to check whether waiting background work
-    /// has aged (nil: no such work). Guarded by the pool's lock.
-    var idleDeadline: ContinuousClock.Instant?
+    /// An idle background worker wakes at this `RunQueues.stamp` to check whether waiting
+    /// background work has aged (0: no such work). Written by the scheduler, under the pool's lock.
+    var idleDeadline: UInt64 = 0
     /// Set once the thread runs (a failed thread start never sets it).
     let started = Atomic<Bool>(false)
     /// The worker's dispatch context (installed as its thread's context).
@@ -199,10 +200,28 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
 
     /// Sleeps on the idle stack until woken, admitted by aging, or retired.
     private func sleepIdle() -> IdleOutcome {
-        let idleSince = ContinuousClock.now
-        var deadline = idleDeadline.map { min($0, idleSince + DispatchPool.idleTimeout) } ?? idleSince + DispatchPool.idleTimeout
+        let idleSince = RunQueues.stamp()
+        // Written by the scheduler under the pool's lock when this worker parked; read here by the
+        // same thread after that section, so no other synchronisation is needed.
+        let aging = idleDeadline
+        let retireAt = idleSince &+ DispatchPool.idleTimeoutNanoseconds
+        var deadline = aging != 0 ? min(aging, retireAt) : retireAt
         while true {
-            if event.wait(deadline: deadline, spinLimit: DispatchSpin.idleWorker, observed: false) { return .woken }
+            // Poll for the next submission briefly (it saves the wake-up when work arrives in quick
+            // succession), but only while few others poll: sixteen idle workers polling took a
+            // quarter of a 16-CPU machine's time in the profiles (`maxIdleSpinners`).
+            if pool.idleSpinners.wrappingAdd(1, ordering: .relaxed).oldValue < pool.maxIdleSpinners {
+                var spin = SpinWait(limit: DispatchSpin.idleWorker)
+                var set = false
+                while spin.spin() {
+                    if event.isSet { set = true; break }
+                }
+                pool.idleSpinners.wrappingSubtract(1, ordering: .relaxed)
+                if set { return .woken }
+            } else {
+                pool.idleSpinners.wrappingSubtract(1, ordering: .relaxed)
+            }
+            if event.wait(deadline: PoolWorker.instant(deadline), spinLimit: 0, observed: false) { return .woken }
             switch pool.idleTimedOut(self, idleSince: idleSince) {
             case .woken:
                 // The waker sets the event right after releasing the pool lock: consume that set
@@ -217,6 +236,14 @@ final class PoolWorker: ParkingObserver, @unchecked Sendable {
                 return .retired
             }
         }
+    }
+
+    /// A `RunQueues.stamp` as a ContinuousClock instant, never earlier than the stamp (the stamp
+    /// clock is read first).
+    private static func instant(_ stamp: UInt64) -> ContinuousClock.Instant {
+        let stampNow = RunQueues.stamp()
+        let now = ContinuousClock.now
+        return stamp >= stampNow ? now + .nanoseconds(Int64(stamp - stampNow)) : now
     }
 
     // MARK: ParkingObserver (worker thread only)

@@ -1,5 +1,7 @@
 // RunQueues: the pool's FIFOs, one per QoS level, and the aging rule that picks the next job
-// (docs/DispatchPool.md, "QoS: order, aging, OS priority"). Guarded by the pool's lock.
+// (docs/DispatchPool.md, "QoS: order, aging, OS priority"). Part of the PoolScheduler value, guarded
+// by the pool's lock. Time comes from `clock` (the real one in the pool, a hand-moved one in the
+// scheduler's deterministic tests), read only when levels compete.
 import Glibc
 
 /// Levels are numbered by importance: 0 background (served by the background tier only),
@@ -30,6 +32,12 @@ struct RunQueues {
 
     /// One ring per level.
     private let rings = LevelRings(capacity: 64)
+    /// Nanoseconds on a monotonic clock, never 0: `stamp` in the pool.
+    let clock: () -> UInt64
+
+    init(clock: @escaping () -> UInt64 = RunQueues.stamp) {
+        self.clock = clock
+    }
 
     /// Runs `body` with level `level`'s ring, without retaining it.
     @inline(__always)
@@ -67,7 +75,11 @@ struct RunQueues {
 
     func count(_ level: Int) -> Int { withRing(level) { $0.count } }
 
-    /// Jobs waiting at every level.
+    /// Jobs waiting per level, background first (TKPoolIntrospection).
+    var stateDescription: String {
+        (0..<RunQueues.levelCount).map { "level \($0): \(count($0))" }.joined(separator: ", ")
+    }
+
     var totalCount: Int { (0..<RunQueues.levelCount).reduce(0) { $0 + count($1) } }
 
     /// Whether jobs for the normal tier (levels 1–4) or the background tier (level 0) wait.
@@ -80,7 +92,7 @@ struct RunQueues {
         if nonEmpty & bit == 0 {
             nonEmpty |= bit
             // Competing from the start: its clock starts now, with no passes yet.
-            waitingSince[level] = nonEmpty != bit ? RunQueues.stamp() : 0
+            waitingSince[level] = nonEmpty != bit ? clock() : 0
             passes[level] = 0
         }
         // The slot is reserved under a guaranteed reference, then the entry is moved into it.
@@ -109,7 +121,7 @@ struct RunQueues {
         let bit = UInt8(1) << level
         if nonEmpty & bit == 0 {
             nonEmpty |= bit
-            waitingSince[level] = nonEmpty != bit ? RunQueues.stamp() : 0
+            waitingSince[level] = nonEmpty != bit ? clock() : 0
             passes[level] = 0
         }
         if atFront {
@@ -126,7 +138,7 @@ struct RunQueues {
         guard mask != 0 else { return nil }
         var level = 7 - mask.leadingZeroBitCount
         if mask & ~(UInt8(1) << level) != 0 {
-            let now = RunQueues.stamp()
+            let now = clock()
             stampCompetitors(now)
             var lower = level - 1
             while lower >= 1 {
@@ -147,7 +159,7 @@ struct RunQueues {
     mutating func popBackground() -> DispatchEntry? {
         guard nonEmpty & 1 != 0 else { return nil }
         if nonEmpty & RunQueues.normalMask != 0 {
-            let t = RunQueues.stamp()
+            let t = clock()
             stampCompetitors(t)
             guard hasAged(0, now: t) else { return nil }
         }
@@ -158,7 +170,7 @@ struct RunQueues {
     mutating func backgroundAdmissible() -> Bool {
         guard nonEmpty & 1 != 0 else { return false }
         if nonEmpty & RunQueues.normalMask == 0 { return true }
-        let now = RunQueues.stamp()
+        let now = clock()
         stampCompetitors(now)
         return hasAged(0, now: now)
     }
@@ -169,18 +181,13 @@ struct RunQueues {
         nonEmpty & 1 != 0 && passes[0] >= RunQueues.agingStarts[0]
     }
 
-    /// When waiting background work ages by time, once its pass count is complete (nil: none
-    /// waits, its count is not complete — the normal pop that completes it offers the work — or
-    /// it may run already).
-    func backgroundAgingDeadline() -> ContinuousClock.Instant? {
+    /// When waiting background work ages by time (a `clock` stamp), once its pass count is
+    /// complete (nil: none waits, its count is not complete — the normal pop that completes it
+    /// offers the work — or it may run already).
+    func backgroundAgingDeadline() -> UInt64? {
         guard nonEmpty & 1 != 0, nonEmpty & RunQueues.normalMask != 0, waitingSince[0] != 0,
               passes[0] >= RunQueues.agingStarts[0] else { return nil }
-        let deadline = waitingSince[0] + RunQueues.agingTime[0]
-        // As an instant: the clock read first, so the instant is never earlier than the stamp's.
-        let stampNow = RunQueues.stamp()
-        let now = ContinuousClock.now
-        return deadline >= stampNow ? now + .nanoseconds(Int64(deadline - stampNow))
-                                    : now - .nanoseconds(Int64(stampNow - deadline))
+        return waitingSince[0] + RunQueues.agingTime[0]
     }
 
     private func hasAged(_ level: Int, now: UInt64) -> Bool {

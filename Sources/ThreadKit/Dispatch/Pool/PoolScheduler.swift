@@ -1,0 +1,327 @@
+// PoolScheduler: every scheduling decision of the dispatch pool, as a plain value with no threads,
+// no locks and no clock of its own (docs/DispatchPool.md, "The scheduler core"). It owns the run
+// queues (and through them the QoS order and aging), the two tiers' counters, idle stacks and
+// worker lists, and it decides — in named transitions — who is woken, started, parked or retired.
+// `DispatchPool` is the shell: it holds the value under its lock, calls a transition, and carries
+// out what the transition returned (sets a worker's event, starts a thread) after unlocking.
+//
+// Because nothing here blocks or reads a clock, the deterministic tests (PoolSchedulerTests) drive it
+// with fake workers and a hand-moved clock, as tokio tests its idle state.
+//
+// Invariant, per tier, after every transition (asserted in debug builds):
+//     threads == running + blocked + stalled + idle.count,  0 <= searching <= running,
+//     every counter >= 0, threads <= threadCap, a worker is on the idle stack iff its isIdle.
+// Not thread-safe: the owner (the pool) guards it with its lock.
+
+/// A worker as the scheduler sees it. `isIdle` and `idleDeadline` are written only by the
+/// scheduler (so only under the pool's lock).
+protocol PoolSchedulerWorker: AnyObject {
+    /// Serves the background tier.
+    var background: Bool { get }
+    /// On its tier's idle stack.
+    var isIdle: Bool { get set }
+    /// A `RunQueues.clock` stamp at which an idle background worker wakes to see whether waiting
+    /// background work has aged; 0: no such instant (it sleeps until woken or retired).
+    var idleDeadline: UInt64 { get set }
+}
+
+struct PoolScheduler<Worker: PoolSchedulerWorker> {
+    enum Tier: Int {
+        case normal = 0, background = 1
+
+        init(background: Bool) { self = background ? .background : .normal }
+        var isBackground: Bool { self == .background }
+    }
+
+    struct TierState {
+        /// Workers executing or about to execute a job (woken, started, or between jobs), not
+        /// blocked, not stalled, not idle.
+        var running = 0
+        /// Workers parked inside a ThreadKit wait while running a job.
+        var blocked = 0
+        /// Workers the monitor found blocked outside ThreadKit while running a job.
+        var stalled = 0
+        /// Live worker threads, and those planned to start (running + blocked + stalled + idle).
+        var threads = 0
+        /// Workers woken or started that have not popped a job yet. While one searches, offers
+        /// wake nobody else: the searcher wakes the next when it finds a job (tokio's
+        /// `num_searching`, Go's `nmspinning`), so a burst costs one wake per idle→busy step.
+        var searching = 0
+        /// Idle workers, most recently idle last (woken first: its cache is warm).
+        var idle: [Worker] = []
+        /// Every live worker (started), for stealing, the monitor and the state dump.
+        var workers: [Worker] = []
+    }
+
+    /// What an offer decided for one tier.
+    enum Plan {
+        case none
+        /// Set this worker's event: it is off the idle stack, counted running and searching.
+        case wake(Worker)
+        /// Start a thread: counted as a thread, running and searching.
+        case start
+
+        var isNone: Bool { if case .none = self { true } else { false } }
+    }
+
+    /// What a worker's visit found in the run queues.
+    enum Next {
+        /// Run this job of `level`; then move `batch` more of the level to the worker's local
+        /// queue (`takeBatch`) and call `started`.
+        case job(DispatchEntry, level: Int, batch: Int)
+        /// The run queues hold nothing for the tier: try to steal from a busy worker, then call
+        /// `started` (with the stolen job) or `park`.
+        case steal
+        /// Nothing the tier may run now (or the tier is over width): call `park`.
+        case idle
+    }
+
+    /// A worker takes at most this many jobs of one level per visit, and only while the level
+    /// holds several per worker and no other level waits.
+    static var batchLimit: Int { 8 }
+
+    let width: Int
+    let threadCap: Int
+    /// How long an idle worker lives without work, in clock nanoseconds.
+    let idleTimeout: UInt64
+    var runQueues: RunQueues
+    private var tiers: (TierState, TierState) = (TierState(), TierState())
+    /// Set when a tier wanted a thread at its cap (the pool reports it once); cleared by the pool.
+    var capReached = false
+
+    init(width: Int, threadCap: Int, idleTimeout: UInt64, clock: @escaping () -> UInt64 = RunQueues.stamp) {
+        precondition(width >= 1 && threadCap >= width, "PoolScheduler: width \(width), cap \(threadCap)")
+        self.width = width
+        self.threadCap = threadCap
+        self.idleTimeout = idleTimeout
+        runQueues = RunQueues(clock: clock)
+    }
+
+    subscript(_ tier: Tier) -> TierState {
+        get { tier == .normal ? tiers.0 : tiers.1 }
+        _modify {
+            if tier == .normal { yield &tiers.0 } else { yield &tiers.1 }
+        }
+    }
+
+    /// The invariant above, for `tier`.
+    func invariantHolds(_ tier: Tier) -> Bool {
+        let s = self[tier]
+        return s.running >= 0 && s.blocked >= 0 && s.stalled >= 0 && s.searching >= 0
+            && s.searching <= s.running && s.threads <= threadCap
+            && s.threads == s.running + s.blocked + s.stalled + s.idle.count
+            && s.idle.allSatisfy { $0.isIdle }
+    }
+
+    @inline(__always)
+    private func check(_ tier: Tier) {
+        assert(invariantHolds(tier), "PoolScheduler: counter invariant broken for the \(tier) tier: \(self[tier])")
+    }
+
+    // MARK: Submit and offer
+
+    /// A job arrives in the run queues (from a producer's stage, or `count` copies of a concurrent
+    /// queue's token). The caller then offers the job's tier.
+    mutating func submit(_ entry: consuming DispatchEntry, level: Int) {
+        runQueues.push(entry, level: level)
+    }
+
+    /// The wake decision: a worker for `tier` if the tier may admit work (fewer than `width`
+    /// running), work waits for it (in the run queues; `forStealing`: in a busy worker's local
+    /// queue), and nobody searches already. Wakes the most recently idle worker, or plans a new
+    /// thread below the cap. Background work that may not start yet (normal work waits and it has
+    /// not aged) only makes sure a background worker will look when it ages.
+    mutating func offer(_ tier: Tier, forStealing: Bool = false) -> Plan {
+        guard self[tier].searching == 0, self[tier].running < width,
+              forStealing || runQueues.hasWork(background: tier.isBackground) else { return .none }
+        if tier == .background && !forStealing && !runQueues.backgroundAdmissible() {
+            return offerAgingBackground()
+        }
+        return wakeOrStart(tier)
+    }
+
+    private mutating func wakeOrStart(_ tier: Tier) -> Plan {
+        defer { check(tier) }
+        if let worker = self[tier].idle.popLast() {
+            worker.isIdle = false
+            self[tier].running += 1
+            self[tier].searching += 1
+            return .wake(worker)
+        }
+        guard self[tier].threads < threadCap else {
+            capReached = true
+            return .none
+        }
+        self[tier].threads += 1
+        self[tier].running += 1
+        self[tier].searching += 1
+        return .start
+    }
+
+    /// Background work waits behind normal work: a background worker must look when it ages.
+    /// With no background thread, one is started (it parks until the aging instant); an idle one
+    /// that sleeps past that instant is woken so it parks again with the new one.
+    private mutating func offerAgingBackground() -> Plan {
+        let aging = runQueues.backgroundAgingDeadline()
+        if self[.background].threads == 0 { return wakeOrStart(.background) }
+        if let worker = self[.background].idle.last, let aging,
+           worker.idleDeadline == 0 || worker.idleDeadline > aging {
+            return wakeOrStart(.background)
+        }
+        return .none
+    }
+
+    // MARK: A worker's visit: pop, steal, start, park
+
+    /// The first half of a visit by an idle-handed worker of `tier` (its local queue is empty).
+    mutating func pop(_ tier: Tier) -> Next {
+        // Over width (a blocked worker came back): this one goes idle.
+        guard self[tier].running <= width else { return .idle }
+        let job: (DispatchEntry, Int)?
+        if tier == .background {
+            job = runQueues.popBackground().map { ($0, RunQueues.background) }
+        } else {
+            job = runQueues.popNormal()
+        }
+        if let (entry, level) = job {
+            // Batch only while the level is alone: under competition every job is one pick, so
+            // aging counts the jobs that really started.
+            let alone = runQueues.nonEmpty == UInt8(1) << level
+            let batch = alone ? min(Self.batchLimit - 1, runQueues.count(level) / (2 * width)) : 0
+            return .job(entry, level: level, batch: batch)
+        }
+        // A background thief only while no normal work waits: the background admission rule.
+        if !runQueues.hasWork(background: tier.isBackground)
+            && (tier == .normal || !runQueues.hasWork(background: false)) {
+            return .steal
+        }
+        return .idle
+    }
+
+    /// Moves the batch `pop` granted into `local` (the worker's local queue, locked by the caller).
+    mutating func takeBatch(level: Int, into local: JobRing<DispatchEntry>, max: Int) {
+        runQueues.popMore(level, into: local, max: max)
+    }
+
+    /// The worker found a job (popped or stolen). A searcher stops searching and, since more work
+    /// may wait, the next searcher is planned (the chain). A normal worker also lets waiting
+    /// background work start when no normal work is left or enough normal jobs started for it to
+    /// age. Returns the plans for (its own tier, the background tier).
+    mutating func started(_ tier: Tier, wasSearching: inout Bool) -> (own: Plan, background: Plan) {
+        var own = Plan.none, background = Plan.none
+        if wasSearching {
+            wasSearching = false
+            self[tier].searching -= 1
+            own = offer(tier)
+        }
+        if tier == .normal && runQueues.hasWork(background: true)
+            && (!runQueues.hasWork(background: false) || runQueues.backgroundPassesComplete) {
+            background = offer(.background)
+        }
+        check(tier)
+        return (own, background)
+    }
+
+    /// The worker found nothing: it goes on its tier's idle stack, until `idleDeadline` for a
+    /// background worker waiting on aged work. A normal worker leaving lets waiting background work
+    /// start. Returns the background tier's plan.
+    mutating func park(_ worker: Worker, wasSearching: inout Bool) -> Plan {
+        let tier = Tier(background: worker.background)
+        if wasSearching {
+            wasSearching = false
+            self[tier].searching -= 1
+        }
+        self[tier].running -= 1
+        self[tier].idle.append(worker)
+        worker.isIdle = true
+        worker.idleDeadline = tier == .background ? runQueues.backgroundAgingDeadline() ?? 0 : 0
+        check(tier)
+        if tier == .normal && runQueues.hasWork(background: true) { return offer(.background) }
+        return .none
+    }
+
+    /// What an idle worker whose sleep ended without a wake does. `.woken`: a waker took it off the
+    /// idle stack concurrently (its event is about to be set); `.work`: aged background work may run
+    /// (it took itself off, counted running, not searching); `.sleep(until)`: sleep on until that
+    /// stamp; `.retire`: removed, its thread ends.
+    enum IdleVerdict: Equatable { case woken, work, sleep(until: UInt64), retire }
+
+    mutating func idleTimedOut(_ worker: Worker, idleSince: UInt64) -> IdleVerdict {
+        let tier = Tier(background: worker.background)
+        guard worker.isIdle else { return .woken }
+        defer { check(tier) }
+        if tier == .background && runQueues.backgroundAdmissible() && self[tier].running < width {
+            removeIdle(worker, tier)
+            self[tier].running += 1
+            return .work
+        }
+        let retireAt = idleSince &+ idleTimeout
+        let now = runQueues.clock()
+        if now >= retireAt {
+            removeIdle(worker, tier)
+            self[tier].workers.removeAll { $0 === worker }
+            self[tier].threads -= 1
+            return .retire
+        }
+        // An aging instant already past (the tier is at width) is no reason to wake again.
+        let aging = tier == .background ? runQueues.backgroundAgingDeadline().flatMap { $0 > now ? $0 : nil } : nil
+        return .sleep(until: aging.map { min($0, retireAt) } ?? retireAt)
+    }
+
+    private mutating func removeIdle(_ worker: Worker, _ tier: Tier) {
+        self[tier].idle.removeAll { $0 === worker }
+        worker.isIdle = false
+    }
+
+    // MARK: Block, stall, start, retire
+
+    /// A started thread joins its tier's list (it was counted when its start was planned).
+    mutating func register(_ worker: Worker) {
+        self[Tier(background: worker.background)].workers.append(worker)
+    }
+
+    /// The OS refused the thread planned by `.start` (`worker` had been registered, or nil).
+    mutating func startFailed(_ tier: Tier, worker: Worker?) {
+        if let worker { self[tier].workers.removeAll { $0 === worker } }
+        self[tier].threads -= 1
+        self[tier].running -= 1
+        self[tier].searching -= 1
+        check(tier)
+    }
+
+    /// A worker is about to park inside a ThreadKit wait while running a job (`wasStalled`: the
+    /// monitor counted it stalled already): another may take its place. The caller returns its
+    /// local jobs to the run queues and offers the tier.
+    mutating func block(_ tier: Tier, wasStalled: Bool) {
+        if wasStalled { self[tier].stalled -= 1 } else { self[tier].running -= 1 }
+        self[tier].blocked += 1
+        check(tier)
+    }
+
+    /// The worker resumed: running again (the tier may be over width until a worker reaches a
+    /// job boundary and goes idle: `pop` returns `.idle` then).
+    mutating func unblock(_ tier: Tier) {
+        self[tier].blocked -= 1
+        self[tier].running += 1
+        check(tier)
+    }
+
+    /// The monitor found a running worker blocked outside ThreadKit.
+    mutating func stall(_ tier: Tier) {
+        self[tier].running -= 1
+        self[tier].stalled += 1
+        check(tier)
+    }
+
+    /// A stalled worker is runnable again, or its job ended.
+    mutating func unstall(_ tier: Tier) {
+        self[tier].stalled -= 1
+        self[tier].running += 1
+        check(tier)
+    }
+
+    /// Whether tier `t`'s run queues hold work it cannot admit now (the monitor's trigger).
+    func saturatedWithWork(_ tier: Tier) -> Bool {
+        self[tier].running >= width && runQueues.hasWork(background: tier.isBackground)
+    }
+}

@@ -1,0 +1,337 @@
+// PoolScheduler, the dispatch pool's scheduling core, driven without threads: fake workers, a
+// hand-moved clock, and the transitions the pool makes (submit, offer, pop, steal, started, park,
+// block, unblock, stall, unstall, start failed, idle timeout, retire). Every test ends by checking
+// the counter invariant (threads = running + blocked + stalled + idle) with its own arithmetic,
+// not the scheduler's `invariantHolds`. Deterministic: no thread, no sleep, no real clock.
+@testable import ThreadKit
+import XCTest
+
+final class PoolSchedulerTests: XCTestCase {
+    final class FakeWorker: PoolSchedulerWorker {
+        let background: Bool
+        var isIdle = false
+        var idleDeadline: UInt64 = 0
+        let name: String
+        init(_ name: String, background: Bool = false) {
+            self.name = name
+            self.background = background
+        }
+    }
+
+    typealias Scheduler = PoolScheduler<FakeWorker>
+
+    /// A clock the test moves by hand (nanoseconds, never 0).
+    final class ManualClock {
+        var now: UInt64 = 1_000_000_000
+        func advance(milliseconds: UInt64) { now += milliseconds * 1_000_000 }
+    }
+
+    private func makeScheduler(width: Int = 2, cap: Int = 255, clock: ManualClock = ManualClock()) -> Scheduler {
+        Scheduler(width: width, threadCap: cap, idleTimeout: 2_000_000_000, clock: { clock.now })
+    }
+
+    private func job() -> DispatchEntry { DispatchEntry(.block({})) }
+
+    /// Puts `worker` on its tier's idle stack the way the pool does: planned (.start), then its
+    /// first visit finds nothing.
+    private func startAndPark(_ s: inout Scheduler, _ worker: FakeWorker) {
+        let tier = Scheduler.Tier(background: worker.background)
+        s[tier].threads += 1      // a thread that exists: as if its start had been planned and run
+        s[tier].running += 1
+        s.register(worker)
+        var searching = false
+        _ = s.park(worker, wasSearching: &searching)
+    }
+
+    private func assertCounters(_ s: Scheduler, _ tier: Scheduler.Tier, file: StaticString = #filePath, line: UInt = #line) {
+        let t = s[tier]
+        XCTAssertEqual(t.threads, t.running + t.blocked + t.stalled + t.idle.count, "threads", file: file, line: line)
+        XCTAssertGreaterThanOrEqual(t.searching, 0, file: file, line: line)
+        XCTAssertLessThanOrEqual(t.searching, t.running, file: file, line: line)
+    }
+
+    private func isWake(_ plan: Scheduler.Plan, _ worker: FakeWorker? = nil) -> Bool {
+        if case .wake(let w) = plan { return worker.map { $0 === w } ?? true }
+        return false
+    }
+
+    private func isStart(_ plan: Scheduler.Plan) -> Bool {
+        if case .start = plan { return true }
+        return false
+    }
+
+    // MARK: The wedge of 2026-11-25
+
+    /// A searching normal worker that takes the job completing waiting background work's passes
+    /// gets two plans in one locked section: the next normal searcher (the chain) and a background
+    /// worker (to park until the work ages). The pool must carry out both; with one slot for both
+    /// (the old `Actions`) the normal one was dropped while counted searching, and the normal tier
+    /// never woke anyone again (docs/DispatchPool.md, "The wedge of 2026-11-25").
+    func testASearcherThatStartsAJobCanPlanOneWorkerPerTierAndThePoolKeepsBoth() {
+        var s = makeScheduler(width: 3)
+        let n1 = FakeWorker("n1"), n2 = FakeWorker("n2"), n3 = FakeWorker("n3"), b1 = FakeWorker("b1", background: true)
+        for w in [n1, n2, n3, b1] { startAndPark(&s, w) }
+        s.submit(job(), level: RunQueues.background)
+        for _ in 0..<100 { s.submit(job(), level: 2) }
+        XCTAssertTrue(isWake(s.offer(.normal), n3))
+        // n3 finds a job and chains n2; then it takes 30 more (background passes: 31 of 32).
+        guard case .job = s.pop(.normal) else { return XCTFail("no job") }
+        var searching = true
+        var plans = s.started(.normal, wasSearching: &searching)
+        XCTAssertTrue(isWake(plans.own, n2))
+        XCTAssertTrue(plans.background.isNone)
+        for _ in 0..<30 {
+            guard case .job = s.pop(.normal) else { return XCTFail("no job") }
+            var notSearching = false
+            plans = s.started(.normal, wasSearching: &notSearching)
+            XCTAssertTrue(plans.own.isNone && plans.background.isNone)
+        }
+        // n2, the searcher, takes the 32nd: it chains n1 AND lets a background worker look.
+        guard case .job = s.pop(.normal) else { return XCTFail("no job") }
+        searching = true
+        plans = s.started(.normal, wasSearching: &searching)
+        XCTAssertTrue(isWake(plans.own, n1))
+        XCTAssertTrue(isWake(plans.background, b1))
+        XCTAssertEqual(s[.normal].searching, 1)
+        XCTAssertEqual(s[.background].searching, 1)
+        // Both plans of the section land in one Actions without overwriting each other.
+        var actions = DispatchPool.Actions()
+        actions.add(.start, .normal)              // a stand-in for n1's wake (a FakeWorker is no PoolWorker)
+        actions.add(.start, .background)
+        XCTAssertTrue(actions.plansWorker(.normal))
+        XCTAssertTrue(actions.plansWorker(.background))
+        assertCounters(s, .normal)
+        assertCounters(s, .background)
+    }
+
+    /// The wedge's signature: a tier whose searcher never arrives wakes nobody, however much is
+    /// submitted. The scheduler's guard is what makes the lost wake fatal; the pool's per-tier
+    /// plans are what keep it from happening.
+    func testWhileATierHasASearcherOffersWakeNobody() {
+        var s = makeScheduler(width: 4)
+        let workers = (0..<4).map { FakeWorker("w\($0)") }
+        for w in workers { startAndPark(&s, w) }
+        s.submit(job(), level: 2)
+        XCTAssertTrue(isWake(s.offer(.normal)))
+        for _ in 0..<100 {
+            s.submit(job(), level: 2)
+            XCTAssertTrue(s.offer(.normal).isNone, "a second worker woken while one searches")
+        }
+        XCTAssertEqual(s[.normal].idle.count, 3)
+        XCTAssertEqual(s[.normal].searching, 1)
+        assertCounters(s, .normal)
+    }
+
+    // MARK: Wake decision: one wake per idle→busy step, the chain, admission
+
+    func testABurstWakesOneWorkerAndEachSearcherThatFindsAJobWakesTheNext() {
+        var s = makeScheduler(width: 3)
+        let workers = (0..<3).map { FakeWorker("w\($0)") }
+        for w in workers { startAndPark(&s, w) }
+        for _ in 0..<10 { s.submit(job(), level: 2) }
+        var woken = 0
+        var plan = s.offer(.normal)
+        while isWake(plan) {
+            woken += 1
+            guard case .job = s.pop(.normal) else { return XCTFail("no job") }
+            var searching = true
+            plan = s.started(.normal, wasSearching: &searching).own
+        }
+        XCTAssertEqual(woken, 3, "the chain stops at the width")
+        XCTAssertEqual(s[.normal].running, 3)
+        XCTAssertEqual(s[.normal].searching, 0)
+        XCTAssertTrue(s.offer(.normal).isNone, "at width: nobody more")
+        XCTAssertTrue(s.saturatedWithWork(.normal), "the monitor's trigger")
+        assertCounters(s, .normal)
+    }
+
+    func testWithNoIdleWorkerAThreadIsPlannedUpToTheCapAndTheCapIsReported() {
+        var s = makeScheduler(width: 2, cap: 3)
+        // Two workers block (they count as threads, not running): a third may start, not a fourth.
+        for i in 0..<3 {
+            s.submit(job(), level: 2)
+            let plan = s.offer(.normal)
+            XCTAssertTrue(isStart(plan), "start \(i)")
+            let w = FakeWorker("w\(i)")
+            s.register(w)
+            guard case .job = s.pop(.normal) else { return XCTFail("no job") }
+            var searching = true
+            _ = s.started(.normal, wasSearching: &searching)
+            s.block(.normal, wasStalled: false)
+        }
+        XCTAssertEqual(s[.normal].threads, 3)
+        XCTAssertFalse(s.capReached)
+        s.submit(job(), level: 2)
+        XCTAssertTrue(s.offer(.normal).isNone)
+        XCTAssertTrue(s.capReached, "the cap is noticed for the pool's report")
+        assertCounters(s, .normal)
+    }
+
+    func testAStartTheOSRefusesGivesBackTheThreadAndTheSearcher() {
+        var s = makeScheduler()
+        s.submit(job(), level: 2)
+        XCTAssertTrue(isStart(s.offer(.normal)))
+        let w = FakeWorker("w")
+        s.register(w)
+        s.startFailed(.normal, worker: w)
+        XCTAssertEqual(s[.normal].threads, 0)
+        XCTAssertEqual(s[.normal].searching, 0)
+        XCTAssertTrue(s[.normal].workers.isEmpty)
+        XCTAssertTrue(isStart(s.offer(.normal)), "the retry may plan a start again")
+        assertCounters(s, .normal)
+    }
+
+    // MARK: Block, unblock, stall
+
+    func testABlockedWorkerIsReplacedAtOnceAndTheTierMayRunOverWidthUntilAJobBoundary() {
+        var s = makeScheduler(width: 1)
+        let a = FakeWorker("a"), b = FakeWorker("b")
+        startAndPark(&s, a)
+        startAndPark(&s, b)
+        s.submit(job(), level: 2)
+        s.submit(job(), level: 2)
+        XCTAssertTrue(isWake(s.offer(.normal), b))
+        guard case .job = s.pop(.normal) else { return XCTFail("no job") }
+        var searching = true
+        XCTAssertTrue(s.started(.normal, wasSearching: &searching).own.isNone, "at width")
+        s.block(.normal, wasStalled: false)
+        XCTAssertTrue(isWake(s.offer(.normal), a), "the blocked worker's place is taken")
+        guard case .job = s.pop(.normal) else { return XCTFail("no job") }
+        searching = true
+        _ = s.started(.normal, wasSearching: &searching)
+        s.unblock(.normal)
+        XCTAssertEqual(s[.normal].running, 2, "over width until a job boundary")
+        s.submit(job(), level: 2)
+        guard case .idle = s.pop(.normal) else { return XCTFail("an over-width tier must shed a worker") }
+        searching = false
+        _ = s.park(b, wasSearching: &searching)
+        XCTAssertEqual(s[.normal].running, 1)
+        assertCounters(s, .normal)
+    }
+
+    func testStalledWorkersAreNotCountedRunningUntilTheyResumeOrBlock() {
+        var s = makeScheduler(width: 1)
+        let a = FakeWorker("a")
+        startAndPark(&s, a)
+        s.submit(job(), level: 2)
+        XCTAssertTrue(isWake(s.offer(.normal), a))
+        guard case .job = s.pop(.normal) else { return XCTFail("no job") }
+        var searching = true
+        _ = s.started(.normal, wasSearching: &searching)
+        s.submit(job(), level: 2)
+        XCTAssertTrue(s.saturatedWithWork(.normal))
+        s.stall(.normal)
+        XCTAssertFalse(s.saturatedWithWork(.normal))
+        XCTAssertTrue(isStart(s.offer(.normal)), "a stalled worker is compensated")
+        s.block(.normal, wasStalled: true)
+        XCTAssertEqual(s[.normal].stalled, 0)
+        XCTAssertEqual(s[.normal].blocked, 1)
+        s.unblock(.normal)
+        assertCounters(s, .normal)
+    }
+
+    // MARK: Stealing
+
+    func testWithEmptyRunQueuesAVisitAsksToStealAndABackgroundThiefWaitsForNormalWork() {
+        var s = makeScheduler()
+        guard case .steal = s.pop(.normal) else { return XCTFail("empty run queues: steal") }
+        guard case .steal = s.pop(.background) else { return XCTFail("empty run queues: steal") }
+        s.submit(job(), level: 3)
+        guard case .idle = s.pop(.background) else {
+            return XCTFail("a background worker must not steal while normal work waits")
+        }
+        XCTAssertTrue(isStart(s.offer(.normal, forStealing: true)))
+    }
+
+    // MARK: QoS order, batches and aging (by the hand-moved clock)
+
+    func testHigherLevelsGoFirstAndALongLevelAloneIsTakenInBatches() {
+        var s = makeScheduler(width: 1)
+        s.submit(job(), level: 1)
+        s.submit(job(), level: 4)
+        s.submit(job(), level: 2)
+        var order: [Int] = []
+        while case .job(_, let level, let batch) = s.pop(.normal) {
+            order.append(level)
+            XCTAssertEqual(batch, 0, "no batch while other levels wait")
+        }
+        XCTAssertEqual(order, [4, 2, 1])
+        for _ in 0..<40 { s.submit(job(), level: 2) }
+        guard case .job(_, 2, let batch) = s.pop(.normal) else { return XCTFail("no job") }
+        XCTAssertEqual(batch, Scheduler.batchLimit - 1)
+        let local = JobRing<DispatchEntry>(capacity: 32)
+        s.takeBatch(level: 2, into: local, max: batch)
+        XCTAssertEqual(local.count, batch)
+        XCTAssertEqual(s.runQueues.count(2), 39 - batch)
+    }
+
+    func testALowerLevelAgesAfterItsPassesAndItsTimeAndNotBefore() {
+        let clock = ManualClock()
+        var s = makeScheduler(width: 1, clock: clock)
+        s.submit(job(), level: 1)                      // utility: 16 passes and 20 ms
+        for _ in 0..<100 { s.submit(job(), level: 4) }
+        var levels: [Int] = []
+        for _ in 0..<16 {
+            guard case .job(_, let level, _) = s.pop(.normal) else { return XCTFail("no job") }
+            levels.append(level)
+        }
+        XCTAssertEqual(Set(levels), [4], "utility does not age before 16 passes")
+        guard case .job(_, 4, _) = s.pop(.normal) else { return XCTFail("utility aged before its time") }
+        clock.advance(milliseconds: 19)
+        guard case .job(_, 4, _) = s.pop(.normal) else { return XCTFail("utility aged early (19 ms)") }
+        clock.advance(milliseconds: 1)
+        guard case .job(_, 1, _) = s.pop(.normal) else { return XCTFail("utility did not age at 20 ms") }
+    }
+
+    func testBackgroundWorkBehindNormalWorkParksABackgroundWorkerUntilItAges() {
+        let clock = ManualClock()
+        var s = makeScheduler(width: 1, clock: clock)
+        let n = FakeWorker("n"), b = FakeWorker("b", background: true)
+        startAndPark(&s, n)
+        startAndPark(&s, b)
+        s.submit(job(), level: RunQueues.background)
+        for _ in 0..<100 { s.submit(job(), level: 2) }
+        XCTAssertTrue(s.offer(.background).isNone, "not admissible and not aged: no wake")
+        XCTAssertTrue(isWake(s.offer(.normal), n))
+        var searching = true
+        var backgroundPlan = Scheduler.Plan.none
+        for _ in 0..<32 {
+            guard case .job(_, 2, _) = s.pop(.normal) else { return XCTFail("no normal job") }
+            let plans = s.started(.normal, wasSearching: &searching)
+            if !plans.background.isNone { backgroundPlan = plans.background }
+        }
+        // 32 passes complete: the idle background worker is woken to re-park until the aging time.
+        XCTAssertTrue(isWake(backgroundPlan, b))
+        guard case .idle = s.pop(.background) else { return XCTFail("background ran before its aging time") }
+        searching = true
+        _ = s.park(b, wasSearching: &searching)
+        XCTAssertEqual(b.idleDeadline, clock.now + 40_000_000 - 0, "parks until 40 ms after it began to wait")
+        XCTAssertEqual(s.idleTimedOut(b, idleSince: clock.now), .sleep(until: b.idleDeadline))
+        clock.advance(milliseconds: 40)
+        XCTAssertEqual(s.idleTimedOut(b, idleSince: clock.now), .work, "aged: it admits itself")
+        guard case .job(_, RunQueues.background, _) = s.pop(.background) else { return XCTFail("no background job") }
+        assertCounters(s, .normal)
+        assertCounters(s, .background)
+    }
+
+    // MARK: Idle timeout and retirement
+
+    func testAnIdleWorkerRetiresAfterTheIdleTimeoutAndAWokenOneDoesNot() {
+        let clock = ManualClock()
+        var s = makeScheduler(clock: clock)
+        let a = FakeWorker("a"), b = FakeWorker("b")
+        startAndPark(&s, a)
+        startAndPark(&s, b)
+        let since = clock.now
+        clock.advance(milliseconds: 1_999)
+        XCTAssertEqual(s.idleTimedOut(a, idleSince: since), .sleep(until: since + 2_000_000_000), "never early")
+        s.submit(job(), level: 2)
+        XCTAssertTrue(isWake(s.offer(.normal), b))
+        clock.advance(milliseconds: 1)
+        XCTAssertEqual(s.idleTimedOut(b, idleSince: since), .woken, "woken concurrently: it waits for its event")
+        XCTAssertEqual(s.idleTimedOut(a, idleSince: since), .retire)
+        XCTAssertEqual(s[.normal].threads, 1)
+        XCTAssertEqual(s[.normal].workers.map(\.name), ["b"])
+        assertCounters(s, .normal)
+    }
+}
