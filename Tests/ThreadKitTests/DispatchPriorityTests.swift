@@ -7,7 +7,7 @@
 import Dispatch
 import Foundation
 import Synchronization
-import ThreadKit
+@_spi(Benchmarks) import ThreadKit
 import XCTest
 
 final class DispatchPriorityTests: XCTestCase {
@@ -63,7 +63,11 @@ final class DispatchPriorityTests: XCTestCase {
         // old rule every pick found the lowest level aged and low finished more than default and
         // high. Now the count of more important starts decides: default gets one start per 9,
         // low one per 17, background one per 33 normal starts.
-        let total = 140
+        // 70 rounds of the pool's width: about 3 s of wall time at any width. A fixed 140 ran 9
+        // rounds at width 16 (TK_CPU_BUDGET=16 on 2 cores), too short for a nice-10 background
+        // worker sharing 2 CPUs with 16 spinning normal workers to be scheduled twice (once to
+        // start its block, once 45 ms later to end it): the CPU share, not the pool, decided.
+        let total = 70 * TKPoolIntrospection.width
         assertOrdered(priorityProgram(block: .milliseconds(45), total: total, perLevel: total + 20), "45 ms blocks")
     }
 

@@ -429,6 +429,18 @@ final class RunLoopTests: XCTestCase {
         XCTAssertTrue(result.standardError.contains("the main thread"), result.standardError)
     }
 
+    /// The message names the owner as the thread was named, however early its loop was made: by
+    /// the thread's first statement, or by a perform request sent before the thread ran anything.
+    func testRunningAnotherThreadsLoopNamesTheOwningThread() throws {
+        for madeBy in ["current", "perform"] {
+            let result = try ChildProcess.run("runloop-foreign-run-named", [madeBy])
+            XCTAssertTrue(result.signalled || result.status != 0, madeBy)
+            XCTAssertTrue(result.standardError.contains("ThreadKit misuse: TKRunLoop.run called on thread"), "\(madeBy): \(result.standardError)")
+            XCTAssertNotNil(result.standardError.range(of: #"but this run loop belongs to thread [0-9]+ \("loop-owner"\)\."#,
+                                                       options: .regularExpression), "\(madeBy): \(result.standardError)")
+        }
+    }
+
     func testThreadsLoopsLeaveNoFileDescriptorsBehind() throws {
         func openDescriptors() throws -> Int { try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count }
         let before = try openDescriptors()

@@ -37,7 +37,7 @@ extension TKRunLoop: ThreadAttachment {
     /// The loop of `thread`, created on first use; nil if the thread is not running.
     static func loop(of thread: TKThread) -> TKRunLoop? {
         if thread === TKThread.main { return main }
-        let make = { (tid: UInt32) in TKRunLoop(ownerThread: tid) }
+        let make = { (tid: UInt32) in TKRunLoop(ownerThread: tid, owner: thread) }
         if let loop = thread.attachment(orCreate: make) { return loop }
         // Started but not yet running its first instruction: a request sent right after start()
         // is queued, as in Foundation, once the thread (and so its loop's owner) exists. Asked

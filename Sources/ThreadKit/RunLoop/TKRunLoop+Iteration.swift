@@ -107,8 +107,7 @@ extension TKRunLoop {
     private func checkOwner(_ call: String) {
         let tid = SystemCall.currentThreadID
         if tid != ownerThread {
-            misuse("TKRunLoop.\(call) called on thread \(tid), but this run loop belongs to thread \(ownerThread)"
-                   + "\(ownerThread == UInt32(TKThread.main.attributes.current.tid) ? " (the main thread)" : ""). "
+            misuse("TKRunLoop.\(call) called on thread \(tid), but this run loop belongs to \(ownerDescription). "
                    + "Fix: run a loop only on its own thread: use TKRunLoop.current there, or perform(…) to send it work.")
         }
     }

@@ -16,6 +16,10 @@ import Synchronization
 public final class TKRunLoop: @unchecked Sendable {
     /// The kernel id of the thread that owns and runs this loop.
     let ownerThread: UInt32
+    /// That thread's object, given when the loop is made (weak: the thread holds its loop), so
+    /// misuse messages can name it as it is named when they are written (`ownerDescription`).
+    /// Set in init only.
+    private weak var owner: TKThread?
 
     let lock = RawMutex()
     private var modes: [Mode: ModeItems] = [:]                      // guarded by lock
@@ -80,8 +84,9 @@ public final class TKRunLoop: @unchecked Sendable {
     let wakePending = Atomic<Bool>(false)
     private let waiting = Atomic<Bool>(false)
 
-    init(ownerThread: UInt32) {
+    init(ownerThread: UInt32, owner: TKThread?) {
         self.ownerThread = ownerThread
+        self.owner = owner
         commonModes = ownerThread == TKRunLoop.mainThreadID ? [.default, .modalPanel, .eventTracking] : [.default]
     }
 
@@ -94,7 +99,8 @@ public final class TKRunLoop: @unchecked Sendable {
         if let loop = currentSlot.value { return loop }
         let tid = SystemCall.currentThreadID
         // The same object perform requests from other threads reach through the thread.
-        let loop = tid == mainThreadID ? main : TKRunLoop.loop(of: TKThread.current) ?? TKRunLoop(ownerThread: tid)
+        let thread = TKThread.current
+        let loop = tid == mainThreadID ? main : TKRunLoop.loop(of: thread) ?? TKRunLoop(ownerThread: tid, owner: thread)
         currentSlot.value = loop
         return loop
     }
@@ -109,7 +115,15 @@ public final class TKRunLoop: @unchecked Sendable {
     }
 
     static let mainThreadID = UInt32(getpid())
-    private static let mainLoop = TKRunLoop(ownerThread: mainThreadID)
+    private static let mainLoop = TKRunLoop(ownerThread: mainThreadID, owner: TKThread.main)
+
+    /// The owning thread for messages: `thread TID`, then `(the main thread)` or the thread's
+    /// name as it is now, e.g. `thread 4711 ("decoder")`.
+    var ownerDescription: String {
+        if ownerThread == TKRunLoop.mainThreadID { return "thread \(ownerThread) (the main thread)" }
+        guard let name = owner?.name else { return "thread \(ownerThread)" }
+        return "thread \(ownerThread) (\"\(name)\")"
+    }
     private static let currentSlot = TKThreadLocal<TKRunLoop>()
 
     /// The mode of the innermost run in progress, nil when the loop is not running.
@@ -216,8 +230,8 @@ public final class TKRunLoop: @unchecked Sendable {
             return nil
         }
         if let other {
-            misuse("TKRunLoopObserver added to the run loop of thread \(ownerThread) while it observes the loop of thread "
-                   + "\(other.ownerThread): an observer watches one run loop. Fix: remove it from the first loop (or "
+            misuse("TKRunLoopObserver added to the run loop of \(ownerDescription) while it observes the loop of "
+                   + "\(other.ownerDescription): an observer watches one run loop. Fix: remove it from the first loop (or "
                    + "invalidate it), or create a separate TKRunLoopObserver per loop.")
         }
         lock.withLock {
@@ -261,8 +275,8 @@ public final class TKRunLoop: @unchecked Sendable {
         let accepted = timer.state.withLock { s -> Bool in
             guard s.valid else { return false }
             if let other = s.loop, other !== self {
-                misuse("TKTimer added to the run loop of thread \(ownerThread) while it is scheduled on the loop of thread "
-                       + "\(other.ownerThread): a timer belongs to one run loop. Fix: create a separate TKTimer per loop.")
+                misuse("TKTimer added to the run loop of \(ownerDescription) while it is scheduled on the loop of "
+                       + "\(other.ownerDescription): a timer belongs to one run loop. Fix: create a separate TKTimer per loop.")
             }
             s.loop = self
             s.modes.formUnion(targetModes)

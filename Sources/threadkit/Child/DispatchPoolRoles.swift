@@ -1,7 +1,9 @@
 // DispatchPoolRoles: child processes for the dispatch pool (issue 12), which need a pool that has
 // not started yet. Width: the pool sizes itself from the CPUs the process may use, so the role
 // restricts its own affinity mask before the pool starts and prints the global queue's
-// description (which states the width); exit status 0, 3 if the mask could not be set. Normal
+// description (which states the width); TK_CPU_BUDGET, which would override the mask, is removed
+// from its environment first, so the role answers the same under a test run that sets it; exit
+// status 0, 3 if the mask could not be set. Normal
 // from background: the first normal worker is asked for by a background worker, and the role
 // prints the scheduling policy and nice value the default-QoS item ran with (run as nobody when
 // started as root); exit status 0, 3 if root could not drop its privileges.
@@ -13,6 +15,7 @@ enum DispatchPoolRoles {
     static let all: [ChildRole] = [
         ChildRole(name: "dispatch-pool-width-affinity",
                   usage: "N (restrict this process to its first N allowed CPUs, then print the global queue)") { arguments in
+            unsetenv("TK_CPU_BUDGET")   // before the pool reads it: the mask alone decides here
             let kept = tk_affinity_keep_first(Int32(max(1, Int(arguments.first ?? "1") ?? 1)))
             guard kept > 0 else { return 3 }
             print("kept \(kept)")

@@ -9,6 +9,7 @@
 //   port-unix-mode PATH          listens at PATH under umask 0; prints the file's mode
 //   port-negative-budget         sets a negative budget (a misuse: stops the process)
 //   port-send-as UID ADDR COUNT  becomes UID, then sends as port-send
+//   port-remote-cost N           resident kB per held remote port, and per control buffer
 import Glibc
 import Synchronization
 import ThreadKit
@@ -38,6 +39,9 @@ enum PortHardeningRoles {
         ChildRole(name: "port-negative-budget", usage: "(set TKSocketPort.unfinishedFrameBudget to -1: a misuse)") { _ in
             TKSocketPort.unfinishedFrameBudget = -1
             return 0
+        },
+        ChildRole(name: "port-remote-cost", usage: "N (hold N remote ports, then N untouched 64 KiB buffers; print the resident kB each costs)") { args in
+            remoteCost(count: args.first.flatMap(Int.init) ?? 20_000)
         },
         ChildRole(name: "port-send-as", usage: "UID ADDRESS COUNT (setgid/setuid to UID, then send COUNT messages as port-send)") { args in
             guard args.count == 3, let uid = UInt32(args[0]) else { return 2 }
@@ -102,6 +106,39 @@ enum PortHardeningRoles {
     /// Polls `condition` every millisecond until it holds or `seconds` pass.
     static func wait(seconds: Int = 30, _ condition: () -> Bool) -> Bool {
         pollUntil(.now + .seconds(seconds), condition)
+    }
+
+    // MARK: What a held remote port costs
+
+    /// Resident memory of N held remote ports, against a control that costs what the leak the
+    /// test looks for would: N 64 KiB buffers (a listening port's read buffer) of which only
+    /// malloc's header is touched. Single-threaded, so the process's one malloc arena serves both
+    /// and no other thread allocates meanwhile: the figures do not depend on the CPU count.
+    /// Prints `ports N port-kb X control-kb Y` (kB per object, 2 decimals).
+    static func remoteCost(count: Int) -> Int32 {
+        func path(_ i: Int) -> String { "/tmp/tk-held-\(i).sock" }
+        // Warm up: type metadata, string storage and the like, made by the first ports.
+        for i in 0..<100 { _ = try? TKSocketPort(unixSocketPath: path(i), remote: true) }
+        var ports: [TKSocketPort] = []
+        ports.reserveCapacity(count)
+        let before = statusKB("VmRSS")
+        for i in 0..<count {
+            guard let port = try? TKSocketPort(unixSocketPath: path(i), remote: true) else { return 1 }
+            ports.append(port)
+        }
+        let portKB = Double(statusKB("VmRSS") - before) / Double(count)
+        var buffers: [UnsafeMutableRawPointer] = []
+        buffers.reserveCapacity(count)
+        let controlBefore = statusKB("VmRSS")
+        for _ in 0..<count {
+            guard let buffer = malloc(64 << 10) else { return 1 }
+            buffers.append(buffer)
+        }
+        let controlKB = Double(statusKB("VmRSS") - controlBefore) / Double(count)
+        func shown(_ value: Double) -> String { "\(Int(value)).\(String(String(Int(value * 100) % 100 + 100).dropFirst()))" }
+        Console.out("ports \(ports.count) port-kb \(shown(portKB)) control-kb \(shown(controlKB))")
+        for buffer in buffers { free(buffer) }
+        return 0
     }
 
     /// A field of /proc/self/status in kB (VmRSS, VmHWM).

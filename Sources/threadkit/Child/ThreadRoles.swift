@@ -1,8 +1,8 @@
 // ThreadRoles: child processes for the TKThread behaviours that only a whole process shows:
 // exit-time joining of joinable threads, the once-per-process multithreading notification (and
 // performInBackground as the first thread), the default uncaught-error report, start() twice,
-// detaching after start, a joinable thread's value handed to nobody, and priorities refused to an
-// unprivileged process.
+// detaching after start, a joinable thread's value handed to nobody, priorities refused to an
+// unprivileged process, and a thread whose stack the OS cannot map (under a lowered RLIMIT_AS).
 import Glibc
 import ThreadKit
 
@@ -117,7 +117,51 @@ enum ThreadRoles {
             for l in lines.value { Console.out(l) }
             return 0
         },
+        ChildRole(name: "thread-stack-unmappable", usage: "(address space capped 1 GiB above what is mapped; a thread asking for a "
+                  + "64 TiB stack: print what start() reported, one `key value` per line)") { _ in
+            // Whether a 64 TiB mapping fits depends on the machine (47- or 56-bit user address
+            // space) and on overcommit; under an RLIMIT_AS just above what the process maps now it
+            // fits nowhere. Checked first with a plain mmap of the same size (the premise).
+            guard let mapped = virtualSizeBytes() else { Console.err("cannot read VmSize"); return 3 }
+            var limit = rlimit()
+            _ = getrlimit(__rlimit_resource_t(RLIMIT_AS.rawValue), &limit)
+            limit.rlim_cur = min(rlim_t(mapped + (1 << 30)), limit.rlim_max)
+            guard setrlimit(__rlimit_resource_t(RLIMIT_AS.rawValue), &limit) == 0 else { Console.err("setrlimit failed"); return 3 }
+            let stack = 1 << 46
+            let probe = mmap(nil, stack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+            let premise = probe == UnsafeMutableRawPointer(bitPattern: -1)
+            if !premise { _ = munmap(probe, stack) }
+            Console.out("premise-mmap-refused \(premise)")
+            let reported = SharedBox<(TKThread, any Error)?>(nil)   // set by start() on this thread
+            TKThread.uncaughtErrorHandler = { thread, error in reported.value = (thread, error) }
+            let ran = SharedBox(false)   // read after the thread is known to have ended
+            let huge = TKThread(name: "huge") { ran.value = true }
+            do { try huge.setStackSize(stack) } catch { Console.out("setStackSize-threw \(error)"); return 1 }
+            huge.start()
+            let error = reported.value?.1 as? TKError
+            Console.out("reported-for-this-thread \(reported.value?.0 === huge)")
+            Console.out("code \(error.map { "\($0.code)" } ?? "none")")
+            Console.out("errno \(error?.errno.map(String.init) ?? "none")")
+            Console.out("message \(error?.message ?? "none")")
+            Console.out("finished \(huge.isFinished)")
+            Console.out("joined-at-once \(huge.join(until: .now))")
+            Console.out("ran \(ran.value)")
+            return 0
+        },
     ]
+
+    /// The process's virtual size (VmSize of /proc/self/status) in bytes.
+    static func virtualSizeBytes() -> Int? {
+        guard let file = fopen("/proc/self/status", "r") else { return nil }
+        defer { fclose(file) }
+        var line = [CChar](repeating: 0, count: 256)
+        while fgets(&line, Int32(line.count), file) != nil {
+            let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            guard text.hasPrefix("VmSize:") else { continue }
+            return text.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first.flatMap { Int($0) }.map { $0 * 1024 }
+        }
+        return nil
+    }
 
     /// Writes `chunks` lines to `path`, pausing 10 ms between them, like a slow save to disk.
     static func writeSlowly(_ path: String, chunks: Int) {
