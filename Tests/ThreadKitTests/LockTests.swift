@@ -220,6 +220,79 @@ final class LockTests: XCTestCase {
         XCTAssertTrue(otherGot.load(ordering: .relaxed))
     }
 
+    /// Whether another thread can take `lock` now (it releases it again at once).
+    private func otherThreadCanTake(_ lock: TKRecursiveLock) -> Bool {
+        let got = Atomic<Bool>(false)
+        XCTAssertEqual(Workers.start {
+            let ok = lock.tryLock()
+            if ok { lock.unlock() }
+            got.store(ok, ordering: .relaxed)
+        }.wait(timeout: .now() + 30), .success)
+        return got.load(ordering: .relaxed)
+    }
+
+    /// Deep nesting through every way in (lock, tryLock, lock(before:)) counts each level: the
+    /// inner unlocks (no atomic) keep it held, only the last one (the CAS) lets another thread in.
+    func testRecursiveLockCountsDeepNestingExactly() {
+        let lock = TKRecursiveLock()
+        let levels = 10_000
+        for level in 0..<levels {
+            switch level % 3 {
+            case 0: lock.lock()
+            case 1: XCTAssertTrue(lock.tryLock())
+            default: XCTAssertTrue(lock.lock(before: .now))
+            }
+        }
+        XCTAssertFalse(otherThreadCanTake(lock))
+        for _ in 0..<(levels - 1) { lock.unlock() }
+        XCTAssertFalse(otherThreadCanTake(lock), "released with one level still held")
+        lock.unlock()
+        XCTAssertTrue(otherThreadCanTake(lock), "balanced unlocks did not release the lock")
+    }
+
+    /// The last unlock leaves the depth word as it was (the next holder sets it): a depth left by
+    /// one holder must not count for the next, on another thread or the same one.
+    func testRecursiveLockDepthDoesNotCarryOverToTheNextHolder() {
+        let lock = TKRecursiveLock()
+        XCTAssertEqual(Workers.start {
+            for _ in 0..<5 { lock.lock() }
+            for _ in 0..<5 { lock.unlock() }
+        }.wait(timeout: .now() + 30), .success)
+        lock.lock()
+        XCTAssertFalse(otherThreadCanTake(lock))
+        lock.unlock()
+        XCTAssertTrue(otherThreadCanTake(lock), "one lock() after an earlier holder's depth 5 needed more than one unlock()")
+        lock.lock(); lock.lock(); lock.lock()
+        lock.unlock(); lock.unlock(); lock.unlock()
+        XCTAssertTrue(lock.tryLock())
+        XCTAssertFalse(otherThreadCanTake(lock))
+        lock.unlock()
+        XCTAssertTrue(otherThreadCanTake(lock))
+    }
+
+    /// Waiters parked while the holder is several levels deep: inner unlocks wake nobody, the last
+    /// one (the parked bit makes its CAS fail, so it goes out of line) hands the lock on.
+    func testRecursiveLockHandsOverToParkedWaitersOnlyAtTheLastUnlock() {
+        let lock = TKRecursiveLock()
+        let inside = Atomic<Int>(0)
+        lock.lock(); lock.lock(); lock.lock()
+        let waiters = (0..<3).map { _ in
+            Workers.start {
+                lock.lock(); lock.lock()
+                inside.wrappingAdd(1, ordering: .relaxed)
+                lock.unlock(); lock.unlock()
+            }
+        }
+        Thread.sleep(forTimeInterval: 0.05)   // let them park
+        lock.unlock(); lock.unlock()
+        Thread.sleep(forTimeInterval: 0.05)
+        XCTAssertEqual(inside.load(ordering: .relaxed), 0, "a waiter got in while the holder was still one level deep")
+        lock.unlock()
+        for waiter in waiters { XCTAssertEqual(waiter.wait(timeout: .now() + 30), .success) }
+        XCTAssertEqual(inside.load(ordering: .relaxed), 3)
+        XCTAssertTrue(otherThreadCanTake(lock))
+    }
+
     func testRecursiveLockExcludesUnderContention() {
         let lock = TKRecursiveLock()
         let counter = Shared(0)   // guarded by lock

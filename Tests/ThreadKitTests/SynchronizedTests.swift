@@ -69,6 +69,37 @@ final class SynchronizedTests: XCTestCase {
         XCTAssertTrue(other.join(), "the token stayed locked after the nested bodies returned")
     }
 
+    /// Deep nesting on one token (the fast path's re-entry: no atomic, the depth counted) keeps
+    /// another thread out until the outermost body returns (it parks, pinning the slot), and the
+    /// outermost release lets it in.
+    func testDeepNestingExcludesOtherThreadsUntilTheOutermostBodyReturns() {
+        let token = Token()
+        let outerLevel = 200
+        let otherGotIn = Atomic<Bool>(false), sawOtherInside = Atomic<Bool>(false)
+        let other = Shared<TestThread?>(nil)   // written and read by the nester only, then joined
+        @Sendable func nest(_ level: Int) -> Int {
+            synchronized(token) {
+                if level == 0 {
+                    other.value = TestThread("other") { synchronized(token) { otherGotIn.store(true, ordering: .relaxed) } }
+                    Thread.sleep(forTimeInterval: 0.05)
+                    if otherGotIn.load(ordering: .relaxed) { sawOtherInside.store(true, ordering: .relaxed) }
+                    return 0
+                }
+                let inner = nest(level - 1)
+                if level == outerLevel {   // every inner level has returned; the outermost still holds it
+                    Thread.sleep(forTimeInterval: 0.05)
+                    if otherGotIn.load(ordering: .relaxed) { sawOtherInside.store(true, ordering: .relaxed) }
+                }
+                return inner + 1
+            }
+        }
+        let nester = TestThread("nester") { XCTAssertEqual(nest(outerLevel), outerLevel) }
+        XCTAssertTrue(nester.join(), "deep nesting on one token deadlocked")
+        XCTAssertFalse(sawOtherInside.load(ordering: .relaxed), "another thread took the token while it was held")
+        XCTAssertTrue(other.value?.join() ?? false, "the token stayed locked after the nested bodies returned")
+        XCTAssertTrue(otherGotIn.load(ordering: .relaxed))
+    }
+
     func testThrowingBodyReleasesTheLockAndPropagatesTheError() {
         let token = Token()
         XCTAssertThrowsError(try synchronized(token) { () throws -> Int in throw Boom(code: 42) }) { error in

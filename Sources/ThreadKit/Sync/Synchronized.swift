@@ -142,7 +142,10 @@ final class SyncTable: @unchecked Sendable {
             let word = tokenWords + index
             guard word.pointee.load(ordering: .relaxed) == id else { continue }
             let lock = locks[index]
-            guard lock._withUnsafeGuaranteedRef({ $0.tryLock() }) else { return -1 }
+            // No lock-order hook: this path runs only while the checker is off (synchronized()).
+            guard lock._withUnsafeGuaranteedRef({ $0.tryLockWithoutOrderCheck() }) else { return -1 }
+            // Relaxed: the binding changes only under the slot's lock, which we now hold (its
+            // acquire ordered the rebinder's store before this load), so it is the binding.
             if word.pointee.load(ordering: .relaxed) == id { return index }
             lock._withUnsafeGuaranteedRef { $0.unlock() }   // rebound before we locked it
             return -1

@@ -1,4 +1,4 @@
-// TKRecursiveLock: NSRecursiveLock. A RawMutex plus a depth that only the holding thread touches.
+// TKRecursiveLock: NSRecursiveLock. A RawMutex plus a depth that only the holding thread writes.
 import Synchronization
 
 /// A lock the holding thread may take again; it is released when every `lock()` has been matched
@@ -6,9 +6,13 @@ import Synchronization
 public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
     @usableFromInline let raw = RawMutex()
     @usableFromInline let label = LockName()
-    /// How many times the holder has locked. Read and written only by the thread that holds `raw`;
-    /// the mutex's acquire/release order it between successive holders, so relaxed suffices. An
-    /// atomic rather than a plain var only to skip Swift's dynamic exclusivity checks.
+    /// How many times the holder has locked. Written only by the thread that holds `raw` (every
+    /// acquisition stores 1 before anything reads it as the holder; the last unlock need not clear
+    /// it). Read by the holder, and by `unlock()` on any thread before it knows whether it holds
+    /// the lock: such a read decides nothing by itself, since the owner check or the CAS tid → 0
+    /// that follows fails for a thread that does not hold the lock. The mutex's acquire/release
+    /// order it between successive holders, so relaxed suffices; an atomic rather than a plain var
+    /// so those foreign reads are not data races (and to skip Swift's dynamic exclusivity checks).
     @usableFromInline let depth = Atomic<Int>(0)
 
     public init() {}
@@ -19,15 +23,22 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         set { label.name = newValue }
     }
 
-    // lock() and unlock() are inlinable and take at most one atomic read-modify-write each: the
-    // first lock is a CAS 0 → tid, the last unlock a CAS tid → 0, re-entry and an inner unlock
-    // none (the owner check is a plain load of a word no other thread can make equal to our id).
-    // Contention and misuse are out of line.
+    // lock() and unlock() are inlinable and take at most one atomic read-modify-write each, at
+    // any depth: the first lock is a CAS 0 → tid, the last unlock a CAS tid → 0, re-entry and an
+    // inner unlock none (a plain load of the owner word, which no other thread can make equal to
+    // our id, and a plain store of the depth). The thread id is one thread-local load
+    // (SystemCall.currentThreadID). Contention, misuse and the lock-order hook of the last unlock
+    // are out of line.
 
     @inlinable
     public func lock() {
         let tid = SystemCall.currentThreadID
-        if raw.owner() == tid { depth.store(depth.load(ordering: .relaxed) + 1, ordering: .relaxed); return }
+        // Re-entry. Relaxed load: the owner field holds our id only if our own acquiring CAS put
+        // it there and our own unlock has not taken it out, and a thread always reads its own
+        // latest write to a location or a later one, so the test is exact for the caller. Depth
+        // cannot overflow (2^63 nested locks), hence the wrapping add.
+        if raw.owner() == tid { depth.store(depth.load(ordering: .relaxed) &+ 1, ordering: .relaxed); return }
+        // First lock: CAS 0 → tid, acquiring (RawMutex.tryLockFast).
         if raw.tryLockFast(tid) {
             depth.store(1, ordering: .relaxed)
             if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKRecursiveLock") }
@@ -44,19 +55,26 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
     @inlinable
     public func unlock() {
         let tid = SystemCall.currentThreadID
-        // The last unlock. The owner check is a plain load (no other thread can make the word
-        // equal our id); the depth is cleared before the word is released, since the next owner
-        // writes it as soon as it has the lock.
-        if raw.owner() == tid, depth.load(ordering: .relaxed) == 1 {
-            depth.store(0, ordering: .relaxed)
-            if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
-            if !raw.tryUnlockFast(tid) { _ = raw.unlockSlow(tid) }   // parked waiters: wake one
+        // Relaxed: our own depth if we hold the lock (we wrote it last); any value otherwise, and
+        // then the checks below fail and unlockSlow reports the misuse.
+        let held = depth.load(ordering: .relaxed)
+        if held == 1 {
+            // The last unlock: one CAS tid → 0 (releasing: publishes the critical section to the
+            // next acquirer, RawMutex.tryUnlockFast) that is also the ownership check, since only
+            // the holder's id can be in the word. The depth is left at 1: the next holder stores 1
+            // itself. Out of line when the CAS fails (parked waiters to wake, or not the holder) or
+            // the lock-order checker must hear of the release before it happens.
+            if !DiagnosticsSwitch.isOn(.lockOrder), raw.tryUnlockFast(tid) { return }
+        } else if held > 1, raw.owner() == tid {
+            // An inner unlock: we hold it (relaxed owner load as in lock()), the depth is ours.
+            depth.store(held &- 1, ordering: .relaxed)
             return
         }
         unlockSlow(tid)
     }
 
-    /// An inner unlock, or an unlock by a thread that does not hold the lock (misuse).
+    /// The last unlock with waiters parked or the lock-order checker on, or an unlock by a thread
+    /// that does not hold the lock (misuse).
     @usableFromInline
     func unlockSlow(_ tid: UInt32) {
         guard raw.owner() == tid else {
@@ -67,7 +85,7 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         depth.store(remaining, ordering: .relaxed)
         if remaining == 0 {
             if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
-            _ = raw.unlock(tid)
+            _ = raw.unlock(tid)   // CAS tid → 0, or with parked waiters a releasing store and a wake
         }
     }
 
@@ -75,12 +93,26 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
     public func tryLock() -> Bool {
         let tid = SystemCall.currentThreadID
         if raw.owner() == tid {
-            depth.store(depth.load(ordering: .relaxed) + 1, ordering: .relaxed)
+            depth.store(depth.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
             return true
         }
         guard raw.tryLockFast(tid) else { return false }
         depth.store(1, ordering: .relaxed)
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKRecursiveLock", isTry: true) }
+        return true
+    }
+
+    /// tryLock without the lock-order hook: `synchronized`'s fast path, which runs only while the
+    /// checker is off (Synchronized.swift). Orderings as in lock().
+    @inlinable @inline(__always)
+    func tryLockWithoutOrderCheck() -> Bool {
+        let tid = SystemCall.currentThreadID
+        if raw.owner() == tid {
+            depth.store(depth.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+            return true
+        }
+        guard raw.tryLockFast(tid) else { return false }
+        depth.store(1, ordering: .relaxed)
         return true
     }
 
@@ -102,7 +134,7 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
     private func lock(deadline: ContinuousClock.Instant?) -> Bool {
         let tid = SystemCall.currentThreadID
         if raw.owner() == tid {
-            depth.store(depth.load(ordering: .relaxed) + 1, ordering: .relaxed)
+            depth.store(depth.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
             return true
         }
         let checked = DiagnosticsSwitch.isOn(.lockOrder)
