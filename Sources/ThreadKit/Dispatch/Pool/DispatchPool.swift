@@ -101,6 +101,9 @@ final class DispatchPool: @unchecked Sendable {
     /// Acquisitions of `lock` (TKPoolIntrospection), guarded by lock: a plain increment by each
     /// holder, so counting adds no atomic operation and no shared cache line of its own.
     private var lockAcquisitions = 0
+    /// Those made by a submission to wake a worker (the only time a producer takes it), guarded
+    /// by lock like `lockAcquisitions`.
+    private var submitterLockAcquisitions = 0
     /// Set once the thread cap has been reported (`reportThreadCapReached`).
     private let reportedThreadCap = Atomic<Bool>(false)
     /// 0: no worker start has failed; 1: one did and was reported; 2: a start succeeded after that
@@ -280,7 +283,10 @@ final class DispatchPool: @unchecked Sendable {
         guard stage.stage(entry, level: level) else { return }
         let t = level == RunQueues.background ? 1 : 0
         if searchingMirror(t) == 0 && runningMirror(t) < width || !monitorAwakeMirror.load(ordering: .sequentiallyConsistent) {
-            if tryLockPool() { unlockPool() }
+            if tryLockPool() {
+                submitterLockAcquisitions &+= 1
+                unlockPool()
+            }
         }
     }
 
@@ -537,6 +543,9 @@ final class DispatchPool: @unchecked Sendable {
 
     /// TKPoolIntrospection.poolLockAcquisitions (this read's own acquisition not counted).
     var lockAcquisitionCount: Int { withPoolLock { lockAcquisitions - 1 } }
+
+    /// TKPoolIntrospection.poolLockAcquisitionsBySubmitters.
+    var submitterLockAcquisitionCount: Int { withPoolLock { submitterLockAcquisitions } }
 
     /// TKPoolIntrospection.stateDescription.
     func stateDescription() -> String {

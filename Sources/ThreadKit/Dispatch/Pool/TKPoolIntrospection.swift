@@ -11,6 +11,13 @@ public enum TKPoolIntrospection {
         DispatchPool.shared.lockAcquisitionCount
     }
 
+    /// Of those, the ones a submission made: a producer takes the pool's lock only when its job's
+    /// tier has an idle worker to wake and nobody searching (or the monitor sleeps), never to
+    /// enqueue. A flood into busy workers adds none.
+    public static var poolLockAcquisitionsBySubmitters: Int {
+        DispatchPool.shared.submitterLockAcquisitionCount
+    }
+
     /// The scheduler's state as text: per tier the counters (threads, running, blocked, stalled,
     /// idle, searching), the jobs waiting per level and in the stage, and each worker's state.
     public static func stateDescription() -> String {
