@@ -4,7 +4,8 @@
 // child and both its pools start with that mask and size themselves to it); counts above the
 // machine's are skipped and said so. The child (ScalingRows) writes one line per measurement; the
 // driver prints the table and each side's speed-up curve, and writes scaling.csv and scaling.svg
-// (hand-written SVG: throughput against CPUs, ours against the incumbent, one panel per row).
+// (hand-written SVG: throughput against CPUs, ours against the incumbent, one panel per row), and
+// the counters the child read per 1,000 items (context switches, futex calls, pool lock; issue 24).
 // Driver thread only.
 import Foundation
 import Glibc
@@ -21,20 +22,73 @@ struct ScalingResult {
     /// or "threads".
     let unit: String
     let target: String
+    /// What the side cost per 1,000 items (context switches, futex calls, pool lock), where the
+    /// child measured it; nil for rows that count no items (and in lines written before issue 24).
+    let counters: ScalingCounters?
 
     var higherIsBetter: Bool { unit.hasSuffix("/s") }
 
-    /// The line the child writes (tab-separated; names never contain tabs).
-    var line: String { [row, "\(cpus)", side, contender, "\(value)", unit, target].joined(separator: "\t") }
-
-    init(row: String, cpus: Int, side: String, contender: String, value: Double, unit: String, target: String) {
-        (self.row, self.cpus, self.side, self.contender, self.value, self.unit, self.target) = (row, cpus, side, contender, value, unit, target)
+    /// The line the child writes (tab-separated; names never contain tabs): 7 fields, then the 4 of
+    /// the counters when there are any ("n/a" for one the side cannot read).
+    var line: String {
+        ([row, "\(cpus)", side, contender, "\(value)", unit, target] + (counters?.fields ?? [])).joined(separator: "\t")
     }
 
+    init(row: String, cpus: Int, side: String, contender: String, value: Double, unit: String, target: String,
+         counters: ScalingCounters? = nil) {
+        (self.row, self.cpus, self.side, self.contender, self.value, self.unit, self.target) = (row, cpus, side, contender, value, unit, target)
+        self.counters = counters
+    }
+
+    /// Reads a line of 7 fields (no counters) or 7 + ScalingCounters.fieldCount.
     init?(line: Substring) {
         let f = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
-        guard f.count == 7, let cpus = Int(f[1]), let value = Double(f[4]) else { return nil }
-        self.init(row: f[0], cpus: cpus, side: f[2], contender: f[3], value: value, unit: f[5], target: f[6])
+        guard f.count == 7 || f.count == 7 + ScalingCounters.fieldCount, let cpus = Int(f[1]), let value = Double(f[4]) else { return nil }
+        self.init(row: f[0], cpus: cpus, side: f[2], contender: f[3], value: value, unit: f[5], target: f[6],
+                  counters: f.count > 7 ? ScalingCounters(fields: Array(f[7...])) : nil)
+    }
+}
+
+/// Per 1,000 items of one side of one row (issue 24, item 7): context switches of the whole
+/// process (getrusage: voluntary + involuntary), ThreadKit's FUTEX_WAIT and FUTEX_WAKE calls
+/// (SystemCall's process-wide counters) and acquisitions of the pool's one lock. nil where the side
+/// cannot be read: the incumbents' futex calls happen inside glibc and libdispatch, which count
+/// nothing, and they have no pool lock of ours.
+struct ScalingCounters {
+    var contextSwitches: Double?
+    var futexWaits: Double?
+    var futexWakes: Double?
+    var poolLock: Double?
+
+    static let fieldCount = 4
+    static let csvHeader = "cs_per_1k,futex_waits_per_1k,futex_wakes_per_1k,pool_lock_per_1k"
+
+    init(contextSwitches: Double?, futexWaits: Double?, futexWakes: Double?, poolLock: Double?) {
+        (self.contextSwitches, self.futexWaits, self.futexWakes, self.poolLock) = (contextSwitches, futexWaits, futexWakes, poolLock)
+    }
+
+    /// "n/a" (or anything not a number) reads as nil.
+    init(fields: [String]) {
+        let v = fields.map(Double.init) + Array(repeating: nil, count: max(0, ScalingCounters.fieldCount - fields.count))
+        self.init(contextSwitches: v[0], futexWaits: v[1], futexWakes: v[2], poolLock: v[3])
+    }
+
+    var all: [Double?] { [contextSwitches, futexWaits, futexWakes, poolLock] }
+    var fields: [String] { all.map { $0.map { "\($0)" } ?? "n/a" } }
+
+    private static func cell(_ value: Double?) -> String {
+        guard let value else { return "n/a" }
+        return String(format: value >= 100 ? "%.0f" : value >= 10 ? "%.1f" : "%.2f", value)
+    }
+    /// "cs 1.23, futex 4.5 w + 6.7 k, lock 1002" (per 1,000 items).
+    var summary: String {
+        let futex = futexWaits == nil && futexWakes == nil ? "n/a" : "\(ScalingCounters.cell(futexWaits)) w + \(ScalingCounters.cell(futexWakes)) k"
+        return "cs \(ScalingCounters.cell(contextSwitches)), futex \(futex)" + (poolLock.map { ", pool lock \(ScalingCounters.cell($0))" } ?? "")
+    }
+    /// Table cells: context switches, futex waits + wakes, pool lock.
+    var cells: [String] {
+        let futex = futexWaits == nil && futexWakes == nil ? "n/a" : "\(ScalingCounters.cell(futexWaits)) + \(ScalingCounters.cell(futexWakes))"
+        return [ScalingCounters.cell(contextSwitches), futex, poolLock.map { ScalingCounters.cell($0) } ?? "—"]
     }
 }
 
@@ -96,6 +150,7 @@ enum Scaling {
         }
         print("")
         printTable(results)
+        printCounters(results)
         printCurves(results)
         let csv = "\(directory)/scaling.csv", svg = "\(directory)/scaling.svg"
         writeCSV(results, to: csv)
@@ -166,6 +221,26 @@ enum Scaling {
         print("")
     }
 
+    /// The counters of every row and side that has them (per 1,000 items).
+    static func printCounters(_ results: [ScalingResult]) {
+        let counted = results.filter { $0.counters != nil }
+        guard !counted.isEmpty else { return }
+        print("Per 1,000 items: context switches of the process (getrusage), ThreadKit's futex calls (waits + wakes; "
+              + "n/a for the incumbents: not countable in-process), our pool lock's acquisitions:\n")
+        print("| row | CPUs | side | context switches | futex calls (w + k) | pool lock |")
+        print("|---|---|---|---|---|---|")
+        for row in rows(counted) {
+            var first = true
+            for cpus in cpuCounts {
+                for r in counted where r.row == row && r.cpus == cpus {
+                    print("| \(first ? row : "") | \(cpus) | \(r.side) (\(r.contender)) | " + r.counters!.cells.joined(separator: " | ") + " |")
+                    first = false
+                }
+            }
+        }
+        print("")
+    }
+
     /// Each side's speed-up over its own 1-CPU figure (throughput ratio, or time ratio inverted).
     static func printCurves(_ results: [ScalingResult]) {
         print("Speed-up over the same side's 1-CPU figure (×):\n")
@@ -187,9 +262,13 @@ enum Scaling {
 
     static func writeCSV(_ results: [ScalingResult], to path: String) {
         func quoted(_ s: String) -> String { "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
-        var text = "row,cpus,side,contender,value,unit\n"
+        // The counters' columns come last (empty where a row has none, "n/a" where a side cannot
+        // read one), so readers of the first six columns are unaffected.
+        var text = "row,cpus,side,contender,value,unit,\(ScalingCounters.csvHeader)\n"
         for r in results {
-            text += [quoted(r.row), "\(r.cpus)", r.side, quoted(r.contender), "\(r.value)", quoted(r.unit)].joined(separator: ",") + "\n"
+            let counters = r.counters?.fields ?? Array(repeating: "", count: ScalingCounters.fieldCount)
+            text += ([quoted(r.row), "\(r.cpus)", r.side, quoted(r.contender), "\(r.value)", quoted(r.unit)] + counters)
+                .joined(separator: ",") + "\n"
         }
         try? text.write(toFile: path, atomically: true, encoding: .utf8)
     }

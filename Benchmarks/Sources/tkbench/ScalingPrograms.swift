@@ -12,6 +12,8 @@
 //   - 8 items blocked in read(2) on a pipe and a ninth that writes the 8 bytes, all on the global
 //     queue: wall time and the process's peak thread count (a pool that does not notice workers
 //     blocked outside it never starts the ninth; the driver writes the bytes itself after 5 s).
+// Each side's counters per 1,000 items (ScalingRows' CounterTotals) go with its figure where a run
+// has a fixed number of items (every shape but the timers). Driver thread only.
 import Foundation
 import Glibc
 import Synchronization
@@ -19,16 +21,20 @@ import ThreadKit
 
 struct ScalingPrograms {
     let rounds: Int
-    typealias Emit = (String, String, String, Double, String, String) -> Void
+    /// Row, side, contender, value, unit, target, counters per 1,000 items (nil: none).
+    typealias Emit = (String, String, String, Double, String, String, ScalingCounters?) -> Void
 
-    /// Runs `ours` and `theirs` alternately `rounds` times; the medians.
-    private func alternate(_ ours: () -> Double, _ theirs: () -> Double) -> (Double, Double) {
+    /// Runs `ours` and `theirs` alternately `rounds` times; the medians, and each side's counters
+    /// per 1,000 items when a run has a fixed number of `items` (ScalingRows' CounterTotals).
+    private func alternate(items: Int? = nil, _ ours: () -> Double, _ theirs: () -> Double)
+        -> (Double, Double, ScalingCounters?, ScalingCounters?) {
         var a: [Double] = [], b: [Double] = []
+        let ourTotals = CounterTotals(ours: true), theirTotals = CounterTotals(ours: false)
         for _ in 0..<rounds {
-            a.append(ours())
-            b.append(theirs())
+            a.append(ourTotals.measure(items: items ?? 0, ours))
+            b.append(theirTotals.measure(items: items ?? 0, theirs))
         }
-        return (a.sorted()[a.count / 2], b.sorted()[b.count / 2])
+        return (a.sorted()[a.count / 2], b.sorted()[b.count / 2], ourTotals.perThousand, theirTotals.perThousand)
     }
 
     // MARK: 25,000 timers
@@ -46,7 +52,7 @@ struct ScalingPrograms {
             _ = read { 0 }
             return Double(after - before) / window / 1e6
         }
-        let (ours, theirs) = alternate({
+        let (ours, theirs, _, _) = alternate({
             let q = TKDispatchQueue(label: "timers"), fired = Counter()   // fired: touched only on q
             return shape({ _, handler in
                 let s = TKDispatchSource.makeTimerSource(queue: q)
@@ -65,8 +71,8 @@ struct ScalingPrograms {
                 return { s.cancel() }
             }, { q.sync(execute: $0) }, fired)
         })
-        emit("25,000 timers at 5 µs, one queue (callbacks)", "ours", "TKDispatchSource", ours, "M/s", "≥ 1× libdispatch")
-        emit("25,000 timers at 5 µs, one queue (callbacks)", "theirs", "DispatchSource", theirs, "M/s", "≥ 1× libdispatch")
+        emit("25,000 timers at 5 µs, one queue (callbacks)", "ours", "TKDispatchSource", ours, "M/s", "≥ 1× libdispatch", nil)
+        emit("25,000 timers at 5 µs, one queue (callbacks)", "theirs", "DispatchSource", theirs, "M/s", "≥ 1× libdispatch", nil)
     }
 
     // MARK: Cascade
@@ -89,15 +95,15 @@ struct ScalingPrograms {
 
     func cascade(_ emit: Emit) {
         let queueCount = 80, blocks = 10_000
-        let (ours, theirs) = alternate({
+        let (ours, theirs, ourCounters, theirCounters) = alternate(items: queueCount * blocks / 4, {
             let queues = (0..<queueCount).map { TKDispatchQueue(label: "cascade\($0)") }
             return ScalingPrograms.cascadeShape(queueCount, blocks) { queues[$0].async(execute: $1) }
         }, {
             let queues = (0..<queueCount).map { DispatchQueue(label: "cascade\($0)") }
             return ScalingPrograms.cascadeShape(queueCount, blocks) { queues[$0].async(execute: $1) }
         })
-        emit("cascade: 80 queues, 10,000 blocks (wall)", "ours", "TKDispatchQueue", ours, "ms", "≤ 1× libdispatch")
-        emit("cascade: 80 queues, 10,000 blocks (wall)", "theirs", "DispatchQueue", theirs, "ms", "≤ 1× libdispatch")
+        emit("cascade: 80 queues, 10,000 blocks (wall)", "ours", "TKDispatchQueue", ours, "ms", "≤ 1× libdispatch", ourCounters)
+        emit("cascade: 80 queues, 10,000 blocks (wall)", "theirs", "DispatchQueue", theirs, "ms", "≤ 1× libdispatch", theirCounters)
     }
 
     // MARK: Contended sync
@@ -111,15 +117,17 @@ struct ScalingPrograms {
                 _ = parallel(8) { _ in sync { _ = usleep(blockMicros) } }
             } / 1e6
         }
-        let (ours, theirs) = alternate({
+        let (ours, theirs, ourCounters, theirCounters) = alternate(items: 9, {
             let q = TKDispatchQueue(label: "contended", attributes: .concurrent)
             return shape({ q.async(flags: .barrier, execute: $0) }, { q.sync(execute: $0) })
         }, {
             let q = DispatchQueue(label: "contended", attributes: .concurrent)
             return shape({ q.async(flags: .barrier, execute: $0) }, { q.sync(execute: $0) })
         })
-        emit("contended sync: 8 threads behind a barrier, 10 ms blocks (wall)", "ours", "TKDispatchQueue", ours, "ms", "≤ 1× libdispatch (ideal 20 ms)")
-        emit("contended sync: 8 threads behind a barrier, 10 ms blocks (wall)", "theirs", "DispatchQueue", theirs, "ms", "≤ 1× libdispatch (ideal 20 ms)")
+        emit("contended sync: 8 threads behind a barrier, 10 ms blocks (wall)", "ours", "TKDispatchQueue", ours, "ms",
+             "≤ 1× libdispatch (ideal 20 ms)", ourCounters)
+        emit("contended sync: 8 threads behind a barrier, 10 ms blocks (wall)", "theirs", "DispatchQueue", theirs, "ms",
+             "≤ 1× libdispatch (ideal 20 ms)", theirCounters)
     }
 
     // MARK: Readsync
@@ -165,7 +173,8 @@ struct ScalingPrograms {
 
     func readsync(cpus: Int, _ emit: Emit) {
         let n = cpus * 8
-        let (ours, theirs) = alternate({
+        // Items: the 2,000 reads, 10 barrier writes and 1 barrier drain on the queue, and the n workers.
+        let (ours, theirs, ourCounters, theirCounters) = alternate(items: 2_011 + n, {
             let q = TKDispatchQueue(label: "readsync", attributes: .concurrent)
             return ScalingPrograms.readsyncShape(workers: n,
                 submit: { TKDispatchQueue.global(qos: .userInitiated).async(execute: $0) },
@@ -181,8 +190,8 @@ struct ScalingPrograms {
                 drain: { q.sync(flags: .barrier) {} })
         })
         let row = "readsync: CPUS×8 workers, 2,000 reads (wall)"
-        emit(row, "ours", "TKDispatchQueue", ours, "ms", "≤ 1× libdispatch")
-        emit(row, "theirs", "DispatchQueue", theirs, "ms", "≤ 1× libdispatch")
+        emit(row, "ours", "TKDispatchQueue", ours, "ms", "≤ 1× libdispatch", ourCounters)
+        emit(row, "theirs", "DispatchQueue", theirs, "ms", "≤ 1× libdispatch", theirCounters)
     }
 
     // MARK: 8 items blocked in read(2)
@@ -227,12 +236,13 @@ struct ScalingPrograms {
     }
 
     func blockedReads(_ emit: Emit) {
-        let ours = ScalingPrograms.blockedReads { TKDispatchQueue.global().async(execute: $0) }
-        let theirs = ScalingPrograms.blockedReads { DispatchQueue.global().async(execute: $0) }
+        let ourTotals = CounterTotals(ours: true), theirTotals = CounterTotals(ours: false)
+        let ours = ourTotals.measure(items: 9) { ScalingPrograms.blockedReads { TKDispatchQueue.global().async(execute: $0) } }
+        let theirs = theirTotals.measure(items: 9) { ScalingPrograms.blockedReads { DispatchQueue.global().async(execute: $0) } }
         let row = "8 items blocked in read(2) + 1 writer"
-        emit(row, "ours", "TKDispatchQueue", ours.0, "ms", "≈ libdispatch (no 5 s stall)")
-        emit(row, "theirs", "DispatchQueue", theirs.0, "ms", "")
-        emit(row, "ours", "TKDispatchQueue", Double(ours.1), "threads", "")
-        emit(row, "theirs", "DispatchQueue", Double(theirs.1), "threads", "")
+        emit(row, "ours", "TKDispatchQueue", ours.0, "ms", "≈ libdispatch (no 5 s stall)", ourTotals.perThousand)
+        emit(row, "theirs", "DispatchQueue", theirs.0, "ms", "", theirTotals.perThousand)
+        emit(row, "ours", "TKDispatchQueue", Double(ours.1), "threads", "", nil)
+        emit(row, "theirs", "DispatchQueue", Double(theirs.1), "threads", "", nil)
     }
 }

@@ -3,6 +3,9 @@
 // lateness table (2 s per timer; `--quick`: 0.5 s) is printed with the runloop group or `timers`.
 // `tkbench scaling [--out DIR]` (not part of "every group": it runs a child per CPU count) pins
 // each row to 1, 2, 4, 8 and 16 CPUs and writes scaling.csv and scaling.svg to DIR (default .).
+// `tkbench stress [--seconds N] [--producers P]` runs the pool's stress workloads for N seconds
+// (Stress.swift) and exits non-zero on a wrong count, an out-of-order item or a wedge.
+// `--help` lists the commands. Main thread only.
 import Foundation
 
 let groups: [(String, () -> [Row])] = [
@@ -32,6 +35,23 @@ if arguments.count == 3, let n = Int(arguments[2]) {
 if arguments.first == "port-sender" { exit(PortBenchmarks.sender(Array(arguments.dropFirst()))) }
 // The fresh process of the "8 items blocking 1 s" row.
 if arguments.first == "blocking-child", arguments.count == 2 { exit(DispatchBenchmarks.blockingChild(arguments[1])) }
+// The pool's stress run (before anything else starts a pool thread).
+if arguments.first == "stress" { exit(Stress.main(Array(arguments.dropFirst()))) }
+if arguments.contains("--help") || arguments.first == "help" {
+    print("""
+    tkbench [GROUP…] [--rounds N]       every group, or the named ones (--list names them)
+    tkbench timers [--quick]            the timer lateness table alone
+    tkbench scaling [--rounds N] [--out DIR]
+                                        each row pinned to 1, 2, 4, 8, 16 CPUs; scaling.csv, scaling.svg
+    tkbench scaling-child CPUS FILE ROUNDS
+                                        one CPU count's rows (TKBENCH_ONLY=text picks rows)
+    tkbench stress [--seconds N] [--producers P]
+                                        the pool's stress workloads for N s (default 60), exact counts,
+                                        per-queue order, a 5 s wedge watchdog; exit 0 only if all match
+    tkbench --list                      the groups
+    """)
+    exit(0)
+}
 // The pinned child of the scaling group.
 if arguments.first == "scaling-child", arguments.count == 4, let cpus = Int(arguments[1]), let n = Int(arguments[3]) {
     exit(ScalingRows.child(cpus: cpus, file: arguments[2], rounds: n))
@@ -43,6 +63,7 @@ if arguments.first == "pglock-child" { exit(PostgresBenchmarks.child(Array(argum
 if arguments.contains("--list") {
     for (name, _) in groups { print(name) }
     print("scaling")
+    print("stress")
     exit(0)
 }
 var rounds = 11
