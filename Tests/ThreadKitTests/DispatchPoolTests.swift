@@ -23,6 +23,26 @@ final class DispatchPoolTests: XCTestCase {
         XCTAssertLessThan(elapsed, .milliseconds(1_500), "8 blocked items took \(elapsed): the pool did not add workers at once")
     }
 
+    /// One job submitting 200,000 items to a pool of width 1 (a child process): they start in
+    /// nearly the order submitted. The job's first 32 go to its local queue, the rest to the shared
+    /// path, and once it overflowed it stays there; before, each refill of its local queue was
+    /// handed to the front of the run queue by the monitor (every tick of the long job), ahead of
+    /// the job's older submissions — up to 10^8 inversions here, and a million-task group then
+    /// spent minutes in the Swift runtime's child-list removal. Allowed: the local queue's own
+    /// reordering (it goes behind waiting jobs after 8 starts: at most 32 items, each displaced by
+    /// at most the whole run), 64 per item in all.
+    func testOneJobsSubmissionsStartInNearlyTheOrderItMadeThem() throws {
+        let n = 200_000
+        let result = try ChildProcess.run("dispatch-pool-submission-order", ["\(n)"], timeout: .seconds(120))
+        XCTAssertEqual(result.status, 0, result.standardOutput + result.standardError)
+        let inversions = result.standardOutput.split(separator: "\n").compactMap { line -> Int? in
+            let fields = line.split(separator: " ")
+            return fields.count == 4 && fields[2] == "inversions" ? Int(fields[3]) : nil
+        }.first
+        XCTAssertNotNil(inversions, result.standardOutput)
+        XCTAssertLessThanOrEqual(inversions ?? .max, 64 * n, "start order far from submission order")
+    }
+
     func testAPoolWhoseWorkersAllWaitOnALaterItemStillFinishes() {
         // Every item waits for the one submitted after all of them: with only `cores` workers and
         // no compensation this would hang forever.

@@ -6,13 +6,48 @@
 // status 0, 3 if the mask could not be set. Normal
 // from background: the first normal worker is asked for by a background worker, and the role
 // prints the scheduling policy and nice value the default-QoS item ran with (run as nobody when
-// started as root); exit status 0, 3 if root could not drop its privileges.
+// started as root); exit status 0, 3 if root could not drop its privileges. Submission order: a
+// pool of width 1 (TK_CPU_BUDGET=1, set before the pool starts) runs one job that submits N items
+// to the global queue, then prints how far their start order is from the submission order.
 import CThreadKit
 import Glibc
+import Synchronization
 import ThreadKit
 
 enum DispatchPoolRoles {
     static let all: [ChildRole] = [
+        ChildRole(name: "dispatch-pool-submission-order",
+                  usage: "N (width 1: one job submits N items; print the inversions of their start order)") { arguments in
+            setenv("TK_CPU_BUDGET", "1", 1)   // before the pool reads it
+            let n = max(1, Int(arguments.first ?? "200000") ?? 200_000)
+            // Start positions, written once each by the item (index k of the start sequence).
+            let order = UnsafeMutablePointer<Int32>.allocate(capacity: n)
+            let started = Atomic<Int>(0)
+            let finished = Atomic<Int>(0)
+            let done = TKDispatchSemaphore(value: 0)
+            nonisolated(unsafe) let slots = order
+            TKDispatchQueue.global().async {
+                for i in 0..<n {
+                    TKDispatchQueue.global().async {
+                        slots[started.wrappingAdd(1, ordering: .relaxed).oldValue] = Int32(i)
+                        if finished.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue == n { done.signal() }
+                    }
+                }
+            }
+            guard done.wait(until: .now + .seconds(60)) == .success else { print("unfinished"); return 1 }
+            // Inversions: pairs started in the other order than submitted (a Fenwick tree over
+            // the indices, walking the start sequence from its end).
+            var tree = [Int](repeating: 0, count: n + 1)
+            var inversions = 0
+            for k in stride(from: n - 1, through: 0, by: -1) {
+                var i = Int(order[k])
+                while i > 0 { inversions += tree[i]; i -= i & -i }
+                i = Int(order[k]) + 1
+                while i <= n { tree[i] += 1; i += i & -i }
+            }
+            print("items \(n) inversions \(inversions)")
+            return 0
+        },
         ChildRole(name: "dispatch-pool-width-affinity",
                   usage: "N (restrict this process to its first N allowed CPUs, then print the global queue)") { arguments in
             unsetenv("TK_CPU_BUDGET")   // before the pool reads it: the mask alone decides here

@@ -264,7 +264,9 @@ final class DispatchPool: @unchecked Sendable {
             if worker.background == (level == RunQueues.background) && worker.mayPushLocal {
                 switch worker.pushLocal(entry, level: level) {
                 case .pushed(let before): return localPushed(worker, before: before)
-                case .refused(let back): entry = back
+                case .refused(let back):
+                    worker.noteOverflow()
+                    entry = back
                 }
             }
         }

@@ -63,6 +63,8 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
         var appliedLevel = -1
         /// The count part of `activity`.
         var activityCount: UInt64 = 0
+        /// The running job's submissions overflowed its local queue (`mayPushLocal`).
+        var overflowed = false
     }
     /// Kept in memory of its own and reached through addressors: a stored `var` of a class pays a
     /// runtime exclusivity check on every access (two per job: 230 instructions, callgrind).
@@ -133,7 +135,18 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     }
 
     /// Whether a job submitted now may go to the local queue at all (inside a job). Worker thread.
-    var mayPushLocal: Bool { mine.runningJob }
+    /// And not once the job's submissions have overflowed to the shared path: from then on all of
+    /// them go there, so one job's submissions start in the order it made them. (A job that kept
+    /// refilling its local queue after overflowing had each refill handed to the front of the run
+    /// queue by the monitor — it gives a long job's local queue back every tick — ahead of its
+    /// own older, overflowed submissions: a million-task group then completed so far out of order
+    /// that the Swift runtime's child-list removal, linear in the distance from the oldest
+    /// unfinished child, took minutes. docs/DispatchPool.md, "Local queues and stealing".)
+    var mayPushLocal: Bool { mine.runningJob && !mine.overflowed }
+
+    /// The job running on this worker submitted a job its local queue refused: the rest of its
+    /// submissions go to the shared path. Worker thread, inside a job.
+    func noteOverflow() { mine.overflowed = true }
 
     enum LocalPush { case pushed(before: Int), refused(DispatchEntry) }
 
@@ -180,6 +193,7 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
             mine.appliedLevel = level
         }
         mine.runningJob = true
+        mine.overflowed = false
         becomeObservable()
         if entry.isUserWork {
             // A block of a global queue runs "inside" that global queue.
