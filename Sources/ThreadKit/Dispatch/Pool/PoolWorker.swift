@@ -273,7 +273,13 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     func didUnpark() {
         guard mine.countedBlocked else { return }
         mine.countedBlocked = false
-        becomeObservable()   // not observable while parked
+        // Counted running first, observable second: the monitor marks only observable words, and
+        // marking counts the worker out of `running`. Observable while still counted blocked (the
+        // old order: it waits for the pool's lock in workerDidUnblock, asleep, for a tick under
+        // load) let the monitor take it out of `running` too, leaving the tier one short until
+        // the job ended — 0 running with 1 searching in one CI run, caught by PoolScheduler's
+        // invariant assertion.
         pool.workerDidUnblock(self)
+        becomeObservable()
     }
 }
