@@ -101,7 +101,9 @@ final class HangWatchdog: @unchecked Sendable {
             for slot in listed {
                 let mark = slot.current
                 let started = mark.started
-                guard let activity = mark.activity, started != 0, now &- started >= limitNs,
+                // `started > now` happens: the slot's thread began its activity after `now` was
+                // read (the subtraction wrapped, and the report's Int64 conversion trapped once in CI).
+                guard let activity = mark.activity, started != 0, now > started, now - started >= limitNs,
                       slot.reportedStart.exchange(started, ordering: .relaxed) != started else { continue }
                 let report = sample(slot, activity: activity, running: .nanoseconds(Int64(now &- started)))
                 TKDiagnostics.deliver(report)
