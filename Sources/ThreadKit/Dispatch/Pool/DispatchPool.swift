@@ -34,8 +34,8 @@ final class DispatchPool: @unchecked Sendable {
     /// (`reportThreadCapReached`).
     let threadCap: Int
     static func threadCap(width: Int) -> Int { max(255, 8 * width) }
-    /// An idle worker's thread ends after this long without work.
-    static let idleTimeout: Duration = .seconds(2)
+    /// An idle worker's thread ends after this long without work (2 s), in `RunQueues.stamp`
+    /// nanoseconds: the scheduler's and the worker's sleep both count in them.
     static let idleTimeoutNanoseconds: UInt64 = 2_000_000_000
     /// A worker's local queue holds at most this many jobs (docs/DispatchPool.md, "Local queues and
     /// stealing"); more go to the run queues.
@@ -43,7 +43,6 @@ final class DispatchPool: @unchecked Sendable {
     /// Local jobs a worker starts in a row while jobs of the same level wait in the run queues,
     /// before its local queue goes behind them (a batch, at most `batchLimit - 1`, never reaches it).
     static let localStreakLimit = 8
-    static var batchLimit: Int { Scheduler.batchLimit }
 
     /// Taken only through `lockPool`, `tryLockPool` and `unlockPool` (which drain `stage`).
     let lock = DispatchLock()

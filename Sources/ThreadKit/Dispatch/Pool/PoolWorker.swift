@@ -224,17 +224,15 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
             // Poll for the next submission briefly (it saves the wake-up when work arrives in quick
             // succession), but only while few others poll: sixteen idle workers polling took a
             // quarter of a 16-CPU machine's time in the profiles (`maxIdleSpinners`).
+            // (Polled here rather than by `event.wait`'s own spin, so the count drops when the
+            // polling ends, not when the park does.)
+            var set = false
             if pool.idleSpinners.wrappingAdd(1, ordering: .relaxed).oldValue < pool.maxIdleSpinners {
                 var spin = SpinWait(limit: DispatchSpin.idleWorker)
-                var set = false
-                while spin.spin() {
-                    if event.isSet { set = true; break }
-                }
-                pool.idleSpinners.wrappingSubtract(1, ordering: .relaxed)
-                if set { return .woken }
-            } else {
-                pool.idleSpinners.wrappingSubtract(1, ordering: .relaxed)
+                while !set && spin.spin() { set = event.isSet }
             }
+            pool.idleSpinners.wrappingSubtract(1, ordering: .relaxed)
+            if set { return .woken }
             if event.wait(deadline: PoolWorker.instant(deadline), spinLimit: 0, observed: false) { return .woken }
             switch pool.idleTimedOut(self, idleSince: idleSince) {
             case .woken:
