@@ -1,33 +1,132 @@
-// The diagnostics switch (include/CThreadKitDiagnostics.h): the word and the constructor that
-// sets its feature bits from TK_DIAGNOSTICS before main runs. Only the feature names are parsed
-// here; their arguments (hangs:250ms) are parsed by DiagnosticsConfiguration.swift.
+// The diagnostics switch (include/CThreadKitDiagnostics.h): the word, the constructor that sets
+// its feature bits from TK_DIAGNOSTICS before main runs, and the one parser of that variable
+// (tk_diagnostics_parse), which DiagnosticsConfiguration.swift calls too for the hang threshold.
+//
+// Grammar: items separated by commas; spaces (any isspace byte) around an item and around its
+// ':' are ignored, names and options are read in any case; empty items are skipped. An item that
+// is not understood — an unknown name, an option its name does not take, a bad duration —
+// enables nothing at all and is named on standard error, once, by the constructor.
 #include "include/CThreadKitDiagnostics.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 uint32_t tk_diagnostics_word = 0;
 static const char *tk_diagnostics_env = NULL;
 
 const char *tk_diagnostics_environment(void) { return tk_diagnostics_env; }
 
-/// One comma-separated item: its name (before any ':') decides the bit.
-static uint32_t tk_diagnostics_item(const char *item, size_t length) {
-    size_t name = 0;
-    while (name < length && item[name] != ':') name++;
-#define TK_IS(literal) (name == sizeof(literal) - 1 && strncmp(item, literal, name) == 0)
-    if (TK_IS("lockorder")) {
-        // lockorder:fatal stops the process at the first cycle.
-        if (length > name + 1 && strncmp(item + name + 1, "fatal", length - name - 1) == 0)
-            return TK_DIAG_LOCK_ORDER | TK_DIAG_LOCK_ORDER_FATAL;
-        return TK_DIAG_LOCK_ORDER;
+static int tk_is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+/// [*start, *end) without the spaces around it.
+static void tk_trim(const char **start, const char **end) {
+    while (*start < *end && tk_is_space(**start)) (*start)++;
+    while (*end > *start && tk_is_space((*end)[-1])) (*end)--;
+}
+
+/// Whether [start, end) is `word` in any case (ASCII).
+static int tk_is(const char *start, const char *end, const char *word) {
+    size_t length = strlen(word);
+    return (size_t)(end - start) == length && strncasecmp(start, word, length) == 0;
+}
+
+/// `250ms`, `2s`, `500us`, `500µs`, `1.5s`, `750` (milliseconds), `250 ms`: nanoseconds, or 0 when
+/// not a duration of at least 1 ns and under 10^18 ns.
+static uint64_t tk_duration(const char *start, const char *end) {
+    double value = 0, scale = 1;
+    int digits = 0, point = 0;
+    const char *p = start;
+    for (; p < end; p++) {
+        if (*p >= '0' && *p <= '9') {
+            if (point) { scale /= 10; value += (*p - '0') * scale; }
+            else value = value * 10 + (*p - '0');
+            digits++;
+        } else if (*p == '.' && !point) {
+            point = 1;
+        } else {
+            break;
+        }
     }
-    if (TK_IS("hangs")) return TK_DIAG_HANGS;
-    if (TK_IS("contention")) return TK_DIAG_CONTENTION;
-    if (TK_IS("trace")) return TK_DIAG_TRACE;
-    if (TK_IS("all")) return TK_DIAG_LOCK_ORDER | TK_DIAG_HANGS | TK_DIAG_CONTENTION | TK_DIAG_TRACE;
-    if (TK_IS("off") || TK_IS("none")) return 0x80000000u; // marker: everything off, debug default too
-#undef TK_IS
-    return 0; // unknown names are reported by the Swift side, which sees the whole string
+    if (digits == 0 || digits > 30) return 0;
+    const char *unit = p, *unit_end = end;
+    tk_trim(&unit, &unit_end);
+    double ns;
+    if (unit == unit_end || tk_is(unit, unit_end, "ms")) ns = value * 1e6;
+    else if (tk_is(unit, unit_end, "s")) ns = value * 1e9;
+    else if (tk_is(unit, unit_end, "us") || tk_is(unit, unit_end, "\xC2\xB5s") || tk_is(unit, unit_end, "\xCE\xBCs")) ns = value * 1e3;
+    else if (tk_is(unit, unit_end, "ns")) ns = value;
+    else return 0;
+    if (!(ns >= 1) || !(ns < 1e18)) return 0;
+    return (uint64_t)ns;
+}
+
+#define TK_ACCEPTED "accepted: lockorder, lockorder:fatal, hangs, hangs:250ms (ns, us, ms, s), contention, trace, all, off, none; " \
+                    "any case, spaces allowed around items"
+
+/// Appends to `warnings` (NUL-terminated, `*used` bytes so far, cut at `size`) the line naming a
+/// rejected item: the item as written (control bytes as '?', at most 80 bytes) and why.
+static void tk_warn(char *warnings, size_t size, size_t *used, const char *start, const char *end, const char *why) {
+    if (warnings == NULL || size == 0 || *used + 1 >= size) return;
+    char item[84];
+    size_t n = 0;
+    for (const char *p = start; p < end && n < 80; p++) item[n++] = (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p;
+    if (end - start > 80) { item[n++] = '.'; item[n++] = '.'; item[n++] = '.'; }
+    item[n] = '\0';
+    int written = snprintf(warnings + *used, size - *used,
+                           "ThreadKit diagnostics: TK_DIAGNOSTICS: ignoring \"%s\" (%s); nothing of it is enabled (" TK_ACCEPTED ")\n",
+                           item, why);
+    if (written > 0) *used = *used + (size_t)written < size ? *used + (size_t)written : size - 1;
+}
+
+void tk_diagnostics_parse(const char *text, tk_diagnostics_settings *out, char *warnings, size_t size) {
+    memset(out, 0, sizeof *out);
+    size_t used = 0;
+    if (warnings != NULL && size > 0) warnings[0] = '\0';
+    if (text == NULL) return;
+    const char *item = text;
+    for (;;) {
+        const char *comma = strchr(item, ',');
+        const char *start = item, *end = comma ? comma : item + strlen(item);
+        tk_trim(&start, &end);
+        if (start < end) {
+            const char *colon = memchr(start, ':', (size_t)(end - start));
+            const char *name_end = colon ? colon : end, *option = colon ? colon + 1 : end, *option_end = end;
+            tk_trim(&start, &name_end);
+            tk_trim(&option, &option_end);
+            const char *why = NULL;
+            uint32_t bits = 0;
+            if (tk_is(start, name_end, "lockorder")) {
+                if (!colon) bits = TK_DIAG_LOCK_ORDER;
+                else if (tk_is(option, option_end, "fatal")) bits = TK_DIAG_LOCK_ORDER | TK_DIAG_LOCK_ORDER_FATAL;
+                else why = "lockorder takes no option but fatal";
+            } else if (tk_is(start, name_end, "hangs")) {
+                uint64_t threshold = colon ? tk_duration(option, option_end) : 0;
+                if (colon && threshold == 0) why = "hangs takes a positive duration, such as 250ms, 2s or 500us";
+                else {
+                    bits = TK_DIAG_HANGS;
+                    if (threshold != 0) out->hang_threshold_ns = threshold;
+                }
+            } else if (tk_is(start, name_end, "contention") || tk_is(start, name_end, "trace") ||
+                       tk_is(start, name_end, "all") || tk_is(start, name_end, "off") || tk_is(start, name_end, "none")) {
+                if (colon) why = "this item takes no option";
+                else if (tk_is(start, name_end, "contention")) bits = TK_DIAG_CONTENTION;
+                else if (tk_is(start, name_end, "trace")) bits = TK_DIAG_TRACE;
+                else if (tk_is(start, name_end, "all")) bits = TK_DIAG_LOCK_ORDER | TK_DIAG_HANGS | TK_DIAG_CONTENTION | TK_DIAG_TRACE;
+                else out->off = 1;
+            } else {
+                why = "unknown name";
+            }
+            if (why != NULL) {
+                out->rejected++;
+                tk_warn(warnings, size, &used, start, end, why);
+            }
+            out->features |= bits;
+        }
+        if (comma == NULL) break;
+        item = comma + 1;
+    }
 }
 
 __attribute__((constructor)) static void tk_diagnostics_init(void) {
@@ -39,17 +138,18 @@ __attribute__((constructor)) static void tk_diagnostics_init(void) {
 #endif
     if (value != NULL) {
         tk_diagnostics_env = value;
-        uint32_t parsed = 0;
-        const char *item = value;
-        while (*item != '\0') {
-            const char *end = strchr(item, ',');
-            size_t length = end ? (size_t)(end - item) : strlen(item);
-            parsed |= tk_diagnostics_item(item, length);
-            if (end == NULL) break;
-            item = end + 1;
-        }
+        tk_diagnostics_settings settings;
+        char warnings[2048];
+        tk_diagnostics_parse(value, &settings, warnings, sizeof warnings);
         // Named features add to the debug default; `off` turns everything off.
-        word = (parsed & 0x80000000u) ? 0 : (word | parsed);
+        word = settings.off ? 0 : (word | settings.features);
+        // Said once, here: the program may never touch the diagnostics API.
+        size_t length = strlen(warnings), done = 0;
+        while (done < length) {
+            ssize_t n = write(STDERR_FILENO, warnings + done, length - done);
+            if (n <= 0) break;
+            done += (size_t)n;
+        }
     }
     tk_diagnostics_word = word;
 }

@@ -84,24 +84,41 @@ uint32_t tk_lockorder_held_at(uint32_t index) {
 }
 uint64_t tk_lockorder_overflowed(void) { return __atomic_load_n(&tk_overflowed, __ATOMIC_RELAXED); }
 
-// MARK: Known-edge cache (any thread)
+// MARK: Known-edge cache (read by any thread; changed under the graph's mutex)
 
-// 2^16 slots of 8 bytes (512 KiB of zero pages, touched only as edges arrive). A slot goes from 0
-// to a key once and never changes again, so readers need no lock: acquire pairs with the
-// inserting CAS, which the Swift side performs only after the edge is in its graph.
+// 2^16 slots of 8 bytes (512 KiB of zero pages, touched only as edges arrive), open addressing
+// with linear probing over a window of 32 slots. A slot holds one of:
+//
+//   0                  empty: ends every probe sequence that reaches it
+//   TK_EDGE_TOMBSTONE  an edge that was removed (its lock was freed): probes go past it, an
+//                      insertion may reuse it
+//   (from << 32) | to  a known edge (ids are nonzero, so no edge is 0 or the tombstone)
+//
+// Readers take no lock; insertions and removals are serialised by the caller (the Swift graph's
+// mutex), so a key is never stored twice. Invariant readers rely on: between a key's home slot
+// and the slot holding it there is no 0. A removal writes a tombstone, then turns tombstones back
+// into 0 from the end of a run backwards (only when the next slot is 0), which keeps the
+// invariant at every single store, so a concurrent reader either finds the key or rightly
+// misses it. Without removals the table filled for good with the edges of dead locks (every new
+// edge then took the slow path).
 #define TK_EDGE_BITS 16
+#define TK_EDGE_MASK ((1u << TK_EDGE_BITS) - 1)
 #define TK_EDGE_PROBES 32
+#define TK_EDGE_TOMBSTONE 1ull
 static uint64_t tk_edges[1u << TK_EDGE_BITS];
+static uint64_t tk_edge_count = 0; // keys present; written under the graph's mutex, read relaxed
 
 static inline uint32_t tk_edge_slot(uint64_t key) {
     return (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> (64 - TK_EDGE_BITS));
 }
 
 int tk_lockorder_edge_known(uint32_t from, uint32_t to) {
-    uint64_t key = ((uint64_t)from << 32) | to; // ids are nonzero, so no key is 0
+    uint64_t key = ((uint64_t)from << 32) | to;
     uint32_t slot = tk_edge_slot(key);
     for (int probe = 0; probe < TK_EDGE_PROBES; probe++) {
-        uint64_t seen = __atomic_load_n(&tk_edges[(slot + probe) & ((1u << TK_EDGE_BITS) - 1)], __ATOMIC_ACQUIRE);
+        // Acquire: pairs with the releasing store of the key in tk_lockorder_edge_insert, which
+        // the Swift side makes only after the edge is in its graph.
+        uint64_t seen = __atomic_load_n(&tk_edges[(slot + probe) & TK_EDGE_MASK], __ATOMIC_ACQUIRE);
         if (seen == key) return 1;
         if (seen == 0) return 0;
     }
@@ -111,18 +128,52 @@ int tk_lockorder_edge_known(uint32_t from, uint32_t to) {
 int tk_lockorder_edge_insert(uint32_t from, uint32_t to) {
     uint64_t key = ((uint64_t)from << 32) | to;
     uint32_t slot = tk_edge_slot(key);
+    uint64_t *free_cell = NULL;
     for (int probe = 0; probe < TK_EDGE_PROBES; probe++) {
-        uint64_t *cell = &tk_edges[(slot + probe) & ((1u << TK_EDGE_BITS) - 1)];
-        uint64_t seen = __atomic_load_n(cell, __ATOMIC_ACQUIRE);
+        uint64_t *cell = &tk_edges[(slot + probe) & TK_EDGE_MASK];
+        uint64_t seen = __atomic_load_n(cell, __ATOMIC_RELAXED); // only writers (serialised) store
         if (seen == key) return 0;
-        if (seen != 0) continue;
-        uint64_t expected = 0;
-        // Release: publishes the graph update made before the insert to threads that find the key.
-        if (__atomic_compare_exchange_n(cell, &expected, key, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) return 1;
-        if (expected == key) return 0;
+        if (seen == TK_EDGE_TOMBSTONE) {
+            if (free_cell == NULL) free_cell = cell;
+            continue;
+        }
+        if (seen == 0) {
+            if (free_cell == NULL) free_cell = cell;
+            break;
+        }
     }
-    return -1;
+    if (free_cell == NULL) return -1;
+    // Release: publishes the graph update made before the insert to threads that find the key.
+    __atomic_store_n(free_cell, key, __ATOMIC_RELEASE);
+    __atomic_store_n(&tk_edge_count, __atomic_load_n(&tk_edge_count, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+    return 1;
 }
+
+int tk_lockorder_edge_remove(uint32_t from, uint32_t to) {
+    uint64_t key = ((uint64_t)from << 32) | to;
+    uint32_t slot = tk_edge_slot(key);
+    for (int probe = 0; probe < TK_EDGE_PROBES; probe++) {
+        uint32_t index = (slot + probe) & TK_EDGE_MASK;
+        uint64_t seen = __atomic_load_n(&tk_edges[index], __ATOMIC_RELAXED);
+        if (seen == 0) return 0;
+        if (seen != key) continue;
+        // Relaxed: a reader that still sees the key takes the edge of a freed lock as known,
+        // which checks nothing wrongly (the freed lock is never acquired again).
+        __atomic_store_n(&tk_edges[index], TK_EDGE_TOMBSTONE, __ATOMIC_RELAXED);
+        __atomic_store_n(&tk_edge_count, __atomic_load_n(&tk_edge_count, __ATOMIC_RELAXED) - 1, __ATOMIC_RELAXED);
+        // A tombstone followed by an empty slot ends no probe sequence that needs it: empty it,
+        // and the tombstones before it in turn.
+        while (__atomic_load_n(&tk_edges[index], __ATOMIC_RELAXED) == TK_EDGE_TOMBSTONE &&
+               __atomic_load_n(&tk_edges[(index + 1) & TK_EDGE_MASK], __ATOMIC_RELAXED) == 0) {
+            __atomic_store_n(&tk_edges[index], 0, __ATOMIC_RELAXED);
+            index = (index - 1) & TK_EDGE_MASK;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+uint64_t tk_lockorder_edge_count(void) { return __atomic_load_n(&tk_edge_count, __ATOMIC_RELAXED); }
 
 // MARK: Hang sampling
 

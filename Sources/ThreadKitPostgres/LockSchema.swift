@@ -4,12 +4,15 @@
 //
 //   threadkit_locks(id integer identity UNIQUE, name text PRIMARY KEY, token bigint,
 //                   holder_pid integer, holder text, acquired_at timestamptz)
-//     one row per lock name, created the first time the name is used. `id` is the lock's
+//     one row per lock name (in Unicode NFC, `normalized`), created the first time the name is
+//     used. `id` is the lock's
 //     advisory key: pg_advisory_lock(namespace, id), the two-int4 form, whose first half is
 //     ThreadKit's namespace so that no other application's advisory keys (one bigint, or two
 //     int4s of its own) collide with ours, and whose second half is distinct per name because it
 //     comes from an identity column, not a hash. `token` is the fencing token, incremented by the
-//     holder right after pg_advisory_lock succeeds, in the same session.
+//     holder right after pg_advisory_lock succeeds, in the same session; holder_pid, holder and
+//     acquired_at are written by that same statement and describe the latest acquisition (release
+//     writes nothing: TKPostgresLock.swift's header says why; pg_locks says whether it is held).
 //   threadkit_fenced(resource text PRIMARY KEY, token bigint, value text, written_at timestamptz)
 //     TKPostgresFencedStore's resources: the highest token that wrote each one.
 //
@@ -71,7 +74,18 @@ enum LockSchema {
         return id
     }
 
-    /// Checks a lock name: non-empty, no NUL, at most `maximumNameBytes` UTF-8 bytes.
+    /// `name` in Unicode NFC. Names (and fenced resources) are compared by the server as bytes
+    /// (the `text` primary key), while Swift's `==` says canonically equivalent spellings (é as one
+    /// code point, or e + U+0301) are the same string: normalising before a name reaches the server
+    /// makes them one lock, as a Swift programmer expects. The standard library's own NFC (what
+    /// String comparison uses) does it: FoundationEssentials has no
+    /// precomposedStringWithCanonicalMapping, and full Foundation is not a dependency here.
+    static func normalized(_ name: String) -> String {
+        String(decoding: name._nfcCodeUnits, as: UTF8.self)
+    }
+
+    /// Checks a lock name (already normalised): non-empty, no NUL, at most `maximumNameBytes` UTF-8
+    /// bytes.
     static func validate(_ name: String) throws {
         let bytes = name.utf8.count
         if bytes == 0 {

@@ -46,15 +46,16 @@ final class PostgresSession: @unchecked Sendable {
     static func connect(_ configuration: TKPostgresConfiguration, owner: String,
                         deadline: ContinuousClock.Instant? = nil) throws -> PostgresSession {
         var nioConfiguration = try configuration.nioConfiguration(owner: owner)
-        let limit = deadline.map { min(configuration.connectTimeout, max(.milliseconds(1), $0 - .now)) } ?? configuration.connectTimeout
-        nioConfiguration.options.connectTimeout = .nanoseconds(Int64(limit.components.seconds) * 1_000_000_000
-                                                               + limit.components.attoseconds / 1_000_000_000)
+        // Saturating: connectTimeout is a public var, and a deadline may be any instant.
+        let timeout = min(max(configuration.connectTimeout, .milliseconds(1)), DeadlineArithmetic.longest)
+        let limit = deadline.map { min(timeout, max(.milliseconds(1), $0 - .now)) } ?? timeout
+        nioConfiguration.options.connectTimeout = .nanoseconds(DeadlineArithmetic.nanoseconds(limit))
         let eventLoop = MultiThreadedEventLoopGroup.singleton.any()
         let future = PostgresConnection.connect(on: eventLoop, configuration: nioConfiguration, id: nextID(), logger: logger)
         // The server may take a moment beyond the TCP connect to authenticate: allow it, bounded.
         let connection: PostgresConnection
         do {
-            connection = try block(on: future, until: .now + limit + .seconds(5), owner: owner, what: "connecting to \(configuration.serverDescription)")
+            connection = try block(on: future, until: DeadlineArithmetic.instant(limit + .seconds(5)), owner: owner, what: "connecting to \(configuration.serverDescription)")
         } catch let error as TKError {
             throw error
         } catch {
@@ -62,7 +63,7 @@ final class PostgresSession: @unchecked Sendable {
         }
         do {
             let pidFuture = connection.query("SELECT pg_backend_pid()", logger: logger)
-            let rows = try block(on: pidFuture, until: .now + configuration.connectTimeout, owner: owner, what: "asking for the session id")
+            let rows = try block(on: pidFuture, until: DeadlineArithmetic.instant(configuration.connectTimeout), owner: owner, what: "asking for the session id")
             guard let pid = try rows.rows.first?.decode(Int32.self) else {
                 throw TKError(.protocolViolation, "\(owner): the server returned no pg_backend_pid().")
             }
@@ -79,7 +80,7 @@ final class PostgresSession: @unchecked Sendable {
     func query(_ query: PostgresQuery, what: String, until deadline: ContinuousClock.Instant? = nil) throws -> [PostgresRow] {
         let future = connection.query(query, logger: Self.logger)
         do {
-            return try Self.block(on: future, until: deadline ?? .now + configuration.statementTimeout, owner: owner, what: what).rows
+            return try Self.block(on: future, until: deadline ?? DeadlineArithmetic.instant(configuration.statementTimeout), owner: owner, what: what).rows
         } catch let error as TKError {
             if error.code == .systemCall && error.errno == ETIMEDOUT { close() }
             throw error

@@ -5,7 +5,7 @@
 //   postgres[ql]://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?PARAMETERS]
 //   parameters: sslmode=disable|prefer|require|verify-full (default prefer, as libpq),
 //               host=/socket/directory (a Unix socket; HOST in the authority is then ignored),
-//               connect_timeout=SECONDS (default 5), application_name=NAME
+//               connect_timeout=SECONDS (1 to 86400, default 5), application_name=NAME
 // USER and PASSWORD are percent-decoded.
 import FoundationEssentials
 import Glibc
@@ -33,10 +33,15 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
     public var password: String?
     public var database: String
     public var tls: TLSMode
-    /// How long a connection attempt may take (URL parameter `connect_timeout`, seconds).
+    /// How long a connection attempt may take (URL parameter `connect_timeout`, seconds). Values
+    /// of 100 years or more are taken as 100 years, below 1 ms as 1 ms.
     public var connectTimeout: Duration
     /// How long a short statement (not a lock wait) may take before the session is given up.
+    /// Values of 100 years or more are taken as 100 years.
     public var statementTimeout: Duration = .seconds(15)
+
+    /// The largest `connect_timeout` a URL may give, in seconds (a day).
+    public static let maximumConnectTimeoutSeconds = 86_400
 
     /// The environment variable read by `fromEnvironment()`.
     public static let environmentVariable = "TK_POSTGRES_URL"
@@ -106,6 +111,10 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
                 socketDirectory = value
             case "connect_timeout":
                 guard let seconds = Int(value), seconds > 0 else { throw bad("connect_timeout=\(value) is not a positive number of seconds") }
+                guard seconds <= Self.maximumConnectTimeoutSeconds else {
+                    throw bad("connect_timeout=\(value) is more than \(Self.maximumConnectTimeoutSeconds) seconds (a day), the longest "
+                              + "accepted: a connection attempt that long is never noticed as failed")
+                }
                 connectTimeout = .seconds(seconds)
             case "application_name":
                 break

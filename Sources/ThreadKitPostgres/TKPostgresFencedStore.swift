@@ -18,7 +18,10 @@ public final class TKPostgresFencedStore: @unchecked Sendable {
     private let callLock = TKLock()
     private var session: PostgresSession?   // guarded by `callLock`
 
+    /// `resource` is taken in Unicode NFC, as lock names are: canonically equivalent spellings
+    /// name the same resource.
     public init(resource: String, configuration: TKPostgresConfiguration) throws {
+        let resource = LockSchema.normalized(resource)
         self.resource = resource
         self.configuration = configuration
         let session = try PostgresSession.connect(configuration, owner: "TKPostgresFencedStore(\"\(resource)\")")

@@ -12,7 +12,8 @@ extension TKPostgresLock {
         public let serverPID: Int32
         /// The holding client as it described itself ("host pid N"), when it recorded its
         /// acquisition; nil when the session holds the advisory lock but died or was cut off
-        /// before recording it.
+        /// before recording it. (Release writes nothing, so in the moment between a session's
+        /// re-acquisition and its recording, this describes that session's previous acquisition.)
         public let client: String?
         /// When it acquired the lock (the server's clock), nil as for `client`.
         public let date: Date?
@@ -40,7 +41,7 @@ extension TKPostgresLock {
     public func breakLock() throws -> Holder? {
         try callLock.withLock {
             guard let holder = try holderLocked() else { return nil }
-            let session = try liveSession(until: .now + configuration.connectTimeout)
+            let session = try liveSession(until: DeadlineArithmetic.instant(configuration.connectTimeout))
             let rows: [PostgresRow]
             do {
                 rows = try session.query("SELECT pg_terminate_backend(\(holder.serverPID))", what: "ending the holder's session")
@@ -60,7 +61,7 @@ extension TKPostgresLock {
 
     /// The holder, from pg_locks (the truth) joined with what it recorded. Caller holds `callLock`.
     private func holderLocked() throws -> Holder? {
-        let session = try liveSession(until: .now + configuration.connectTimeout)
+        let session = try liveSession(until: DeadlineArithmetic.instant(configuration.connectTimeout))
         let sql = "SELECT l.pid, t.holder_pid, t.holder, t.acquired_at, t.token FROM pg_locks l JOIN threadkit_locks t "
             + "ON t.id = $1 WHERE " + LockSchema.grantedCondition(key: "t.id")
         var binds = PostgresBindings()

@@ -33,8 +33,7 @@ extension TKPostgresLock {
 
     /// Starts detector 2 for the acquisition `generation` held on `session`.
     func watch(_ session: PostgresSession, generation: UInt64) {
-        let interval = TimeAmount.nanoseconds(Int64(livenessInterval.components.seconds) * 1_000_000_000
-                                              + livenessInterval.components.attoseconds / 1_000_000_000)
+        let interval = TimeAmount.nanoseconds(DeadlineArithmetic.nanoseconds(livenessInterval))
         let task = session.connection.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { [weak self] task in
             guard let self else { task.cancel(); return }
             self.check(session, generation: generation)

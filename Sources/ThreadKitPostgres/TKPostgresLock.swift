@@ -6,15 +6,28 @@
 // Acquiring (tryLock / lock(before:)), on this object's own session:
 //   1. connect if there is no live session (reconnecting after a server restart or a cut);
 //   2. pg_try_advisory_lock(namespace, key), or pg_advisory_lock with lock_timeout set to what is
-//      left before the deadline, so the server ends the wait in time (55P03 → false);
+//      left before the deadline, so the server ends the wait in time (55P03 → false). A deadline
+//      further away than `waitSlice` (1 hour) is waited for in slices of at most that, each
+//      re-checking the deadline: lock_timeout cannot exceed INT_MAX ms (24.8 days), and a slice
+//      bounds how long a silently dead connection goes unnoticed during a wait;
 //   3. in the same session: UPDATE threadkit_locks SET token = token + 1, holder… RETURNING token.
 //      Only the holder of the advisory lock runs that update, so tokens grow strictly in the order
 //      of acquisitions; a session that dies between 2 and 3 releases the lock with it;
 //   4. watch the session (TKPostgresLock+Liveness.swift) until unlock.
+// Invariant: once step 2 was granted, the call either returns true with the hold recorded in
+// `state`, or gives the advisory lock back before it throws (`abandonAcquisition`: unlock on the
+// session, or close the session when it cannot answer) — never a lock that the server grants to
+// this session while `isHeld` says false, which nobody could unlock. "Granted" includes a grant
+// statement that failed after granting (`holdsLock` asks pg_locks whenever one fails).
+// Release writes nothing: the row is written only by step 3, which commits before the call
+// returns, so the next holder never waits for a row lock of ours (an UPDATE at release would keep
+// its row lock past pg_advisory_unlock until its commit, which group commit delays: the next
+// holder's step 3 then waited for it under the lock_timeout its wait had left, and failed 55P03).
 // A crashed holder's lock is released by the server when its connection drops: no stale lock.
 //
 // Threads: the public calls are serialized by `callLock` (held for the whole call, network waits
-// included). `state` is guarded by `stateLock`, a short leaf lock also taken on the session's
+// included); `acquisitionFault` and `waitSlice` (test hooks) are guarded by it too. `state` is
+// guarded by `stateLock`, a short leaf lock also taken on the session's
 // event-loop thread by the liveness checks; `stateLock` is never held across a network wait.
 import FoundationEssentials
 import Glibc
@@ -34,10 +47,36 @@ public final class TKPostgresLock: @unchecked Sendable {
         public let error: TKError
     }
 
+    /// The lock's name in Unicode NFC: spellings that are canonically equivalent (precomposed or
+    /// decomposed accents) name the same lock.
     public let name: String
     public let configuration: TKPostgresConfiguration
     /// How often a held lock's session is checked (besides the connection's own close event).
+    /// From `minimumLivenessInterval` to `maximumLivenessInterval`.
     public let livenessInterval: Duration
+
+    /// The shortest `livenessInterval` accepted: a check needs a round trip to the server, and one
+    /// unanswered for 3 intervals declares the hold lost, so shorter intervals declare healthy
+    /// holds lost whenever the server or this process is briefly slow (50 ms: a hold is declared
+    /// lost after 150 ms without an answer).
+    public static let minimumLivenessInterval: Duration = .milliseconds(50)
+    /// The longest `livenessInterval` accepted (a day): beyond it the check never runs in practice.
+    public static let maximumLivenessInterval: Duration = .seconds(86_400)
+
+    /// Where an acquisition can fail after the server granted the advisory lock, for the fault
+    /// hook. In order: the grant statement's answer (an error although the server granted the
+    /// lock: lock_timeout firing as it was granted); before the token UPDATE is sent (the server
+    /// refuses it: a lock_timeout on the row, 55P03); after the server answered it, i.e. committed
+    /// (the answer lost or the commit refused); while reading the answer and recording the hold.
+    enum AcquisitionStep: Sendable, CaseIterable {
+        case grant, tokenUpdate, commit, holderRecord
+    }
+    /// Test hook: called at each `AcquisitionStep`; what it throws is what the step failed with.
+    /// nil (one load under `callLock`) in production. Guarded by `callLock`.
+    var acquisitionFault: (@Sendable (AcquisitionStep) throws -> Void)?
+    /// The longest single server-side wait in `lock(before:)`. Guarded by `callLock`; only tests
+    /// change it (to cross slice boundaries in seconds).
+    var waitSlice: Duration = .seconds(3600)
 
     /// What one acquisition holds. Immutable.
     struct Hold {
@@ -72,13 +111,22 @@ public final class TKPostgresLock: @unchecked Sendable {
     let onLost: (@Sendable (Loss) -> Void)?
 
     /// Creates the lock `name` in the database of `configuration`, connecting at once (and
-    /// creating ThreadKit's tables on first use). Throws a `TKError` naming what to fix: a name
-    /// that is empty or longer than 1024 UTF-8 bytes, an unreachable server (within the URL's
-    /// connect_timeout, 5 s by default), refused credentials, TLS asked for and not offered.
-    /// `onLost` runs on a private serial queue when the session holding the lock dies.
+    /// creating ThreadKit's tables on first use). The name is taken in Unicode NFC, so canonically
+    /// equivalent spellings are one lock. Throws a `TKError` naming what to fix: a name that is
+    /// empty or longer than 1024 UTF-8 bytes (in NFC), a `livenessInterval` outside 50 ms…1 day,
+    /// an unreachable server (within the URL's connect_timeout, 5 s by default), refused
+    /// credentials, TLS asked for and not offered. `onLost` runs on a private serial queue when
+    /// the session holding the lock dies.
     public init(name: String, configuration: TKPostgresConfiguration, livenessInterval: Duration = .milliseconds(500),
                 onLost: (@Sendable (Loss) -> Void)? = nil) throws {
+        let name = LockSchema.normalized(name)
         try LockSchema.validate(name)
+        guard livenessInterval >= Self.minimumLivenessInterval && livenessInterval <= Self.maximumLivenessInterval else {
+            throw TKError(.invalidArgument, "TKPostgresLock(name: \"\(name.prefix(32))\", livenessInterval: \(livenessInterval)): the interval "
+                          + "is outside \(Self.minimumLivenessInterval)…\(Self.maximumLivenessInterval). Each check is a round trip to the "
+                          + "server and 3 unanswered intervals declare the lock lost, so a shorter interval reports healthy holds lost. "
+                          + "Fix: use at least 50 ms and at most a day (the default is 500 ms).")
+        }
         self.name = name
         self.configuration = configuration
         self.livenessInterval = livenessInterval
@@ -116,17 +164,17 @@ public final class TKPostgresLock: @unchecked Sendable {
     public func tryLock() throws -> Bool {
         try callLock.withLock {
             guard try startAcquisition() else { return false }
-            let session = try liveSession(until: .now + configuration.connectTimeout)
-            let rows = try session.query("SELECT pg_try_advisory_lock(\(LockSchema.namespace), \(key))", what: "trying the lock")
-            guard try rows.first?.decode(Bool.self) == true else { return false }
-            return try recordAcquisition(session)
+            let session = try liveSession(until: DeadlineArithmetic.instant(configuration.connectTimeout))
+            return try tryGrant(session)
         }
     }
 
     /// Takes the lock, waiting for the holder until `deadline`; false when the deadline passed
-    /// first (never early). A session lost while waiting (a server restart, a cut connection) is
-    /// replaced and the wait goes on; if no server answers by the deadline it throws a `TKError`
-    /// saying so.
+    /// first (never early). Any deadline is accepted: one further than PostgreSQL's longest
+    /// lock_timeout (24.8 days), up to `.now + .seconds(Int64.max)`, means "as long as it takes"
+    /// and is waited for in slices. A session lost while waiting (a server restart, a cut
+    /// connection) is replaced and the wait goes on; if no server answers by the deadline it
+    /// throws a `TKError` saying so.
     public func lock(before deadline: ContinuousClock.Instant) throws -> Bool {
         try callLock.withLock {
             guard try startAcquisition() else {
@@ -142,22 +190,25 @@ public final class TKPostgresLock: @unchecked Sendable {
                 }
                 do {
                     let session = try liveSession(until: max(deadline, now + .milliseconds(1)))
-                    let left = deadline - .now
-                    if left <= .zero {
-                        let rows = try session.query("SELECT pg_try_advisory_lock(\(LockSchema.namespace), \(key))", what: "trying the lock")
-                        guard try rows.first?.decode(Bool.self) == true else { return false }
-                        return try recordAcquisition(session)
-                    }
-                    // Whole milliseconds, rounded up: the server never gives up early.
-                    let milliseconds = max(1, (left.components.seconds * 1000) + (left.components.attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+                    let sliceStart = ContinuousClock.now
+                    let left = deadline - sliceStart
+                    if left <= .zero { return try tryGrant(session) }
+                    // This slice's wait, in whole milliseconds rounded up: the server never gives up
+                    // early. At most `waitSlice`, so far below lock_timeout's INT_MAX ms.
+                    let slice = min(left, waitSlice)
+                    let milliseconds = max(1, DeadlineArithmetic.millisecondsRoundedUp(slice))
                     _ = try session.query("SELECT set_config('lock_timeout', \(String(milliseconds)), false)", what: "setting lock_timeout")
                     do {
                         _ = try session.query("SELECT pg_advisory_lock(\(LockSchema.namespace), \(key))", what: "waiting for the lock",
-                                              until: deadline + configuration.statementTimeout)
-                    } catch let error as TKError where error.message.contains("(55P03:") {
-                        return false
+                                              until: DeadlineArithmetic.instant(configuration.statementTimeout, after: sliceStart + slice))
+                        try acquisitionFault?(.grant)
+                    } catch let error as TKError where !Self.isConnectionFailure(error) {
+                        if try completeAcquisition(session, granted: { try holdsLock(session) }) { return true }
+                        guard error.message.contains("(55P03:") else { throw error }
+                        if ContinuousClock.now >= deadline { return false }
+                        continue   // a slice ended before the deadline: wait again
                     }
-                    return try recordAcquisition(session)
+                    return try completeAcquisition(session) { true }
                 } catch let error as TKError where Self.isConnectionFailure(error) {
                     lastError = error
                     dropSession()
@@ -189,10 +240,9 @@ public final class TKPostgresLock: @unchecked Sendable {
             case .held(let hold):
                 let released: Bool
                 do {
-                    let rows = try hold.session.query("""
-                        WITH cleared AS (UPDATE threadkit_locks SET holder_pid = NULL WHERE id = \(key) AND holder_pid = pg_backend_pid() RETURNING 1)
-                        SELECT pg_advisory_unlock(\(LockSchema.namespace), \(key))
-                        """, what: "releasing the lock")
+                    // Only the advisory lock: see the header for why release writes no row.
+                    let rows = try hold.session.query("SELECT pg_advisory_unlock(\(LockSchema.namespace), \(key))",
+                                                      what: "releasing the lock")
                     released = try rows.first?.decode(Bool.self) == true
                 } catch let error as TKError where Self.isConnectionFailure(error) {
                     dropSession()
@@ -229,6 +279,17 @@ public final class TKPostgresLock: @unchecked Sendable {
         }
     }
 
+    /// Test hook: `fault` runs at each `AcquisitionStep` of every later acquisition (nil: none).
+    func injectAcquisitionFault(_ fault: (@Sendable (AcquisitionStep) throws -> Void)?) {
+        callLock.withLock { acquisitionFault = fault }
+    }
+
+    /// Test hook: the longest single server-side wait of `lock(before:)` (1 hour by default).
+    func setWaitSlice(_ slice: Duration) {
+        precondition(slice >= .milliseconds(1), "TKPostgresLock.setWaitSlice: a slice must be at least 1 ms")
+        callLock.withLock { waitSlice = slice }
+    }
+
     /// Before an acquisition: false when this object already holds the lock; throws (and forgets
     /// it) when it was lost and not yet acknowledged by unlock(), which is what the caller must
     /// hear first. Caller holds `callLock`.
@@ -245,15 +306,72 @@ public final class TKPostgresLock: @unchecked Sendable {
         }
     }
 
+    /// Step 2 without waiting, then step 3 if granted. Caller holds `callLock`.
+    private func tryGrant(_ session: PostgresSession) throws -> Bool {
+        let rows: [PostgresRow]
+        do {
+            rows = try session.query("SELECT pg_try_advisory_lock(\(LockSchema.namespace), \(key))", what: "trying the lock")
+            try acquisitionFault?(.grant)
+        } catch let error as TKError where Self.isConnectionFailure(error) {
+            dropSession()   // it may hold the lock: closing releases it (lock(before:)'s retry does the same)
+            throw error
+        } catch let error as TKError {
+            if try completeAcquisition(session, granted: { try holdsLock(session) }) { return true }
+            throw error
+        }
+        return try completeAcquisition(session) { try rows.first?.decode(Bool.self) == true }
+    }
+
+    /// Whether `session` holds the advisory lock, from pg_locks: asked when a grant statement
+    /// failed without losing the connection. PostgreSQL can fail the statement after granting a
+    /// session-level lock — when lock_timeout fires just as the lock is granted, the cancel is
+    /// already pending and pg_advisory_lock reports 55P03 while the session holds the lock (seen
+    /// with contenders whose deadlines are a few milliseconds away). Caller holds `callLock`.
+    private func holdsLock(_ session: PostgresSession) throws -> Bool {
+        let rows = try session.query("""
+            SELECT count(*) FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory'
+            AND l.classid = \(Int64(UInt32(bitPattern: LockSchema.namespace)))::oid AND l.objid = \(Int64(key))::oid AND l.objsubid = 2 AND l.granted
+            """, what: "asking whether the session holds the lock")
+        return try (rows.first?.decode(Int64.self) ?? 0) > 0
+    }
+
+    /// After the grant statement of step 2 answered on `session`: whether it granted the lock
+    /// (`granted`), and if so step 3. Any failure from here on gives the lock back before it is
+    /// thrown (the header's invariant). Caller holds `callLock`.
+    private func completeAcquisition(_ session: PostgresSession, granted: () throws -> Bool) throws -> Bool {
+        do {
+            do {
+                guard try granted() else { return false }
+                return try recordAcquisition(session)
+            } catch let error as TKError {
+                throw error
+            } catch {
+                throw TKError(.protocolViolation, "\(owner): the server's answer while taking the lock could not be read: \(error).")
+            }
+        } catch let error as TKError {
+            throw abandonAcquisition(session, after: error)
+        }
+    }
+
     /// Step 3: the fencing token, recorded in the same session that now holds the advisory lock.
     /// Caller holds `callLock`.
     private func recordAcquisition(_ session: PostgresSession) throws -> Bool {
         let holder = "\(Self.hostName) pid \(getpid())"
+        let fault = acquisitionFault
+        try fault?(.tokenUpdate)
         let rows = try session.query("""
             UPDATE threadkit_locks SET token = token + 1, holder_pid = pg_backend_pid(), holder = \(holder), acquired_at = clock_timestamp()
             WHERE id = \(key) RETURNING token, acquired_at
             """, what: "recording the fencing token")
-        guard let (token, date) = try rows.first?.decode((Int64, Date).self) else {
+        try fault?(.commit)
+        try fault?(.holderRecord)
+        let decoded: (Int64, Date)?
+        do {
+            decoded = try rows.first?.decode((Int64, Date).self)
+        } catch {
+            throw TKError(.protocolViolation, "\(owner): the server's answer to recording the fencing token could not be read: \(error).")
+        }
+        guard let (token, date) = decoded else {
             throw TKError(.protocolViolation, "\(owner): the lock's row is missing from threadkit_locks. Fix: do not delete its rows.")
         }
         let generation = stateLock.withLock { () -> UInt64 in
@@ -263,6 +381,37 @@ public final class TKPostgresLock: @unchecked Sendable {
         }
         watch(session, generation: generation)
         return true
+    }
+
+    /// A failure after the advisory lock was (or may have been) granted on `session`: gives it
+    /// back, and returns the error to throw, which says so. pg_advisory_unlock on the session when
+    /// the failure was a refused statement (the session still answers); otherwise, or when that
+    /// unlock fails too, the session is closed — the server releases every lock of a session that
+    /// ends (when it sees the connection close). A `.systemCall` error stays one, so that
+    /// `lock(before:)` reconnects and waits again within its deadline. Caller holds `callLock`.
+    private func abandonAcquisition(_ session: PostgresSession, after error: TKError) -> TKError {
+        var released = false
+        var how = "the lock was given back by closing the session"
+        if !Self.isConnectionFailure(error) && !session.isClosed {
+            do {
+                let rows = try session.query("SELECT pg_advisory_unlock(\(LockSchema.namespace), \(key))",
+                                             what: "giving back the lock after a failed acquisition")
+                // false: the session did not hold it (the grant's own answer was unreadable).
+                _ = try rows.first?.decode(Bool.self)
+                released = true
+                how = "the lock was released"
+            } catch {
+                how += " (releasing it failed too: \(error))"
+            }
+        }
+        if !released {
+            if stateLock.withLock({ state.session === session }) { dropSession() } else { session.close() }
+        }
+        let fix = error.message.contains("(55P03:")
+            ? " Fix: another session keeps threadkit_locks' row for this name locked (a long transaction that touched it); end it."
+            : (Self.isConnectionFailure(error) ? "" : " Fix: retry; if it persists, check the server's log.")
+        return TKError(error.code, "\(error.message) The server had granted the lock; \(how), so nobody holds it "
+                       + "and this object does not.\(fix)", errno: error.errno)
     }
 
     /// The live session, connecting a new one when there is none. Caller holds `callLock`.

@@ -282,7 +282,33 @@ final class ExecutorTests: XCTestCase {
     }
 
     func testAJobForTheLoopOfAFinishedThreadIsAMisuse() throws {
-        try assertMisuse("executor-finished-loop", mentions: ["run loop of thread", "has finished", "Fix:"])
+        // Named as the thread was, though its object is gone by then.
+        try assertMisuse("executor-finished-loop", mentions: ["run loop of thread", "(\"finished-loop\")", "the TKRunLoop itself",
+                                                              "after that thread finished", "Fix:"])
+    }
+
+    /// A loop's thread ends with an actor job still queued on the loop: the process stops at the
+    /// thread's end with a message naming the thread, the executor and the fix — not a silent
+    /// hang (the loop in another mode), nor the 2 s stall warning asking to run a loop whose
+    /// thread is gone (the loop idle). The child exits 3 if the call neither ran nor stopped it
+    /// within 20 s.
+    func testAThreadEndingWithAnActorJobQueuedOnItsLoopStopsTheProcessNamingIt() throws {
+        let cases = [
+            "idle": "1 for the TKRunLoop itself",
+            "other-mode": "1 for the TKRunLoop itself",
+            "mode-executor": "1 for its executor(forModes: [tk.test.other])",
+        ]
+        for (variant, executor) in cases.sorted(by: { $0.key < $1.key }) {
+            let result = try ChildProcess.run("executor-thread-ends-with-job", [variant], timeout: .seconds(60))
+            XCTAssertTrue(result.signalled, "\(variant): status \(result.status), \(result.standardOutput) \(result.standardError)")
+            XCTAssertFalse(result.standardOutput.contains("never finished"), "\(variant): the job was dropped silently")
+            XCTAssertFalse(result.standardOutput.contains("call finished"), "\(variant): the job ran after all")
+            XCTAssertFalse(result.standardError.contains("have waited"), "\(variant): the stall warning came first: \(result.standardError)")
+            for fragment in ["ThreadKit misuse:", "(\"ending-loop\") finished with 1 Swift concurrency job(s)", executor,
+                             "nothing will ever run them", "Fix: keep the thread running its loop"] {
+                XCTAssertTrue(result.standardError.contains(fragment), "\(variant) lacks \"\(fragment)\": \(result.standardError)")
+            }
+        }
     }
 
     func testAssumingALoopActorsIsolationOffTheLoopIsAMisuse() throws {

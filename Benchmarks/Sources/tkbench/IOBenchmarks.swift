@@ -6,6 +6,8 @@
 // hung on it). So Foundation's contender is the one asynchronous socket read that works there:
 // `FileHandle.readabilityHandler` (run on a Dispatch queue), with `FileHandle.write` (blocking).
 //   - echo round trip, 64 B: the contender is the client; its peer is a plain blocking echo thread;
+//   - echo round trip beside 0, 1,000 and 10,000 idle connections on the client's loop: ThreadKit
+//     only, against itself (a pass must cost what is ready, not what exists);
 //   - echo server round trip, 64 B: the contender serves; its peer is a plain blocking client
 //     (this driver thread);
 //   - bulk send and bulk receive, 64 MiB per measurement in 64 KiB chunks: the peer is a blocking
@@ -152,7 +154,7 @@ enum IOBenchmarks {
     static func rows() -> [Row] {
         let tk = BenchLoop()
         let nio = RunLoopBenchmarks.group.next()
-        return [echoClient(tk, nio), echoServer(tk, nio),
+        return [echoClient(tk, nio), echoBesideIdleConnections(), echoServer(tk, nio),
                 bulkSend(tk, nio), bulkReceive(tk, nio)]
     }
 
@@ -180,6 +182,42 @@ enum IOBenchmarks {
             Contender(name: "NIO channel") { n in nioClient.echo(n) },
             Contender(name: "Foundation FileHandle.readabilityHandler") { n in fdClient.echo(n) },
         ], reference: "NIO channel", target: "≤ 1.0× NIO")
+    }
+
+    /// The echo client of the row above, alone on its loop and beside 1,000 and 10,000 idle
+    /// connections scheduled on the same loop (each a stream pair on one end of a socketpair that
+    /// nobody writes to). A pass costs what is ready, not what exists: the target is that 10,000
+    /// idle connections keep ≥ 0.8× the events per second of the flat loop (≤ 1.25× its time per
+    /// round trip; one round trip = one hasBytesAvailable event).
+    static func echoBesideIdleConnections() -> Row {
+        let counts = [0, 1_000, 10_000]
+        raiseDescriptorLimit(to: counts.reduce(0, +) + 1_024)
+        let (listener, port) = Loopback.listener()
+        defer { close(listener) }
+        let contenders = counts.map { count -> Contender in
+            let loop = BenchLoop()
+            let idle = IdleConnections(count, on: loop.loop)
+            let client = TKClient(loop: loop.loop, port: port)
+            _ = BlockingPeer(fd: Loopback.accept(listener), role: .echo)
+            client.awaitOpen()
+            let name = count == 0 ? "TKStream echo client, no idle connections" : "beside \(count.formatted()) idle connections"
+            return Contender(name: name) { n in withExtendedLifetime(idle) { client.echo(n) } }
+        }
+        return Row(group: "io", name: "echo round trip, 64 B, beside idle connections on the loop (events/s = 10⁶ / µs)", operations: 20_000,
+                   unit: .microseconds, contenders: contenders, reference: contenders[0].name,
+                   target: "10,000 idle: ≥ 0.8× the events/s (≤ 1.25× the time) of no idle")
+    }
+
+    /// Lifts the soft descriptor limit to at least `needed` (up to the hard limit); stops with a
+    /// message naming the fix when the hard limit is too low.
+    static func raiseDescriptorLimit(to needed: Int) {
+        var limit = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        guard limit.rlim_cur < rlim_t(needed) else { return }
+        limit.rlim_cur = min(limit.rlim_max, rlim_t(needed))
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        precondition(limit.rlim_cur >= rlim_t(needed),
+                     "tkbench io: the idle-connections row needs \(needed) descriptors; the hard limit is \(limit.rlim_max). Fix: ulimit -Hn \(needed)")
     }
 
     static func echoServer(_ tk: BenchLoop, _ nio: any EventLoop) -> Row {
@@ -401,6 +439,41 @@ final class TKEchoServer: @unchecked Sendable {
         scheduled.wait()
     }
     final class Box: @unchecked Sendable { weak var server: TKEchoServer? }
+}
+
+/// `count` idle connections on `loop`: both ends of count / 2 socketpairs, each end a stream
+/// pair scheduled in the default mode and opened (the output's first hasSpaceAvailable is heard
+/// once; after that nothing is ever ready). Made on the loop's thread; kept until released.
+final class IdleConnections: TKStreamDelegate, @unchecked Sendable {
+    private var streams: [TKStream] = []   // written on the loop's thread before `init` returns
+
+    init(_ count: Int, on loop: TKRunLoop) {
+        guard count > 0 else { return }
+        let made = DispatchSemaphore(value: 0)
+        loop.perform { [self] in
+            for _ in 0..<(count / 2) {
+                var fds: [Int32] = [0, 0]
+                precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0, "socketpair: errno \(errno)")
+                for fd in fds {
+                    let (input, output) = TKStream.getStreams(forConnectedSocket: fd)
+                    for s in [input, output] as [TKStream] {
+                        s.delegate = self
+                        s.schedule(in: loop, forMode: .default)
+                        s.open()
+                        streams.append(s)
+                    }
+                }
+            }
+            made.signal()
+        }
+        made.wait()
+    }
+
+    func stream(_ aStream: TKStream, handle eventCode: TKStream.Event) {
+        if eventCode.contains(.hasBytesAvailable) || eventCode.contains(.errorOccurred) || eventCode.contains(.endEncountered) {
+            fatalError("tkbench: an idle connection was not idle (\(eventCode))")
+        }
+    }
 }
 
 // MARK: SwiftNIO

@@ -5,6 +5,7 @@
 #ifndef CTHREADKIT_DIAGNOSTICS_H
 #define CTHREADKIT_DIAGNOSTICS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /// Feature bits of tk_diagnostics_word. Keep in step with DiagnosticsFeature in Swift.
@@ -36,5 +37,18 @@ static inline _Bool tk_diagnostics_compare_exchange(uint32_t expected, uint32_t 
 /// The TK_DIAGNOSTICS value the process started with (NULL when unset): the Swift side parses
 /// its arguments (thresholds such as `hangs:250ms`) from it.
 const char *tk_diagnostics_environment(void);
+
+/// What a TK_DIAGNOSTICS value asks for (tk_diagnostics_parse).
+typedef struct {
+    uint32_t features;          // TK_DIAG_* bits of the items understood
+    uint32_t off;               // nonzero: `off` or `none` was given (everything off, the debug default too)
+    uint64_t hang_threshold_ns; // the last valid `hangs:DURATION`; 0 when none was given
+    uint32_t rejected;          // items not understood; none of their features is in `features`
+} tk_diagnostics_settings;
+
+/// Parses a TK_DIAGNOSTICS value (the grammar is in Diagnostics.c). Pure: reads only its
+/// arguments. When `warnings` is not NULL, writes there (NUL-terminated, cut at `size` bytes) one
+/// line per rejected item naming it, why, and the accepted forms.
+void tk_diagnostics_parse(const char *text, tk_diagnostics_settings *out, char *warnings, size_t size);
 
 #endif

@@ -31,11 +31,16 @@ void tk_lockorder_pop(uint32_t id);
 uint32_t tk_lockorder_held_count(void);
 uint32_t tk_lockorder_held_at(uint32_t index);
 
-/// The known-edge cache: a fixed open-addressed set of (from, to) pairs, lock-free to read and
-/// insert. Returns 1 when the pair is in the set. Insertion returns 1 when newly added, 0 when
-/// already present, -1 when the probe window is full (the caller's graph stays the truth).
+/// The known-edge cache: a fixed open-addressed set of (from, to) pairs, lock-free to read; its
+/// writers (insert, remove) must be serialised by the caller (LockOrderGraph's mutex). `known`
+/// returns 1 when the pair is in the set. `insert` returns 1 when newly added, 0 when already
+/// present, -1 when the probe window is full of other edges (the caller's graph stays the
+/// truth). `remove` (the edge's lock was freed) returns 1 when the pair was there, else 0.
 int tk_lockorder_edge_known(uint32_t from, uint32_t to);
 int tk_lockorder_edge_insert(uint32_t from, uint32_t to);
+int tk_lockorder_edge_remove(uint32_t from, uint32_t to);
+/// How many edges the cache holds now.
+uint64_t tk_lockorder_edge_count(void);
 /// Empties every thread's held stack (lazily, at its next acquisition): called when checking is
 /// switched on, since the releases made while it was off were not seen.
 void tk_lockorder_reset_all(void);

@@ -2,8 +2,21 @@
 // `unownedExecutor` is a loop's runs every job on the loop's thread, as a perform block of the loop:
 // in the loop's passes, in the executor's modes, FIFO with the loop's other perform blocks.
 //
-// Threads: `enqueue` from any thread; jobs run on the loop's thread. `RunLoopJobBook` is all
-// atomics (see each for its ordering). The stall check runs on a pool worker.
+// A loop's thread ending strands its jobs: nothing else may run them (the actor's isolation is that
+// thread), so the task would wait forever. Both ways in are misuses that stop the process with a
+// message naming the executor, the loop's thread (by name) and the fix:
+//   1. a job sent after the thread finished (`submit` finds the loop closed);
+//   2. jobs still queued when it finishes (`threadDidFinish` → `refuseJobsLeftAtThreadEnd`), the
+//      loop not running or running in a mode the jobs' executor does not serve.
+// Why not run them as the thread ends? They were sent to a loop its owner stopped serving: a job
+// may need a mode the loop left, hop back to the loop later (refused then anyway), or run in a
+// thread-local destructor (an adopted thread's end); a clear stop at the cause beats a hang or a
+// crash far from it.
+//
+// Threads: `enqueue` from any thread; jobs run on the loop's thread. `RunLoopJobBook`'s counts
+// are atomics (see each for its ordering); its mode-executor list and the finished thread's name
+// are under mutexes of their own, taken with no other lock held. The stall check runs on a pool
+// worker.
 import Glibc
 import Synchronization
 
@@ -13,6 +26,9 @@ import Synchronization
 public final class TKRunLoopExecutor: SerialExecutor, @unchecked Sendable {
     public let runLoop: TKRunLoop
     public let modes: [TKRunLoop.Mode]
+    /// This executor's own jobs (also counted in the loop's book), so a thread's end can say which
+    /// executor left jobs behind.
+    let tally = RunLoopJobTally()
 
     init(runLoop: TKRunLoop, modes: [TKRunLoop.Mode]) {
         self.runLoop = runLoop
@@ -20,8 +36,11 @@ public final class TKRunLoopExecutor: SerialExecutor, @unchecked Sendable {
     }
 
     public func enqueue(_ job: consuming ExecutorJob) {
-        runLoop.submit(UnownedJob(job), modes: modes, as: asUnownedSerialExecutor())
+        runLoop.submit(UnownedJob(job), modes: modes, from: self, as: asUnownedSerialExecutor())
     }
+
+    /// How messages name it: `executor(forModes: [a, b])`.
+    var name: String { "executor(forModes: [\(modes.map(\.rawValue).joined(separator: ", "))])" }
 
     public func asUnownedSerialExecutor() -> UnownedSerialExecutor { UnownedSerialExecutor(ordinary: self) }
     public func checkIsolated() { runLoop.checkIsolated() }
@@ -31,7 +50,7 @@ public final class TKRunLoopExecutor: SerialExecutor, @unchecked Sendable {
 extension TKRunLoop: SerialExecutor {
     /// Runs `job` on this loop's thread in a pass of a common mode.
     public func enqueue(_ job: consuming ExecutorJob) {
-        submit(UnownedJob(job), modes: nil, as: asUnownedSerialExecutor())
+        submit(UnownedJob(job), modes: nil, from: nil, as: asUnownedSerialExecutor())
     }
 
     public func asUnownedSerialExecutor() -> UnownedSerialExecutor { UnownedSerialExecutor(ordinary: self) }
@@ -53,36 +72,128 @@ extension TKRunLoop: SerialExecutor {
 
     /// An executor serving jobs in `modes` of this loop instead of the common ones.
     public func executor(forModes modes: [Mode]) -> TKRunLoopExecutor {
-        TKRunLoopExecutor(runLoop: self, modes: modes)
+        let made = TKRunLoopExecutor(runLoop: self, modes: modes)
+        jobBook.register(made)
+        return made
     }
 
-    /// Queues `job` as a perform block (`modes` nil: the common modes). A loop whose thread has
-    /// finished can never run it: a misuse. A loop that is not running gets the stall check.
-    func submit(_ job: UnownedJob, modes: [Mode]?, as executor: UnownedSerialExecutor) {
+    /// Queues `job` as a perform block (`modes` nil: the common modes; `modeExecutor`: the mode
+    /// executor it was sent to, nil for the loop itself). A loop whose thread has finished can
+    /// never run it: a misuse. A loop that is not running gets the stall check.
+    func submit(_ job: UnownedJob, modes: [Mode]?, from modeExecutor: TKRunLoopExecutor?, as executor: UnownedSerialExecutor) {
         let book = jobBook
+        let tally = modeExecutor?.tally
+        // Counted before the job is offered: one accepted (queued under the loop's lock) is then
+        // already counted when the thread's end, which closes the loop under that lock, reads the
+        // counts (the lock orders these relaxed increments before those loads).
+        book.all.queued.wrappingAdd(1, ordering: .relaxed)
+        tally?.queued.wrappingAdd(1, ordering: .relaxed)
         let accepted = enqueueUnlessClosed(PendingBlock(modes: modes, block: {
             job.runSynchronously(on: executor)
-            // Relaxed: a statistic read by the stall check, which only needs to see progress.
-            book.ran.wrappingAdd(1, ordering: .relaxed)
+            // Relaxed: read by the stall check, which only needs to see progress, and by the
+            // thread's end, on this same thread.
+            book.all.ran.wrappingAdd(1, ordering: .relaxed)
+            tally?.ran.wrappingAdd(1, ordering: .relaxed)
         }))
         guard accepted else {
-            misuse("a Swift concurrency job (an actor's or a task's) was sent to the run loop of thread \(ownerThread), "
-                   + "whose thread has finished: nothing will ever run it, and its task would wait forever. Fix: keep "
-                   + "the loop's thread running (run its loop) for as long as actors use it as their executor.")
+            let by = modeExecutor.map { "the loop's \($0.name)" }
+                ?? "the TKRunLoop itself (an actor whose unownedExecutor is the loop)"
+            misuse("a Swift concurrency job (an actor's or a task's) was sent to the run loop of "
+                   + "\(jobBook.ownerDescription(of: self)), through \(by), after that thread finished: nothing will "
+                   + "ever run it, and its task would wait forever. Fix: keep the loop's thread running (running its "
+                   + "loop) for as long as actors use it as their executor, e.g. await the actors' last calls before "
+                   + "letting the thread end.")
         }
         book.queued.wrappingAdd(1, ordering: .relaxed)
         if runDepth.load(ordering: .relaxed) == 0 { book.watchForStall(self) }
     }
+
+    /// The loop's thread has finished and the loop is closed (called by `threadDidFinish`, on that
+    /// thread, after it set `closed` under the loop's lock): executor jobs still queued can never
+    /// run, and their tasks would wait forever. A misuse, named here rather than left to hang.
+    func refuseJobsLeftAtThreadEnd() {
+        jobBook.recordOwner(ownerDescription)
+        let book = jobBook
+        // Jobs run on this thread, so `ran` is exact here; `queued` includes every job the loop
+        // accepted (counted before the lock that closed the loop). It may also include one being
+        // offered right now, to be refused: that one stops the process too, with this message.
+        // A job that ended this thread (TKThread.exit inside it) never finished: it counts.
+        let left = book.all.waiting
+        guard left > 0 else { return }
+        var parts: [String] = []
+        var byModeExecutors = 0
+        for (name, tally) in book.modeExecutorTallies() {
+            let n = tally.waiting
+            guard n > 0 else { continue }
+            byModeExecutors += n
+            parts.append("\(n) for its \(name)")
+        }
+        if left > byModeExecutors {
+            parts.insert("\(left - byModeExecutors) for the TKRunLoop itself (an actor whose unownedExecutor is the loop, "
+                         + "served in the common modes)", at: 0)
+        }
+        misuse("\(ownerDescription) finished with \(left) Swift concurrency job(s) (actors' or tasks') still queued on its "
+               + "run loop — \(parts.joined(separator: "; ")) — because the loop was not running, or was running in a mode "
+               + "those executors do not serve, when they were sent: nothing will ever run them, and their tasks would "
+               + "wait forever. Fix: keep the thread running its loop, in a mode the actors' executor serves, until the "
+               + "actors' calls are done (await them before letting the thread end).")
+    }
 }
 
-/// Counts of a loop's executor jobs, for the stall warning.
-final class RunLoopJobBook: Sendable {
+/// Jobs queued and run, for one executor or a whole loop (relaxed atomics: see their uses).
+final class RunLoopJobTally: Sendable {
     let queued = Atomic<Int>(0)
     let ran = Atomic<Int>(0)
+    /// Queued and not yet run.
+    var waiting: Int { queued.load(ordering: .relaxed) &- ran.load(ordering: .relaxed) }
+}
+
+/// Counts of a loop's executor jobs, for the stall warning and the thread's end.
+final class RunLoopJobBook: Sendable {
+    /// Every executor job of the loop, its mode executors' included (`queued` counts a job as it
+    /// is offered, before it is on the loop's queue: see `submit`).
+    let all = RunLoopJobTally()
+    /// Jobs on the loop's queue, counted once they are there (what tests wait on). Relaxed: a
+    /// statistic; a reader that sees it and then takes the loop's lock (perform) finds the job queued.
+    let queued = Atomic<Int>(0)
+    /// The loop's mode executors, so the thread's end can name the one that left jobs: each one's
+    /// name and tally, kept while the executor lives or jobs of it wait (the executor itself is
+    /// held weakly). Made rarely: pruned on each registration.
+    private let modeExecutorList = Mutex<[ModeExecutorEntry]>([])
+    /// The loop's thread as named when it finished (its object may be gone by the time a late
+    /// job arrives). Written once, at the thread's end.
+    private let finishedOwner = Mutex<String?>(nil)
     /// A stall check is scheduled (at most one per loop at a time).
     private let checking = Atomic<Bool>(false)
     /// The warning was printed (once per loop).
     private let warned = Atomic<Bool>(false)
+
+    private struct ModeExecutorEntry: Sendable {
+        weak var executor: TKRunLoopExecutor?
+        let name: String
+        let tally: RunLoopJobTally
+    }
+
+    func register(_ executor: TKRunLoopExecutor) {
+        modeExecutorList.withLock { list in
+            list.removeAll { $0.executor == nil && $0.tally.waiting == 0 }
+            list.append(ModeExecutorEntry(executor: executor, name: executor.name, tally: executor.tally))
+        }
+    }
+
+    /// Each mode executor's name and tally, the dropped ones' included.
+    func modeExecutorTallies() -> [(name: String, tally: RunLoopJobTally)] {
+        modeExecutorList.withLock { $0.map { ($0.name, $0.tally) } }
+    }
+
+    func recordOwner(_ description: String) {
+        finishedOwner.withLock { if $0 == nil { $0 = description } }
+    }
+
+    /// `loop`'s thread for a message: as recorded at its end, else as it is now.
+    func ownerDescription(of loop: TKRunLoop) -> String {
+        finishedOwner.withLock { $0 } ?? loop.ownerDescription
+    }
 
     /// How long a job may wait on a loop that is not running before the warning:
     /// `TK_EXECUTOR_STALL_MS` (default 2000; 0 turns the check off).
@@ -96,17 +207,17 @@ final class RunLoopJobBook: Sendable {
     func watchForStall(_ loop: TKRunLoop) {
         guard let delay = RunLoopJobBook.stallDelay, !warned.load(ordering: .relaxed),
               !checking.exchange(true, ordering: .relaxed) else { return }
-        let ranBefore = ran.load(ordering: .relaxed)
+        let ranBefore = all.ran.load(ordering: .relaxed)
         TKDispatchQueue.global(qos: .utility).asyncAfter(deadline: .now + delay) { [weak loop] in
             self.checking.store(false, ordering: .relaxed)
             guard let loop else { return }
-            let waiting = self.queued.load(ordering: .relaxed) - self.ran.load(ordering: .relaxed)
-            guard waiting > 0, self.ran.load(ordering: .relaxed) == ranBefore,
+            let waiting = self.all.waiting
+            guard waiting > 0, self.all.ran.load(ordering: .relaxed) == ranBefore,
                   loop.runDepth.load(ordering: .relaxed) == 0,
                   !self.warned.exchange(true, ordering: .relaxed) else { return }
             let ms = delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
-            let line = "ThreadKit: \(waiting) Swift concurrency job(s) have waited \(ms) ms for the run loop of thread "
-                + "\(loop.ownerThread), which is not running: the actors and tasks using it as their executor are stuck. "
+            let line = "ThreadKit: \(waiting) Swift concurrency job(s) have waited \(ms) ms for the run loop of "
+                + "\(loop.ownerDescription), which is not running: the actors and tasks using it as their executor are stuck. "
                 + "Fix: run that loop (run(), or run(mode:before:) in a mode the executor serves: the common modes "
                 + "unless made with executor(forModes:)). (TK_EXECUTOR_STALL_MS sets this delay; 0 turns it off.)\n"
             _ = line.withCString { write(2, $0, strlen($0)) }

@@ -1,78 +1,42 @@
-// DiagnosticsConfiguration: the arguments of TK_DIAGNOSTICS (docs/Diagnostics.md). The feature
-// bits themselves are set by C before main (Diagnostics.c); this parses what C ignores: the hang
-// threshold (`hangs:250ms`) and names nobody knows, which are warned about once on stderr when the
-// configuration is first read. An immutable value; `TKDiagnostics` holds the current one.
+// DiagnosticsConfiguration: what TK_DIAGNOSTICS asks for (docs/Diagnostics.md §0), as parsed by
+// the one parser of the variable, C's tk_diagnostics_parse (Diagnostics.c): the same function set
+// the feature bits before main and, there, printed one line on stderr per item it did not
+// understand. Here it gives the hang threshold (`hangs:250ms`) and, for tests and tools, the
+// features and the rejected items. An immutable value; `TKDiagnostics` holds the current one.
+import CThreadKit
 
-/// What TK_DIAGNOSTICS asked for, beyond the feature bits.
+/// What TK_DIAGNOSTICS asked for.
 struct DiagnosticsConfiguration: Sendable, Equatable {
+    /// The features the items understood enable (without the debug build's default).
+    var features: TKDiagnosticsFeature = []
+    /// `off` or `none` was given: everything off, the debug default too.
+    var off = false
     /// How long a run-loop pass, work item or operation may run before it is reported.
     var hangThreshold: Duration = DiagnosticsConfiguration.defaultHangThreshold
-    /// Items of the variable that are not understood, as written.
-    var unknown: [String] = []
+    /// How many items were not understood (each enabled nothing).
+    var rejected = 0
+    /// One line per rejected item, naming it, why, and the accepted forms; nil when none.
+    var warning: String?
 
     static let defaultHangThreshold: Duration = .milliseconds(250)
 
-    /// TK_DIAGNOSTICS as the process started with it, parsed on first use (which prints the
-    /// warning about unknown items, if any, once).
-    static let fromEnvironment: DiagnosticsConfiguration = {
-        let configuration = DiagnosticsConfiguration(parsing: DiagnosticsSwitch.environment)
-        if let warning = configuration.warning { TKDiagnostics.printError(warning) }
-        return configuration
-    }()
+    /// TK_DIAGNOSTICS as the process started with it (its rejected items were already named on
+    /// stderr by the C constructor that set the switch).
+    static let fromEnvironment = DiagnosticsConfiguration(parsing: DiagnosticsSwitch.environment)
 
-    /// Parses `lockorder,hangs:100ms,contention`: items separated by commas, each a name with an
-    /// optional `:argument`.
+    /// Parses `lockorder, Hangs:100ms ,contention`: a pure function of `text`.
     init(parsing text: String?) {
         guard let text else { return }
-        for item in text.split(separator: ",", omittingEmptySubsequences: true) {
-            let parts = item.split(separator: ":", maxSplits: 1).map { $0.trimmingSpaces }
-            let name = parts[0].lowercased(), argument = parts.count > 1 ? parts[1] : nil
-            switch name {
-            case "lockorder":
-                if let argument, argument != "fatal" { unknown.append(String(item)) }
-            case "hangs":
-                if let argument {
-                    if let threshold = DiagnosticsConfiguration.duration(argument) { hangThreshold = threshold }
-                    else { unknown.append(String(item)) }
-                }
-            case "contention", "trace", "all", "off", "none":
-                if argument != nil && name != "trace" { unknown.append(String(item)) }
-            default:
-                unknown.append(String(item))
-            }
-        }
+        var settings = tk_diagnostics_settings()
+        var buffer = [CChar](repeating: 0, count: 8192)
+        buffer.withUnsafeMutableBufferPointer { tk_diagnostics_parse(text, &settings, $0.baseAddress, $0.count) }
+        features = TKDiagnosticsFeature(rawValue: settings.features)
+        off = settings.off != 0
+        if settings.hang_threshold_ns != 0 { hangThreshold = .nanoseconds(Int64(settings.hang_threshold_ns)) }
+        rejected = Int(settings.rejected)
+        let lines = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        warning = lines.isEmpty ? nil : String(lines.dropLast())   // without the last newline
     }
 
     init() {}
-
-    /// `250ms`, `2s`, `500us`, `1.5s`, `750` (milliseconds); nil when not a positive duration.
-    static func duration(_ text: String) -> Duration? {
-        let digits = text.prefix { $0.isNumber || $0 == "." }
-        let unit = text.dropFirst(digits.count).lowercased()
-        guard let value = Double(digits), value > 0 else { return nil }
-        let scale: Double
-        switch unit {
-        case "", "ms": scale = 1e6
-        case "s": scale = 1e9
-        case "us", "µs": scale = 1e3
-        case "ns": scale = 1
-        default: return nil
-        }
-        let nanoseconds = value * scale
-        guard nanoseconds >= 1, nanoseconds < 1e18 else { return nil }
-        return .nanoseconds(Int64(nanoseconds))
-    }
-
-    /// The warning for the unknown items, or nil.
-    var warning: String? {
-        guard !unknown.isEmpty else { return nil }
-        return "ThreadKit diagnostics: TK_DIAGNOSTICS: ignoring \(unknown.map { "\"\($0)\"" }.joined(separator: ", ")) "
-            + "(known: lockorder, lockorder:fatal, hangs, hangs:250ms, contention, trace, all, off)"
-    }
-}
-
-private extension Substring {
-    var trimmingSpaces: String {
-        String(drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
-    }
 }

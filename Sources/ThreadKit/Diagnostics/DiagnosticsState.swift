@@ -16,10 +16,6 @@ final class DiagnosticsState: @unchecked Sendable {
     private let mutex = RawMutex()
     private var state = State()   // guarded by mutex
 
-    init() {
-        _ = DiagnosticsConfiguration.fromEnvironment // warns about unknown items, once
-    }
-
     func read<T>(_ body: (State) -> T) -> T { mutex.withLock { body(state) } }
     func update<T>(_ body: (inout State) -> T) -> T { mutex.withLock { body(&state) } }
 

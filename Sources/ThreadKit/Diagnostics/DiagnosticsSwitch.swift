@@ -12,7 +12,9 @@ import CThreadKit
 // global, and every hook would call its accessor (a function call and a once-check) before the
 // one relaxed load it is meant to cost.
 public struct TKDiagnosticsFeature: OptionSet, Sendable, Hashable {
+    /// The bits of the set, as in C's `tk_diagnostics_word` (`TK_DIAG_…` constants).
     public let rawValue: UInt32
+    /// Creates the set whose bits are `rawValue`.
     @inlinable public init(rawValue: UInt32) { self.rawValue = rawValue }
 
     /// Lock-order (potential deadlock) prediction.

@@ -8,9 +8,10 @@
 // or more threads taking these locks as they did could deadlock. The cycle is reported once.
 //
 // Identity is per lock instance (as Abseil's deadlock detector, not lockdep's classes): a lock
-// gets an id from `nextID` the first time it is checked; its LockName keeps the id and forgets the
-// lock's node when the lock is freed. Ids are never reused, so an edge cached for a dead lock can
-// never be mistaken for one of a new lock.
+// gets an id from `nextID` the first time it is checked; its LockName keeps the id and, when the
+// lock is freed, removes the lock's node and edges from the graph and the cache. Ids are never
+// reused, so an edge a reader still sees for a dead lock can never be mistaken for one of a new
+// lock.
 import CThreadKit
 import Synchronization
 
@@ -51,14 +52,19 @@ enum LockOrder {
     /// Checking was switched on: every thread's held stack is stale.
     static func didSwitchOn() { tk_lockorder_reset_all() }
 
-    /// The slow path: some edge from a held lock to `id` is not in the cache.
+    /// The slow path: some edge from a held lock to `id` is not in the cache. The stack and the
+    /// thread's name (a backtrace and a /proc read) are taken only when the graph lacks an edge,
+    /// not when the cache merely missed one.
     private static func recordNewEdges(to id: UInt32) {
+        let uncached = (0..<tk_lockorder_held_count()).map(tk_lockorder_held_at).filter {
+            $0 != id && tk_lockorder_edge_known($0, id) == 0
+        }
+        let missing = LockOrderGraph.shared.missingEdges(from: uncached, to: id)
+        if missing.isEmpty { return }
         let stack = LockOrderStack.capture(skipping: 2)
         let thread = LockOrderThread.current()
         var reports: [TKLockOrderReport] = []
-        for index in 0..<tk_lockorder_held_count() {
-            let held = tk_lockorder_held_at(index)
-            if held == id || tk_lockorder_edge_known(held, id) != 0 { continue }
+        for held in missing {
             if let report = LockOrderGraph.shared.addEdge(from: held, to: id, stack: stack, thread: thread) {
                 reports.append(report)
             }

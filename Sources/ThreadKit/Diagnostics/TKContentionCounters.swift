@@ -8,13 +8,15 @@ public struct TKContentionCounters: Sendable, CustomStringConvertible {
     public let name: String
     /// Acquisitions that could not take the lock at once (for a queue: `sync` calls that waited).
     public internal(set) var waits = 0
-    /// Time spent in those waits, all together and the longest one.
+    /// Time spent in those waits, all together.
     public internal(set) var totalWait: Duration = .zero
+    /// The longest of those waits.
     public internal(set) var maxWait: Duration = .zero
     /// Queue items whose enqueue-to-start latency was measured.
     public internal(set) var starts = 0
-    /// Enqueue-to-start latency of those items, all together and the longest one.
+    /// Enqueue-to-start latency of those items, all together.
     public internal(set) var totalLatency: Duration = .zero
+    /// The longest enqueue-to-start latency of those items.
     public internal(set) var maxLatency: Duration = .zero
 
     init(name: String) { self.name = name }

@@ -16,6 +16,8 @@ public struct TKHangReport: Sendable, CustomStringConvertible {
     /// The stuck thread's call stack, innermost first (empty if the thread could not be sampled).
     public var callStack: [String] { LockOrderStack.symbolize(addresses, dropLeadingThreadKitFrames: false) }
 
+    /// The report as the watchdog prints it: the thread, the activity and how long it has run,
+    /// the call stack one frame a line, and the fix.
     public var description: String {
         var text = "ThreadKit hang: \(thread) has been running \(activity) for \(TKContentionCounters.format(duration)):\n"
         for frame in callStack { text += "      \(frame)\n" }

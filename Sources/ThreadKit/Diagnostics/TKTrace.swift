@@ -6,6 +6,10 @@
 // capacity; `start` begins a fresh session either way.
 import Glibc
 
+/// The trace recorder (`TK_DIAGNOSTICS=trace`): records what threads, run loops, queues,
+/// operations, locks and ports do into per-thread rings, and exports it as Chrome trace-event
+/// JSON or a self-contained HTML timeline (what `threadkit trace` shows). Not an Apple API;
+/// Instruments' System Trace is the nearest counterpart. Every member may be called from any thread.
 public enum TKTrace {
     /// Serialises start/stop (a session's rings are set up before the switch turns on).
     private static let control = Protected(())
@@ -13,9 +17,13 @@ public enum TKTrace {
     /// Starts recording, in a new session (events of earlier sessions are no longer exported).
     /// `capacity`: slots per thread, rounded up to a power of two (32 bytes each); a thread's
     /// ring keeps its latest `capacity - 1` events (the slot it fills next is never exported).
-    public static func start(capacity: Int = 16_384) {
+    /// `totalCapacity`: slots all threads' rings share (at least `capacity`; 2^20, 32 MiB, by
+    /// default). Threads get `capacity` while it lasts, then what is left, never under 64; once
+    /// it is spent a new thread takes over the ring of a thread that exited. It bounds the
+    /// recorder's memory and the size of an export, however many threads record.
+    public static func start(capacity: Int = 16_384, totalCapacity: Int = 1 << 20) {
         control.withLock { _ in
-            TraceRecorder.beginSession(capacity: capacity)
+            TraceRecorder.beginSession(capacity: capacity, totalCapacity: totalCapacity)
             _ = DiagnosticsSwitch.update { $0.union(.trace) }
         }
     }
@@ -43,31 +51,47 @@ public enum TKTrace {
     /// All events of the current session, every thread's in recording order.
     public static var events: [TKTraceEvent] { threads.flatMap(\.events) }
 
-    /// The current session as Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev).
+    /// The current session as Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev). The
+    /// whole text is in memory: for a large trace, `writeChromeJSON(to:)` streams it to a file.
     public static func chromeJSON() -> String {
-        TraceChromeJSON.render(TraceTimeline(threads))
+        let sink = TraceSink()
+        TraceChromeJSON.write(TraceRows(TraceRecorder.capture()), to: sink)
+        return sink.text
     }
 
     /// The current session as one self-contained HTML page: a timeline, one row per thread.
     public static func html(title: String = "ThreadKit trace") -> String {
-        TraceHTML.render(TraceTimeline(threads), title: title)
+        let sink = TraceSink()
+        TraceHTML.write(TraceRows(TraceRecorder.capture()), title: title, to: sink)
+        return sink.text
     }
 
-    /// Writes `chromeJSON()` to `path`. Throws `TKError(.systemCall)` naming the path and errno.
+    /// Writes `chromeJSON()` to `path`, streaming: memory stays bounded by the session's rings
+    /// plus one thread's row, whatever the file's size. Throws `TKError(.systemCall)` naming the
+    /// path and errno when the file cannot be created or written (a partial file may remain).
     public static func writeChromeJSON(to path: String) throws {
-        try write(chromeJSON(), to: path, call: "writeChromeJSON")
+        try export(to: path, call: "writeChromeJSON") { TraceChromeJSON.write(TraceRows(TraceRecorder.capture()), to: $0) }
     }
 
-    /// Writes `html(title:)` to `path`. Throws `TKError(.systemCall)` naming the path and errno.
+    /// Writes `html(title:)` to `path`, streaming as `writeChromeJSON(to:)` does. Throws
+    /// `TKError(.systemCall)` naming the path and errno.
     public static func writeHTML(to path: String, title: String = "ThreadKit trace") throws {
-        try write(html(title: title), to: path, call: "writeHTML")
+        try export(to: path, call: "writeHTML") { TraceHTML.write(TraceRows(TraceRecorder.capture()), title: title, to: $0) }
     }
 
-    private static func write(_ text: String, to path: String, call: String) throws {
-        let error = SystemCall.writeFile(path, contents: text)
+    private static func export(to path: String, call: String, _ body: (TraceSink) -> Void) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        var error = fd < 0 ? errno : 0
+        if fd >= 0 {
+            let sink = TraceSink(fileDescriptor: fd)
+            body(sink)
+            sink.flush()
+            error = sink.error
+            if close(fd) != 0 && error == 0 { error = errno }
+        }
         if error != 0 {
             throw TKError(.systemCall, "TKTrace.\(call)(to: \"\(path)\"): cannot write the file: \(SystemCall.errnoName(error)). "
-                          + "Fix: pass a path in an existing, writable directory.", errno: error)
+                          + "Fix: pass a path in an existing, writable directory on a file system with room for the trace.", errno: error)
         }
     }
 }

@@ -1,63 +1,73 @@
-// TraceChromeJSON: a TraceTimeline as Chrome trace-event JSON (docs/DiagnosticsTrace.md §3), the
-// format chrome://tracing and Perfetto open: {"traceEvents": [...], "displayTimeUnit": "ms"}.
+// TraceChromeJSON: a trace as Chrome trace-event JSON (docs/DiagnosticsTrace.md §3), the format
+// chrome://tracing and Perfetto open: {"traceEvents": [...], "displayTimeUnit": "ms"}.
 // Per thread: "M" metadata (thread_name, thread_sort_index), "B"/"E" pairs for spans, "i" instants
 // (thread scope), and for dispatch items a flow: "s" at the enqueue, "f" (binding to the enclosing
 // slice) at the item's start. Timestamps are microseconds from the first event, three decimals.
-// Built by the exporting thread only.
+// Written row by row into a TraceSink (a file or a String); by the exporting thread only.
 import Glibc
 
 enum TraceChromeJSON {
+    /// The whole document as a String (tests, small traces).
     static func render(_ timeline: TraceTimeline, processName: String = "ThreadKit") -> String {
+        let sink = TraceSink()
+        write(TraceRows(timeline), to: sink, processName: processName)
+        return sink.text
+    }
+
+    /// Writes the whole document, one row at a time.
+    static func write(_ rows: TraceRows, to sink: TraceSink, processName: String = "ThreadKit") {
         let pid = Int(getpid())
-        var out = "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"recorder\":\"ThreadKit TKTrace\"},\"traceEvents\":[\n"
-        var first = true
+        sink.write("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"recorder\":\"ThreadKit TKTrace\"},\"traceEvents\":[\n")
+        sink.write("{\"ph\":\"M\",\"pid\":\(pid),\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\(quote(processName))}}")
+        for index in 0..<rows.count {
+            write(rows.row(index), index: index, pid: pid, origin: rows.origin, flows: rows.completeFlows, to: sink)
+        }
+        sink.write("\n]}\n")
+    }
+
+    /// One row's events, each preceded by ",\n" (the process metadata always comes first).
+    private static func write(_ row: TraceTimeline.Row, index: Int, pid: Int, origin: UInt64, flows: TraceFlowSet, to sink: TraceSink) {
+        let tid = Int(row.threadID)
         func emit(_ object: String) {
-            if !first { out += ",\n" }
-            first = false
-            out += object
+            sink.write(",\n")
+            sink.write(object)
         }
-        emit("{\"ph\":\"M\",\"pid\":\(pid),\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\(quote(processName))}}")
-        for (index, row) in timeline.rows.enumerated() {
-            let tid = Int(row.threadID)
-            emit("{\"ph\":\"M\",\"pid\":\(pid),\"tid\":\(tid),\"name\":\"thread_name\",\"args\":{\"name\":\(quote(row.name))}}")
-            emit("{\"ph\":\"M\",\"pid\":\(pid),\"tid\":\(tid),\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":\(index)}}")
-            // Begins, ends and instants in recording order (their sequence numbers).
-            enum Item { case begin(Int), end(Int), instant(Int) }
-            var items: [(Int, Item)] = []
-            items.reserveCapacity(row.spans.count * 2 + row.instants.count)
-            for (i, span) in row.spans.enumerated() {
-                items.append((span.beginSequence, .begin(i)))
-                items.append((span.endSequence, .end(i)))
-            }
-            for (i, instant) in row.instants.enumerated() { items.append((instant.sequence, .instant(i))) }
-            items.sort { $0.0 < $1.0 }
-            let head = "\"pid\":\(pid),\"tid\":\(tid)"
-            /// One event; `rest` holds its name, category and arguments, or a flow's id and binding.
-            func event(_ ph: String, _ time: UInt64, _ rest: String) {
-                emit("{\"ph\":\"\(ph)\",\(head),\"ts\":\(micros(time, timeline.origin)),\(rest)}")
-            }
-            func flow(_ ph: String, _ id: UInt64?, _ time: UInt64) {
-                guard let id, timeline.completeFlows.contains(id) else { return }
-                event(ph, time, "\"id\":\(id),\"name\":\"dispatch\",\"cat\":\"flow\"" + (ph == "f" ? ",\"bp\":\"e\"" : ""))
-            }
-            for (_, item) in items {
-                switch item {
-                case .begin(let i):
-                    let span = row.spans[i]
-                    event("B", span.start, "\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label)),\"args\":\(arguments(span.args))")
-                    flow("f", span.flowIn, span.start)
-                case .end(let i):
-                    let span = row.spans[i]
-                    event("E", span.end, "\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label))")
-                case .instant(let i):
-                    let instant = row.instants[i]
-                    event("i", instant.time, "\"s\":\"t\",\"name\":\(quote(instant.name)),\"cat\":\(quote(instant.kind.label)),\"args\":\(arguments(instant.args))")
-                    flow("s", instant.flowOut, instant.time)
-                }
+        emit("{\"ph\":\"M\",\"pid\":\(pid),\"tid\":\(tid),\"name\":\"thread_name\",\"args\":{\"name\":\(quote(row.name))}}")
+        emit("{\"ph\":\"M\",\"pid\":\(pid),\"tid\":\(tid),\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":\(index)}}")
+        // Begins, ends and instants in recording order (their sequence numbers).
+        enum Item { case begin(Int), end(Int), instant(Int) }
+        var items: [(Int, Item)] = []
+        items.reserveCapacity(row.spans.count * 2 + row.instants.count)
+        for (i, span) in row.spans.enumerated() {
+            items.append((span.beginSequence, .begin(i)))
+            items.append((span.endSequence, .end(i)))
+        }
+        for (i, instant) in row.instants.enumerated() { items.append((instant.sequence, .instant(i))) }
+        items.sort { $0.0 < $1.0 }
+        let head = "\"pid\":\(pid),\"tid\":\(tid)"
+        /// One event; `rest` holds its name, category and arguments, or a flow's id and binding.
+        func event(_ ph: String, _ time: UInt64, _ rest: String) {
+            emit("{\"ph\":\"\(ph)\",\(head),\"ts\":\(micros(time, origin)),\(rest)}")
+        }
+        func flow(_ ph: String, _ id: UInt64?, _ time: UInt64) {
+            guard let id, flows.contains(id) else { return }
+            event(ph, time, "\"id\":\(id),\"name\":\"dispatch\",\"cat\":\"flow\"" + (ph == "f" ? ",\"bp\":\"e\"" : ""))
+        }
+        for (_, item) in items {
+            switch item {
+            case .begin(let i):
+                let span = row.spans[i]
+                event("B", span.start, "\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label)),\"args\":\(arguments(span.args))")
+                flow("f", span.flowIn, span.start)
+            case .end(let i):
+                let span = row.spans[i]
+                event("E", span.end, "\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label))")
+            case .instant(let i):
+                let instant = row.instants[i]
+                event("i", instant.time, "\"s\":\"t\",\"name\":\(quote(instant.name)),\"cat\":\(quote(instant.kind.label)),\"args\":\(arguments(instant.args))")
+                flow("s", instant.flowOut, instant.time)
             }
         }
-        out += "\n]}\n"
-        return out
     }
 
     /// Microseconds from `origin`, with three decimals (nanosecond resolution).

@@ -5,29 +5,56 @@
 // dragging pans, hovering shows a tooltip; "Reset" fits the whole trace. Once drawn, the page
 // writes the number of rows into its title and <body data-rows>, and where each row's band was
 // laid out into <body data-row-tops>, which the tests read back from headless Chromium. Spans
-// the exporter closed (no end recorded) are drawn dashed. Built by the exporting thread only.
+// the exporter closed (no end recorded) are drawn dashed. Written row by row into a TraceSink (a
+// file or a String); by the exporting thread only.
 
 enum TraceHTML {
+    /// The whole page as a String (tests, small traces).
     static func render(_ timeline: TraceTimeline, title: String) -> String {
-        var rows: [String] = []
-        for row in timeline.rows {
-            let spans = row.spans.map { s in
-                "[\(TraceChromeJSON.micros(s.start, timeline.origin)),\(TraceChromeJSON.micros(s.end, timeline.origin)),\(s.depth),"
-                    + "\(TraceChromeJSON.quote(s.name)),\(TraceChromeJSON.quote(s.kind.label)),\(TraceChromeJSON.arguments(s.args)),"
-                    + "\(s.flowIn.map { timeline.completeFlows.contains($0) ? "\($0)" : "0" } ?? "0"),\(s.closedByExport ? 1 : 0)]"
-            }
-            let instants = row.instants.map { i in
-                "[\(TraceChromeJSON.micros(i.time, timeline.origin)),\(TraceChromeJSON.quote(i.name)),\(TraceChromeJSON.quote(i.kind.label)),"
-                    + "\(TraceChromeJSON.arguments(i.args)),\(i.flowOut.map { timeline.completeFlows.contains($0) ? "\($0)" : "0" } ?? "0")]"
-            }
-            rows.append("{\"tid\":\(row.threadID),\"name\":\(TraceChromeJSON.quote(row.name)),\"depth\":\(max(row.depth, 1)),"
-                        + "\"overwritten\":\(row.overwritten),\"spans\":[\(spans.joined(separator: ","))],\"instants\":[\(instants.joined(separator: ","))]}")
-        }
-        let duration = TraceChromeJSON.micros(timeline.end, timeline.origin)
-        let data = "{\"title\":\(TraceChromeJSON.quote(title)),\"duration\":\(duration),\"rows\":[\n\(rows.joined(separator: ",\n"))\n]}"
-        // The title first: the data may contain any text.
-        return page.replacing("TRACE_TITLE", with: escapeHTML(title)).replacing("/*TRACE_DATA*/null", with: data)
+        let sink = TraceSink()
+        write(TraceRows(timeline), title: title, to: sink)
+        return sink.text
     }
+
+    /// Writes the page: the part of the template before the data, the data one row at a time,
+    /// the rest of the template.
+    static func write(_ rows: TraceRows, title: String, to sink: TraceSink) {
+        let (before, after) = template
+        // The title goes into the template only, never into the data (which may contain any text).
+        sink.write(before.replacing("TRACE_TITLE", with: escapeHTML(title)))
+        let duration = TraceChromeJSON.micros(rows.end, rows.origin)
+        sink.write("{\"title\":\(TraceChromeJSON.quote(title)),\"duration\":\(duration),\"rows\":[\n")
+        for index in 0..<rows.count {
+            if index > 0 { sink.write(",\n") }
+            write(rows.row(index), origin: rows.origin, flows: rows.completeFlows, to: sink)
+        }
+        sink.write("\n]}")
+        sink.write(after.replacing("TRACE_TITLE", with: escapeHTML(title)))
+    }
+
+    /// One row as the page's script reads it.
+    private static func write(_ row: TraceTimeline.Row, origin: UInt64, flows: TraceFlowSet, to sink: TraceSink) {
+        func flow(_ id: UInt64?) -> String { id.map { flows.contains($0) ? "\($0)" : "0" } ?? "0" }
+        sink.write("{\"tid\":\(row.threadID),\"name\":\(TraceChromeJSON.quote(row.name)),\"depth\":\(max(row.depth, 1)),"
+                   + "\"overwritten\":\(row.overwritten),\"spans\":[")
+        for (index, s) in row.spans.enumerated() {
+            sink.write((index > 0 ? "," : "") + "[\(TraceChromeJSON.micros(s.start, origin)),\(TraceChromeJSON.micros(s.end, origin)),\(s.depth),"
+                       + "\(TraceChromeJSON.quote(s.name)),\(TraceChromeJSON.quote(s.kind.label)),\(TraceChromeJSON.arguments(s.args)),"
+                       + "\(flow(s.flowIn)),\(s.closedByExport ? 1 : 0)]")
+        }
+        sink.write("],\"instants\":[")
+        for (index, i) in row.instants.enumerated() {
+            sink.write((index > 0 ? "," : "") + "[\(TraceChromeJSON.micros(i.time, origin)),\(TraceChromeJSON.quote(i.name)),"
+                       + "\(TraceChromeJSON.quote(i.kind.label)),\(TraceChromeJSON.arguments(i.args)),\(flow(i.flowOut))]")
+        }
+        sink.write("]}")
+    }
+
+    /// The page around its data: split at the `/*TRACE_DATA*/null` placeholder.
+    static let template: (before: String, after: String) = {
+        let parts = page.split(separator: "/*TRACE_DATA*/null", maxSplits: 1, omittingEmptySubsequences: false)
+        return (String(parts[0]), parts.count > 1 ? String(parts[1]) : "")
+    }()
 
     static func escapeHTML(_ s: String) -> String {
         var out = ""

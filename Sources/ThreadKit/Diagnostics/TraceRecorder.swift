@@ -11,6 +11,13 @@
 // its ring (resetting its own, taking over a retired one, or allocating one); interning a new name;
 // the exporter's copy. Rings are never freed: a ring retired by its thread's exit is handed to a
 // later thread once more than `keptRetired` retired rings hold events of the current session.
+//
+// Budget: the rings of one session share `totalCapacity` slots. A registering thread gets the
+// session's per-thread `capacity` while the budget lasts, then what is left of it (a power of
+// two), never less than `minimumCapacity`; once the budget is spent, a new thread takes over the
+// ring of a thread that exited (the one registered first) when there is one. So a session's rings
+// hold at most `totalCapacity` + `minimumCapacity` × (live threads) events, and so does an export:
+// its size follows the budget, not the number of threads times the per-thread capacity.
 import CThreadKit
 
 /// One thread's ring and what the Swift side keeps for it.
@@ -23,6 +30,9 @@ final class TraceRing: @unchecked Sendable {
     var osName = ""
     /// Capacity of `raw.slots` (guarded by the registry).
     var capacity: Int
+    /// When it was last registered, in registrations since launch (guarded by the registry): the
+    /// smallest among retired rings marks the one to take over first.
+    var registeredAt = 0
 
     init(capacity: Int) {
         raw = .allocate(capacity: 1)
@@ -47,6 +57,10 @@ enum TraceRecorder {
         var rings: [TraceRing] = []
         /// Events per thread for rings registered from now on (a power of two).
         var capacity = TraceRecorder.defaultCapacity
+        /// Slots all rings of the session share (at least `capacity`).
+        var totalCapacity = TraceRecorder.defaultTotalCapacity
+        /// Registrations since launch (stamps `TraceRing.registeredAt`).
+        var registrations = 0
         /// The session the rings of which the exporter reads; mirrors tk_trace_session.
         var session: UInt64 = 1
         /// Interned names; index 0 is "no name".
@@ -55,6 +69,10 @@ enum TraceRecorder {
     }
 
     static let defaultCapacity = 16_384
+    /// Slots all rings of a session share by default: 2^20 events, 32 MiB.
+    static let defaultTotalCapacity = 1 << 20
+    /// The smallest ring a registering thread gets, however spent the budget.
+    static let minimumCapacity = 64
     /// Retired rings of the current session kept for the export before one is reused.
     static let keptRetired = 64
     static let registry = Protected(Registry())
@@ -130,19 +148,32 @@ enum TraceRecorder {
         let tid = SystemCall.currentThreadID
         let osName = currentOSName()
         let ring = registry.withLock { r -> TraceRing in
-            let ring: TraceRing
+            var ring: TraceRing?
             if let mine = tk_trace_ring_of_current_thread() {
                 ring = Unmanaged<TraceRing>.fromOpaque(mine.pointee.owner).takeUnretainedValue()
-            } else if let reused = reusableRetiredRingLocked(r) {
-                ring = reused
             } else {
-                ring = TraceRing(capacity: r.capacity)
-                r.rings.append(ring)
+                ring = reusableRetiredRingLocked(r)
             }
-            if ring.capacity != r.capacity { ring.resize(to: r.capacity) }
-            tk_trace_reset(ring.raw, r.session, tid)
-            ring.osName = osName
-            return ring
+            var size = ringCapacityLocked(r, for: ring)
+            if ring == nil && size == minimumCapacity && sessionSlotsLocked(r, excluding: nil) + size > r.totalCapacity,
+               let oldest = oldestRetiredRingLocked(r) {
+                // The budget is spent: take over the ring of a thread that exited, not more memory.
+                ring = oldest
+                size = ringCapacityLocked(r, for: oldest)
+            }
+            let chosen: TraceRing
+            if let ring {
+                chosen = ring
+                if chosen.capacity != size { chosen.resize(to: size) }
+            } else {
+                chosen = TraceRing(capacity: size)
+                r.rings.append(chosen)
+            }
+            r.registrations += 1
+            chosen.registeredAt = r.registrations
+            tk_trace_reset(chosen.raw, r.session, tid)
+            chosen.osName = osName
+            return chosen
         }
         // The cache was cleared by the reset: drop the Strings it kept.
         for i in ring.cachedNames.indices { ring.cachedNames[i] = nil }
@@ -150,15 +181,38 @@ enum TraceRecorder {
         return ring.raw
     }
 
+    /// Slots the current session's rings hold, `ring`'s aside. Registry held.
+    private static func sessionSlotsLocked(_ r: Registry, excluding ring: TraceRing?) -> Int {
+        r.rings.reduce(0) { sum, other in
+            other !== ring && other.raw.pointee.session == r.session ? sum + other.capacity : sum
+        }
+    }
+
+    /// The capacity `ring` (nil: a new one) gets for the session: the per-thread capacity while the
+    /// budget lasts, else the largest power of two left of it, at least `minimumCapacity`.
+    private static func ringCapacityLocked(_ r: Registry, for ring: TraceRing?) -> Int {
+        let left = r.totalCapacity - sessionSlotsLocked(r, excluding: ring)
+        if left >= r.capacity { return r.capacity }
+        var size = minimumCapacity
+        while size * 2 <= left { size *= 2 }
+        return size
+    }
+
     /// A retired ring this thread may take: one of an older session, or the oldest retired one of
     /// this session when more than `keptRetired` are kept. Registry held.
     private static func reusableRetiredRingLocked(_ r: Registry) -> TraceRing? {
-        var retiredThisSession: [TraceRing] = []
+        var retiredThisSession = 0
         for ring in r.rings where tk_trace_is_retired(ring.raw) != 0 {
             if ring.raw.pointee.session != r.session { return ring }
-            retiredThisSession.append(ring)
+            retiredThisSession += 1
         }
-        return retiredThisSession.count > keptRetired ? retiredThisSession.first : nil
+        return retiredThisSession > keptRetired ? oldestRetiredRingLocked(r) : nil
+    }
+
+    /// The retired ring of this session registered first. Registry held.
+    private static func oldestRetiredRingLocked(_ r: Registry) -> TraceRing? {
+        r.rings.filter { tk_trace_is_retired($0.raw) != 0 && $0.raw.pointee.session == r.session }
+            .min { $0.registeredAt < $1.registeredAt }
     }
 
     private static func currentOSName() -> String {
@@ -170,71 +224,43 @@ enum TraceRecorder {
     // MARK: Sessions
 
     /// Starts a new session: rings are reset as their threads next record. `capacity`: events per
-    /// thread, rounded up to a power of two (at least 64).
-    static func beginSession(capacity: Int) {
-        var rounded = 64
+    /// thread, rounded up to a power of two (at least 64); `totalCapacity`: slots the session's
+    /// rings share (at least `capacity`).
+    static func beginSession(capacity: Int, totalCapacity: Int = defaultTotalCapacity) {
+        var rounded = minimumCapacity
         while rounded < capacity && rounded < 1 << 26 { rounded <<= 1 }
         registry.withLock { r in
             r.capacity = rounded
+            r.totalCapacity = min(max(totalCapacity, rounded), 1 << 30)
             r.session += 1
             tk_trace_session_store(r.session)
         }
     }
 
-    /// Every thread's events of the current session and the name table.
-    static func snapshot() -> [TKTraceThread] {
-        registry.withLock { r -> [TKTraceThread] in
-            var threads: [TKTraceThread] = []
-            var buffer = UnsafeMutablePointer<tk_trace_event>.allocate(capacity: r.capacity)
-            var bufferCapacity = r.capacity
-            defer { buffer.deallocate() }
-            for ring in r.rings where ring.raw.pointee.session == r.session {
-                if ring.capacity > bufferCapacity {
-                    buffer.deallocate()
-                    buffer = .allocate(capacity: ring.capacity)
-                    bufferCapacity = ring.capacity
+    /// The current session's rings, copied under the registry lock in one go.
+    static func capture() -> TraceCapture {
+        registry.withLock { r -> TraceCapture in
+            let rings = r.rings.filter { $0.raw.pointee.session == r.session }
+            let total = rings.reduce(0) { $0 + $1.capacity }
+            var segments: [TraceCapture.Segment] = []
+            segments.reserveCapacity(rings.count)
+            let events = [tk_trace_event](unsafeUninitializedCapacity: total) { buffer, initialized in
+                var offset = 0
+                for ring in rings {
+                    // safety: `buffer` has room for every ring's capacity; tk_trace_copy writes at
+                    // most `ring.capacity` events at the offset, which the sum leaves free.
+                    guard let base = buffer.baseAddress else { break }
+                    let count = Int(tk_trace_copy(ring.raw, base + offset))
+                    segments.append(TraceCapture.Segment(start: offset, count: count, tid: ring.raw.pointee.tid,
+                                                         osName: ring.osName, written: tk_trace_head(ring.raw)))
+                    offset += count
                 }
-                let count = Int(tk_trace_copy(ring.raw, buffer))
-                let written = tk_trace_head(ring.raw)
-                let tid = ring.raw.pointee.tid
-                var events: [TKTraceEvent] = []
-                events.reserveCapacity(count)
-                for i in 0..<count {
-                    let e = buffer[i]
-                    guard let kind = TKTraceEvent.Kind(rawValue: e.kind),
-                          let phase = TKTraceEvent.Phase(rawValue: e.phase) else { continue }
-                    let name = e.name != 0 && Int(e.name) < r.names.count ? r.names[Int(e.name)] : nil
-                    events.append(TKTraceEvent(timestamp: e.timestamp, threadID: tid, kind: kind, phase: phase, name: name,
-                                               object: e.object, argument: e.argument, detail: e.detail))
-                }
-                if events.isEmpty { continue }
-                // The latest name the thread announced (a TKThread's start) wins over its OS name.
-                let announced = events.last { $0.kind == .thread && $0.phase == .begin && $0.name != nil }?.name
-                let name = announced ?? (ring.osName.isEmpty ? "thread \(tid)" : ring.osName)
-                threads.append(TKTraceThread(threadID: tid, name: name, events: events,
-                                             overwritten: written > UInt64(count) ? written - UInt64(count) : 0))
+                initialized = offset
             }
-            return mergedByThreadID(threads)
+            return TraceCapture(events: events, segments: segments, names: r.names)
         }
     }
 
-    /// One entry per kernel thread id: a ring recycled within the session by a thread whose id
-    /// the kernel reused after the first exited is appended to the first's events (the first
-    /// ended before the second began). Ordered by first event.
-    private static func mergedByThreadID(_ threads: [TKTraceThread]) -> [TKTraceThread] {
-        let ordered = threads.sorted { ($0.events.first?.timestamp ?? 0) < ($1.events.first?.timestamp ?? 0) }
-        var merged: [TKTraceThread] = []
-        var position: [UInt32: Int] = [:]
-        for thread in ordered {
-            guard let at = position[thread.threadID] else {
-                position[thread.threadID] = merged.count
-                merged.append(thread)
-                continue
-            }
-            let earlier = merged[at]
-            merged[at] = TKTraceThread(threadID: thread.threadID, name: thread.name, events: earlier.events + thread.events,
-                                       overwritten: earlier.overwritten + thread.overwritten)
-        }
-        return merged
-    }
+    /// Every thread's events of the current session, in order of first event.
+    static func snapshot() -> [TKTraceThread] { capture().allThreads() }
 }

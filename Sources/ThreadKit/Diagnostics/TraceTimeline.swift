@@ -50,20 +50,22 @@ struct TraceTimeline {
     var origin: UInt64
     var end: UInt64
     /// Flow ids that have both an enqueue and a start in this trace.
-    var completeFlows: Set<UInt64>
+    var completeFlows: TraceFlowSet
 
     var eventCount: Int { rows.reduce(0) { $0 + 2 * $1.spans.count + $1.instants.count } }
 
+    /// All rows at once (tests, small traces). The exports build one row at a time instead, from a
+    /// TraceCapture's summary (the same origin, end and flows).
     init(_ threads: [TKTraceThread]) {
         rows = threads.map(TraceTimeline.row)
         origin = threads.compactMap { $0.events.first?.timestamp }.min() ?? 0
         end = threads.compactMap { $0.events.last?.timestamp }.max() ?? origin
-        let starts = Set(rows.flatMap { $0.instants.compactMap(\.flowOut) })
-        let ends = Set(rows.flatMap { $0.spans.compactMap(\.flowIn) })
-        completeFlows = starts.intersection(ends)
+        completeFlows = TraceFlowSet(intersecting: rows.flatMap { $0.instants.compactMap(\.flowOut) },
+                                     rows.flatMap { $0.spans.compactMap(\.flowIn) })
     }
 
-    private static func row(_ thread: TKTraceThread) -> Row {
+    /// One thread's row: its spans paired and nested, its instants.
+    static func row(_ thread: TKTraceThread) -> Row {
         var row = Row(threadID: thread.threadID, name: thread.name, overwritten: thread.overwritten)
         var open: [(span: Span, object: UInt64)] = []
         var sequence = 0

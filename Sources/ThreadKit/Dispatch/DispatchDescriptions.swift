@@ -5,6 +5,10 @@
 // (one lock at a time: the target's label is immutable and read without its lock).
 
 extension TKDispatchQueue: CustomDebugStringConvertible {
+    /// A one-line snapshot of the queue, like libdispatch's `dispatch_debug`: label, kind, QoS,
+    /// width, target, whether it is active, suspend count, pending entries, the serial lane's
+    /// state or the concurrent queue's work in flight, and whether a context is set. Taken under
+    /// the queue's lock, so it may be stale by the time it is read.
     public var debugDescription: String {
         let kindName: String
         let width: String
@@ -38,6 +42,8 @@ extension TKDispatchQueue: CustomDebugStringConvertible {
 }
 
 extension TKDispatchGroup: CustomDebugStringConvertible {
+    /// A one-line snapshot of the group: its count (`enter()` minus `leave()`), whether waiters
+    /// may be parked, and how many notifications are pending.
     public var debugDescription: String {
         let (count, waiters, notify) = snapshot
         let notifications = pendingNotifications
@@ -49,6 +55,8 @@ extension TKDispatchGroup: CustomDebugStringConvertible {
 }
 
 extension TKDispatchSource: CustomDebugStringConvertible {
+    /// A one-line snapshot of the source: its type, handle, queue label, lifecycle (inactive,
+    /// active, cancelled), suspend count and what is pending, taken under the source's lock.
     public var debugDescription: String {
         let s = lock.withLock { state }
         var fields = ["type: \(typeName)", "handle: \(handle)", "queue: \"\(queue.label)\""]

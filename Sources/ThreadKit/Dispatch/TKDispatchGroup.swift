@@ -29,6 +29,7 @@ public final class TKDispatchGroup: @unchecked Sendable {
     private var notifications: [(TKDispatchQueue, @Sendable () -> Void)] = []   // guarded by notifyLock
     private var finishWaiters: AsyncWaiters<Void>?                               // guarded by notifyLock
 
+    /// Creates a group with a count of zero, like `DispatchGroup()`.
     public init() {}
 
     deinit {
@@ -158,5 +159,8 @@ public final class TKDispatchGroup: @unchecked Sendable {
 
 /// The result of a wait with a deadline.
 public enum TKDispatchTimeoutResult: Sendable {
-    case success, timedOut
+    /// What was waited for happened before the deadline.
+    case success
+    /// The deadline passed first.
+    case timedOut
 }

@@ -5,7 +5,14 @@
 extension TKDispatchQueue {
     /// DispatchQueue.GlobalQueuePriority: the four priorities of the global queues before QoS.
     public enum GlobalQueuePriority: Sendable, CaseIterable {
-        case high, `default`, low, background
+        /// `DISPATCH_QUEUE_PRIORITY_HIGH`: the `.userInitiated` global queue.
+        case high
+        /// `DISPATCH_QUEUE_PRIORITY_DEFAULT`: the `.default` global queue.
+        case `default`
+        /// `DISPATCH_QUEUE_PRIORITY_LOW`: the `.utility` global queue.
+        case low
+        /// `DISPATCH_QUEUE_PRIORITY_BACKGROUND`: the `.background` global queue.
+        case background
 
         /// The QoS class Apple maps the priority to: high → userInitiated, default → default,
         /// low → utility, background → background.

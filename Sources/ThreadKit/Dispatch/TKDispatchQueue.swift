@@ -13,17 +13,40 @@
 // activation's unlock. `context` and `finalizer` are guarded by `lock` (read once more in deinit).
 import Synchronization
 
+/// A FIFO queue of work that ThreadKit's own thread pool runs: `DispatchQueue` without libdispatch.
+///
+/// A serial queue runs one item at a time, in submission order; a concurrent queue starts items
+/// in order and runs them together, except that a `.barrier` item waits for everything before it
+/// and runs alone. Custom queues run on the shared pool through their target (by default the
+/// global queue of their QoS); ``main`` runs on the main thread, drained by the main run loop or
+/// by ``TKDispatch/main()``. Thread-safe: every member may be called from any thread.
+///
+/// `sync` onto the queue the caller is already running on (directly or through its targets) is
+/// detected and stops the process with a message, where libdispatch would hang.
 public final class TKDispatchQueue: @unchecked Sendable {
+    /// How a queue made with ``init(label:qos:attributes:target:)`` behaves, as `DispatchQueue.Attributes`.
     public struct Attributes: OptionSet, Sendable {
+        /// The bits of the set: `concurrent` is 1, `initiallyInactive` is 2.
         public let rawValue: UInt
+        /// Creates the set whose bits are `rawValue`.
         public init(rawValue: UInt) { self.rawValue = rawValue }
+        /// A concurrent queue: items start in order and run together (barriers alone). Without it
+        /// the queue is serial.
         public static let concurrent = Attributes(rawValue: 1 << 0)
+        /// The queue starts inactive: submitted work waits until ``TKDispatchQueue/activate()``
+        /// (or a first `resume()`), and ``TKDispatchQueue/setTarget(queue:)`` may still be called.
         public static let initiallyInactive = Attributes(rawValue: 1 << 1)
     }
 
+    /// Options for one submitted item, as `DispatchWorkItemFlags` (only `barrier` exists here).
     public struct WorkFlags: OptionSet, Sendable {
+        /// The bits of the set: `barrier` is 1.
         public let rawValue: UInt
+        /// Creates the set whose bits are `rawValue`.
         public init(rawValue: UInt) { self.rawValue = rawValue }
+        /// On a concurrent queue, the item waits until every earlier item has finished, and
+        /// nothing submitted later starts until it has finished. Serial queues run every item
+        /// alone already.
         public static let barrier = WorkFlags(rawValue: 1 << 0)
     }
 
@@ -61,6 +84,7 @@ public final class TKDispatchQueue: @unchecked Sendable {
         var barrierRunning = false
     }
 
+    /// The name given at creation; it appears in ``debugDescription``, traces and misuse messages.
     public let label: String
     let kind: Kind
     let qos: TKQualityOfService
@@ -84,6 +108,14 @@ public final class TKDispatchQueue: @unchecked Sendable {
 
     // MARK: Creating
 
+    /// Creates a custom queue, like `DispatchQueue(label:qos:attributes:target:)`.
+    ///
+    /// - Parameters:
+    ///   - label: The queue's name in debug output, traces and misuse messages.
+    ///   - qos: The quality of service of its work; also picks the default target.
+    ///   - attributes: `.concurrent` for a concurrent queue (else serial); `.initiallyInactive`
+    ///     to hold work until ``activate()``.
+    ///   - target: The queue this one runs on; nil means the global queue of `qos`.
     public init(label: String, qos: TKQualityOfService = .default, attributes: Attributes = [],
                 target: TKDispatchQueue? = nil) {
         self.label = label
@@ -148,6 +180,11 @@ public final class TKDispatchQueue: @unchecked Sendable {
 
     // MARK: Submitting
 
+    /// Submits `work` to run on the queue and returns at once, like `DispatchQueue.async(group:flags:execute:)`.
+    ///
+    /// With a `group`, the group is entered now and left when `work` returns. With `.barrier`
+    /// on a concurrent queue, `work` runs alone after every earlier item. Work submitted to a
+    /// suspended or inactive queue waits until it is resumed or activated.
     public func async(group: TKDispatchGroup? = nil, flags: WorkFlags = [], execute work: @escaping @Sendable () -> Void) {
         group?.enter()
         // Contention counters (docs/Diagnostics.md §3): the block carries its enqueue time.
@@ -157,6 +194,9 @@ public final class TKDispatchQueue: @unchecked Sendable {
         enqueue(consume entry)
     }
 
+    /// Submits `workItem` and returns at once, like `DispatchQueue.async(execute:)` with a
+    /// `DispatchWorkItem`. The item's flags apply (`.barrier`); an item cancelled before the
+    /// queue reaches it is skipped, yet still counts as finished for its waiters and notifications.
     public func async(execute workItem: TKDispatchWorkItem) {
         var entry = DispatchEntry(.item(workItem), barrier: workItem.flags.contains(.barrier))
         if DiagnosticsSwitch.isOn(.trace) { entry.traceFlow = TraceRecorder.dispatchEnqueued(self) }
@@ -215,6 +255,10 @@ public final class TKDispatchQueue: @unchecked Sendable {
 
     // MARK: Queue-specific data
 
+    /// Associates `value` with `key` on this queue (nil removes it), like
+    /// `DispatchQueue.setSpecific(key:value:)`. Read it back with `getSpecific(key:)` on the queue,
+    /// or, from work running on the queue or on a queue that targets it, with the static
+    /// `TKDispatchQueue.getSpecific(key:)`.
     public func setSpecific<T: Sendable>(key: TKDispatchSpecificKey<T>, value: T?) {
         lock.withLock { specifics[key.id] = value }
     }

@@ -23,15 +23,25 @@ extension TKDispatchSource {
     /// | `.rename` | IN_MOVE_SELF                                                                 |
     /// | `.revoke` | IN_UNMOUNT: its file system was unmounted (Linux has no revoke(2))            |
     public struct FileSystemEvent: OptionSet, Sendable, Hashable {
+        /// The bits of the set: kqueue's `NOTE_DELETE` (0x1) … `NOTE_REVOKE` (0x40).
         public let rawValue: UInt
+        /// Creates the set whose bits are `rawValue`, such as a source's `data`.
         public init(rawValue: UInt) { self.rawValue = rawValue }
+        /// The object's last name was unlinked, or it was deleted (`NOTE_DELETE`).
         public static let delete = FileSystemEvent(rawValue: 0x1)
+        /// The object's contents changed; for a directory, an entry came or went (`NOTE_WRITE`).
         public static let write = FileSystemEvent(rawValue: 0x2)
+        /// The object grew (`NOTE_EXTEND`).
         public static let extend = FileSystemEvent(rawValue: 0x4)
+        /// Its attributes changed: mode, owner, times, extended attributes (`NOTE_ATTRIB`).
         public static let attrib = FileSystemEvent(rawValue: 0x8)
+        /// Its link count changed without reaching 0 (`NOTE_LINK`).
         public static let link = FileSystemEvent(rawValue: 0x10)
+        /// It was renamed or moved (`NOTE_RENAME`).
         public static let rename = FileSystemEvent(rawValue: 0x20)
+        /// Its file system was unmounted (`NOTE_REVOKE`; Linux has no revoke(2)).
         public static let revoke = FileSystemEvent(rawValue: 0x40)
+        /// Every event above.
         public static let all: FileSystemEvent = [.delete, .write, .extend, .attrib, .link, .rename, .revoke]
     }
 

@@ -20,11 +20,17 @@ extension TKDispatchSource {
     /// Memory-pressure levels (DispatchSource.MemoryPressureEvent). `data` of such a source is
     /// the level now: `MemoryPressureEvent(rawValue: source.data)`.
     public struct MemoryPressureEvent: OptionSet, Sendable, Hashable {
+        /// The bits of the set: `normal` 0x1, `warning` 0x2, `critical` 0x4 (libdispatch's values).
         public let rawValue: UInt
+        /// Creates the set whose bits are `rawValue`, such as a source's `data`.
         public init(rawValue: UInt) { self.rawValue = rawValue }
+        /// Pressure is back to normal: neither trigger fired for 4 s after an elevated level.
         public static let normal = MemoryPressureEvent(rawValue: 0x1)
+        /// Some task stalled on memory for 200 ms within a 2 s window (PSI "some").
         public static let warning = MemoryPressureEvent(rawValue: 0x2)
+        /// Every runnable task stalled on memory for 200 ms within a 2 s window (PSI "full").
         public static let critical = MemoryPressureEvent(rawValue: 0x4)
+        /// All three levels.
         public static let all: MemoryPressureEvent = [.normal, .warning, .critical]
     }
 

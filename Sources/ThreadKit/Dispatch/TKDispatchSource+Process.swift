@@ -10,7 +10,9 @@ extension TKDispatchSource {
     /// source is the union of the events seen since the last handler run:
     /// `ProcessEvent(rawValue: source.data)`.
     public struct ProcessEvent: OptionSet, Sendable, Hashable {
+        /// The bits of the set: kqueue's `NOTE_EXIT` (0x8000_0000) and `NOTE_SIGNAL` (0x0800_0000).
         public let rawValue: UInt
+        /// Creates the set whose bits are `rawValue`, such as a source's `data`.
         public init(rawValue: UInt) { self.rawValue = rawValue }
         /// The process exited (or was gone already when the source was made, as libdispatch reports).
         public static let exit = ProcessEvent(rawValue: 0x8000_0000)
@@ -19,6 +21,7 @@ extension TKDispatchSource {
         /// calling process may ask for it; it fires when a signal that a ThreadKit signal source
         /// catches is delivered to the process.
         public static let signal = ProcessEvent(rawValue: 0x0800_0000)
+        /// Both events (on Linux there are no fork or exec events).
         public static let all: ProcessEvent = [.exit, .signal]
     }
 

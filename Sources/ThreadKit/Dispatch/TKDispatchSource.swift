@@ -14,6 +14,14 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+/// An event source whose handler runs on a queue, like `DispatchSource`: timers, signals,
+/// descriptor readiness, user data, process exits, file-system object changes and memory
+/// pressure, all watched by ThreadKit's manager thread (epoll, timerfd, signalfd, inotify, pidfd).
+///
+/// A source starts inactive: set its handlers, then call ``activate()`` (or `resume()`). Events
+/// that arrive before the handler runs are merged into one call (see ``data``), and the event
+/// handler never runs concurrently with itself. ``cancel()`` stops it for good and runs the
+/// cancel handler once. Thread-safe.
 public final class TKDispatchSource: @unchecked Sendable {
     enum Kind {
         case timer
@@ -108,6 +116,8 @@ public final class TKDispatchSource: @unchecked Sendable {
 
     // MARK: Making sources (all start inactive: activate() or resume())
 
+    /// A timer source whose event handler runs on `queue`, like `DispatchSource.makeTimerSource(queue:)`.
+    /// Give it a time with ``schedule(deadline:repeating:leeway:)``; it never fires early.
     public static func makeTimerSource(queue: TKDispatchQueue) -> TKDispatchSource {
         TKDispatchSource(kind: .timer, queue: queue)
     }
@@ -150,10 +160,14 @@ public final class TKDispatchSource: @unchecked Sendable {
         }
     }
 
+    /// A source fired by ``add(data:)``, like `DispatchSource.makeUserDataAddSource(queue:)`: the
+    /// values added before the handler runs are summed (wrapping) into one ``data``.
     public static func makeUserDataAddSource(queue: TKDispatchQueue) -> TKDispatchSource {
         TKDispatchSource(kind: .dataAdd, queue: queue)
     }
 
+    /// A source fired by ``add(data:)``, like `DispatchSource.makeUserDataOrSource(queue:)`: the
+    /// values added before the handler runs are OR-ed into one ``data``.
     public static func makeUserDataOrSource(queue: TKDispatchQueue) -> TKDispatchSource {
         TKDispatchSource(kind: .dataOr, queue: queue)
     }
@@ -227,10 +241,14 @@ public final class TKDispatchSource: @unchecked Sendable {
         }
     }
 
+    /// Sets the block that runs on the source's queue for each (coalesced) event; nil removes it.
+    /// Ignored once the source is cancelled (except nil). It never runs concurrently with itself.
     public func setEventHandler(_ handler: (@Sendable () -> Void)?) {
         lock.withLock { if state.lifecycle != .cancelled || handler == nil { state.eventHandler = handler } }
     }
 
+    /// Sets the block that runs once on the source's queue after ``cancel()``, when no event
+    /// handler runs any more: the place to close a watched descriptor. Ignored once it has run.
     public func setCancelHandler(_ handler: (@Sendable () -> Void)?) {
         lock.withLock { if !state.cancelHandlerDone { state.cancelHandler = handler } }
     }
@@ -382,6 +400,7 @@ public final class TKDispatchSource: @unchecked Sendable {
         if submit { submitDelivery() }
     }
 
+    /// Whether ``cancel()`` has been called.
     public var isCancelled: Bool { lock.withLock { state.lifecycle == .cancelled } }
 
     /// What activation must do once the source's lock is released.

@@ -5,6 +5,9 @@
 // races with the finish without being lost or run twice). `block` and `flags` are immutable.
 import Synchronization
 
+/// A block with a life of its own, like `DispatchWorkItem`: run it directly with ``perform()`` or
+/// submit it with `TKDispatchQueue.async(execute:)`, then wait for it, get notified when it has
+/// finished, or cancel it before it starts. Thread-safe.
 public final class TKDispatchWorkItem: @unchecked Sendable {
     let flags: TKDispatchQueue.WorkFlags
     private let block: @Sendable () -> Void
@@ -16,6 +19,7 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
     private var hasFinished = false                                              // guarded by notifyLock
     private var finishWaiters: AsyncWaiters<Void>?                               // guarded by notifyLock
 
+    /// Creates a work item that runs `block`; `flags` (`.barrier`) apply when it is submitted to a queue.
     public init(flags: TKDispatchQueue.WorkFlags = [], block: @escaping @Sendable () -> Void) {
         self.flags = flags
         self.block = block
@@ -75,6 +79,7 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
     /// Cancels the item: if it has not started, it never runs. A running block is not interrupted.
     public func cancel() { cancelled.store(true, ordering: .releasing) }
 
+    /// Whether ``cancel()`` has been called (it stays true even if the block had already run).
     public var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
 
     /// Marks the item finished the first time; wakes waiters and submits notifications.

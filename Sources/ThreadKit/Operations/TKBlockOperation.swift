@@ -9,6 +9,8 @@ public final class TKBlockOperation: TKOperation, @unchecked Sendable {
     private var moreBlocks: [@Sendable () -> Void] = []   // guarded by lock
     private var frozen = false                            // guarded by lock
 
+    /// Creates an operation that runs `block`, like `BlockOperation(block:)`; add more blocks
+    /// with ``addExecutionBlock(_:)`` before it starts.
     public init(block: @escaping @Sendable () -> Void) {
         firstBlock = block
         super.init()

@@ -22,8 +22,33 @@ import Synchronization
 /// Subclass and override `main()` (synchronous), or override `isAsynchronous` to return true and
 /// `start()` (or `main()`), and call `finish()` when the work is done.
 open class TKOperation: @unchecked Sendable {
+    /// Where a ready operation goes among the ready operations of its queue, as
+    /// `Operation.QueuePriority`: higher starts first, FIFO among equals. It orders, it does not
+    /// preempt, and it never overrides dependencies.
     public enum QueuePriority: Int, Sendable {
-        case veryLow = -8, low = -4, normal = 0, high = 4, veryHigh = 8
+        /// Starts after every other ready operation (raw value -8).
+        case veryLow = -8
+        /// Starts after normal ones (-4).
+        case low = -4
+        /// The default (0).
+        case normal = 0
+        /// Starts before normal ones (4).
+        case high = 4
+        /// Starts before every other ready operation (8).
+        case veryHigh = 8
+
+        /// The priority whose raw value is `rawValue` (-8, -4, 0, 4 or 8, Foundation's values),
+        /// or nil. Written out for its documentation; it is what the compiler would synthesize.
+        public init?(rawValue: Int) {
+            switch rawValue {
+            case -8: self = .veryLow
+            case -4: self = .low
+            case 0: self = .normal
+            case 4: self = .high
+            case 8: self = .veryHigh
+            default: return nil
+            }
+        }
     }
 
     let state = Atomic<UInt64>(0)
@@ -53,6 +78,8 @@ open class TKOperation: @unchecked Sendable {
     var epoch: UInt64 = 0
     var isBarrier = false
 
+    /// Creates a pending operation with no dependencies, `.normal` priority and no name; add it
+    /// to a `TKOperationQueue`, or call `start()` yourself once it is ready.
     public init() {}
 
     deinit { lock.deallocate() }
@@ -108,8 +135,12 @@ open class TKOperation: @unchecked Sendable {
 
     // MARK: State
 
+    /// Whether ``cancel()`` has been called. A running `main()` checks it to stop early.
     public var isCancelled: Bool { state.load(ordering: .acquiring) & OperationState.cancelled != 0 }
+    /// Whether the operation has started and not yet finished (an asynchronous one: until ``finish()``).
     public var isExecuting: Bool { OperationState.phase(state.load(ordering: .acquiring)) == OperationState.executing }
+    /// Whether the operation has finished: `main()` returned, ``finish()`` was called, or it was
+    /// cancelled before it started. Once true it stays true.
     public var isFinished: Bool { OperationState.phase(state.load(ordering: .acquiring)) == OperationState.finished }
     /// True when every dependency has finished (or been cancelled), or this operation is cancelled.
     public var isReady: Bool { OperationState.isReady(state.load(ordering: .acquiring)) }
@@ -155,6 +186,8 @@ open class TKOperation: @unchecked Sendable {
         DependencyGraph.remove(operation, from: self)
     }
 
+    /// The operations this one waits for, in the order they were added (finished ones included,
+    /// as Foundation keeps them). A snapshot: other threads may add or remove dependencies.
     public var dependencies: [TKOperation] { lock.withLock { dependencyList } }
 
     // MARK: Properties
@@ -192,6 +225,7 @@ open class TKOperation: @unchecked Sendable {
         }
     }
 
+    /// A name for debugging: it appears in traces and in misuse messages. Nil by default.
     public var name: String? {
         get { lock.withLock { storedName } }
         set { lock.withLock { storedName = newValue } }

@@ -73,6 +73,9 @@ public final class TKOperationQueue: @unchecked Sendable {
     let drained = FutexWord(0)
     let isMain: Bool
 
+    /// Creates a queue like `OperationQueue()`: no name, `maxConcurrentOperationCount` of
+    /// `defaultMaxConcurrentOperationCount` (-1, the system chooses), `.default` QoS, running its
+    /// operations on the global pool, not suspended.
     public init() {
         isMain = false
     }
@@ -101,6 +104,8 @@ public final class TKOperationQueue: @unchecked Sendable {
 
     // MARK: Settings
 
+    /// A name for debugging, used in misuse messages; nil by default (`TKOperationQueue.main`
+    /// is named "TKOperationQueue.main"). Thread-safe.
     public var name: String? {
         get { lock.withLock { core.name } }
         set { lock.withLock { core.name = newValue } }

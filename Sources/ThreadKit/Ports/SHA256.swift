@@ -46,12 +46,14 @@ struct SHA256 {
             pending.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[0..<take]))
             offset = take
             guard pending.count == SHA256.blockLength else { return }
-            pending.withUnsafeBytes { compress($0) }
+            let block = pending
+            block.withUnsafeBytes { compress($0) }
             pending.removeAll(keepingCapacity: true)
         }
-        while bytes.count - offset >= SHA256.blockLength {
-            compress(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + SHA256.blockLength]))
-            offset += SHA256.blockLength
+        let blocks = (bytes.count - offset) / SHA256.blockLength
+        if blocks > 0 {
+            compress(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + blocks * SHA256.blockLength]))
+            offset += blocks * SHA256.blockLength
         }
         pending.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[offset...]))
     }
@@ -74,32 +76,46 @@ struct SHA256 {
         return digest
     }
 
-    private mutating func compress(_ block: UnsafeRawBufferPointer) {
-        withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 64) { w in
-            for i in 0..<16 {
-                w[i] = UInt32(block[4 * i]) << 24 | UInt32(block[4 * i + 1]) << 16 | UInt32(block[4 * i + 2]) << 8 | UInt32(block[4 * i + 3])
+    /// Processes whole blocks (`blocks.count` a multiple of 64). One scratch schedule for all of
+    /// them, a local view of `k` and static helpers: in unoptimized builds an instance method
+    /// copies `self` (retaining `pending`) at every call and each temporary allocation is cleared,
+    /// which made hashing several times slower.
+    private mutating func compress(_ blocks: UnsafeRawBufferPointer) {
+        var state = h
+        SHA256.k.withUnsafeBufferPointer { k in
+            withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 64) { w in
+                var base = 0
+                while base < blocks.count {
+                    for i in 0..<16 {
+                        let p = base &+ 4 &* i
+                        w[i] = UInt32(blocks[p]) &<< 24 | UInt32(blocks[p &+ 1]) &<< 16 | UInt32(blocks[p &+ 2]) &<< 8 | UInt32(blocks[p &+ 3])
+                    }
+                    for i in 16..<64 {
+                        let x = w[i &- 15], y = w[i &- 2]
+                        let s0 = SHA256.rotr(x, 7) ^ SHA256.rotr(x, 18) ^ (x &>> 3)
+                        let s1 = SHA256.rotr(y, 17) ^ SHA256.rotr(y, 19) ^ (y &>> 10)
+                        w[i] = w[i &- 16] &+ s0 &+ w[i &- 7] &+ s1
+                    }
+                    var (a, b, c, d, e, f, g, hh) = state
+                    for i in 0..<64 {
+                        let s1 = SHA256.rotr(e, 6) ^ SHA256.rotr(e, 11) ^ SHA256.rotr(e, 25)
+                        let choice = (e & f) ^ (~e & g)
+                        let t1 = hh &+ s1 &+ choice &+ k[i] &+ w[i]
+                        let s0 = SHA256.rotr(a, 2) ^ SHA256.rotr(a, 13) ^ SHA256.rotr(a, 22)
+                        let majority = (a & b) ^ (a & c) ^ (b & c)
+                        let t2 = s0 &+ majority
+                        hh = g; g = f; f = e; e = d &+ t1
+                        d = c; c = b; b = a; a = t1 &+ t2
+                    }
+                    state = (state.0 &+ a, state.1 &+ b, state.2 &+ c, state.3 &+ d, state.4 &+ e, state.5 &+ f, state.6 &+ g, state.7 &+ hh)
+                    base &+= SHA256.blockLength
+                }
             }
-            for i in 16..<64 {
-                let s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3)
-                let s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10)
-                w[i] = w[i - 16] &+ s0 &+ w[i - 7] &+ s1
-            }
-            var (a, b, c, d, e, f, g, hh) = h
-            for i in 0..<64 {
-                let s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)
-                let choice = (e & f) ^ (~e & g)
-                let t1 = hh &+ s1 &+ choice &+ SHA256.k[i] &+ w[i]
-                let s0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)
-                let majority = (a & b) ^ (a & c) ^ (b & c)
-                let t2 = s0 &+ majority
-                hh = g; g = f; f = e; e = d &+ t1
-                d = c; c = b; b = a; a = t1 &+ t2
-            }
-            h = (h.0 &+ a, h.1 &+ b, h.2 &+ c, h.3 &+ d, h.4 &+ e, h.5 &+ f, h.6 &+ g, h.7 &+ hh)
         }
+        h = state
     }
 
-    @inline(__always) private func rotr(_ x: UInt32, _ n: UInt32) -> UInt32 { x >> n | x << (32 - n) }
+    @inline(__always) private static func rotr(_ x: UInt32, _ n: UInt32) -> UInt32 { x &>> n | x &<< (32 &- n) }
 
     // MARK: HMAC (RFC 2104)
 

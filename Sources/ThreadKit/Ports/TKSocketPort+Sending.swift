@@ -1,6 +1,8 @@
-// TKSocketPort+Sending: the remote port's side. The sending thread encodes the message (signed
-// when the port has an authenticator), connects on first use and writes the whole frame under
-// `sender`; a connection that shows its peer gone is replaced before the write.
+// TKSocketPort+Sending: the remote port's side. The sending thread encodes the message (as signed
+// segments when the port has an authenticator), connects on first use and writes the whole frame
+// (every segment) under `sender`; a connection that shows its peer gone is replaced before the
+// write. True means written before the deadline, not read (docs/Ports.md, "What send(before:)
+// returning true means").
 import CThreadKit
 import Glibc
 

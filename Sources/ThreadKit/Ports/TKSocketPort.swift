@@ -16,7 +16,8 @@
 // taken by the I/O loop thread, by `invalidate()` and by the inbox's drain hook, never while a
 // loop lock is held, and the inbox lock, the remote-port table and another port's `security` are
 // taken inside it (lock order: listener, then those leaves). `security` (authenticator, peer rule)
-// is a leaf. Handlers (`connectionErrorHandler`, a custom peer rule) run with no lock held.
+// is a leaf. Handlers (`connectionErrorHandler`, a custom peer rule) run with no lock held, and
+// so are the retry timers (descriptors, the unfinished-frame budget) added to the I/O loop.
 // `sender` guards the remote connection and is held across a blocking write, so frames from
 // different threads never interleave.
 import CThreadKit
@@ -41,9 +42,12 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
     struct Connection {
         let token: UInt64
         var decoder = PortWireFormat.Decoder()
+        /// Not read until the loop delivers (the inbox is over its limit).
         var paused = false
+        /// Not read until the budget has room (an authenticating port; the retry timer checks).
+        var waitingForBudget = false
         /// Bytes of the process's unfinished-frame budget this connection holds (at least its
-        /// decoder's `heldByteCount`).
+        /// decoder's `heldByteCount` and `chargeFloor`).
         var charged = 0
     }
 
@@ -56,6 +60,10 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
         var handler: (@Sendable (TKError) -> Void)?
         /// Out of descriptors: the listening socket is not watched until the retry timer fires.
         var acceptPaused = false
+        /// A budget retry timer is pending (or wanted: `budgetTimerWanted`, added once the lock
+        /// is released) for connections waiting for the budget.
+        var budgetRetryScheduled = false
+        var budgetTimerWanted = false
     }
 
     struct Security {
@@ -173,17 +181,20 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
     }
 
     /// Told when a connection is closed because of what came over it (malformed, truncated,
-    /// oversized or unauthenticated frames, a peer the rule refuses, the unfinished-frame budget,
-    /// read errors). Default: a line on standard error. Runs on the I/O loop's thread.
+    /// oversized or unauthenticated frames, a peer the rule refuses, the unfinished-frame budget
+    /// of a port without an authenticator, a message bigger than the whole budget, read errors).
+    /// Default: a line on standard error. Runs on the I/O loop's thread.
     public var connectionErrorHandler: (@Sendable (TKError) -> Void)? {
         get { listener.withLock { $0.handler } }
         set { listener.withLock { $0.handler = newValue } }
     }
 
     /// Signs what a remote port sends; verifies what a listening port receives (nil: neither).
-    /// A listening port with one refuses every frame it does not verify, before decoding it. The
-    /// remote ports made for a reply port or port components of a message that passed it sign
-    /// with it too, unless they have their own.
+    /// A listening port with one refuses every segment it does not verify, before keeping its
+    /// data, and reads at most a small first segment (2,071 bytes) of a message before it has
+    /// verified it; its connections wait for the unfinished-frame budget instead of being closed.
+    /// The remote ports made for a reply port or port components of a message that passed it
+    /// sign with it too, unless they have their own.
     public var authenticator: TKSocketPortAuthenticator? {
         get { security.withLock { $0.authenticator } }
         set { security.withLock { $0.authenticator = newValue } }
@@ -226,9 +237,12 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
     // MARK: The process-wide budget for unfinished frames
 
     /// The most bytes all listening socket ports of this process together hold for frames still
-    /// arriving (default 256 MiB). A connection whose next read would take the total past it is
-    /// closed and reported, so many peers each sending part of a big frame cannot exhaust memory.
-    /// A budget under 64 MiB also refuses the biggest frames. Must not be negative.
+    /// arriving (default 256 MiB), so many peers each sending part of a big frame cannot exhaust
+    /// memory. On a port without an authenticator, a connection whose next read would take the
+    /// total past it is closed and reported. On a port with one, such a connection stops being
+    /// read until there is room (its sender waits, nothing is lost); only a message that could
+    /// never fit (its size plus 256 KiB over the whole budget) closes it. A budget under 64 MiB
+    /// also refuses the biggest frames. Must not be negative.
     public static var unfinishedFrameBudget: Int {
         get { UnfinishedFrameBudget.limit }
         set { UnfinishedFrameBudget.setLimit(newValue) }

@@ -1,10 +1,11 @@
 // UnfinishedFrameBudget: the process-wide cap on the memory that listening socket ports hold for
 // frames still arriving (TKSocketPort.unfinishedFrameBudget). Each connection reserves what its
 // decoder may grow to before the decoder allocates, and gives back what it no longer holds; a
-// connection that cannot reserve is shed (TKSocketPort+Receiving.swift). Per connection a frame
-// is bounded by the wire format (64 MiB); this bounds the sum over all connections.
+// connection that cannot reserve is shed, or on an authenticating port waits until there is room
+// (TKSocketPort+Receiving.swift). Per connection a frame is bounded by the wire format (64 MiB);
+// this bounds the sum over all connections.
 //
-// Threads: any I/O loop thread reserves and releases; any thread reads or sets the limit. Both
+// Threads: any I/O loop thread reserves and releases; any thread reads or sets the limit. The
 // words are relaxed atomics: they publish no other memory, and a reservation racing a change of
 // the limit may be judged against either value.
 import Synchronization
@@ -15,6 +16,12 @@ enum UnfinishedFrameBudget {
 
     private static let limitWord = Atomic<Int>(defaultLimit)
     private static let heldWord = Atomic<Int>(0)
+    private static let waitWord = Atomic<Int>(0)
+
+    /// How many times a connection of an authenticating port started waiting for room (for
+    /// tests: the wait, not a closed connection, is what happened).
+    static var waits: Int { waitWord.load(ordering: .relaxed) }
+    static func countWait() { waitWord.wrappingAdd(1, ordering: .relaxed) }
 
     static var limit: Int { limitWord.load(ordering: .relaxed) }
     static var held: Int { heldWord.load(ordering: .relaxed) }

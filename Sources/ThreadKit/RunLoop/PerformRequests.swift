@@ -54,6 +54,7 @@ extension TKRunLoop: ThreadAttachment {
             return Array(waitingRequests.values)
         }
         for request in waiting { _ = request.settle(PerformRequest.failed) }
+        refuseJobsLeftAtThreadEnd()   // executor jobs still queued would never run (TKRunLoop+Executor)
     }
 }
 

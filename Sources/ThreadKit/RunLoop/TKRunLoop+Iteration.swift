@@ -145,9 +145,12 @@ extension TKRunLoop {
         return drainMainQueue(mode) || ranRequest
     }
 
-    /// Performs the signalled version-0 sources of `mode` in `order`. True if any ran.
+    /// Performs the signalled version-0 sources of `mode` in `order`. True if any ran. Visits the
+    /// mode's ready list only (sources signalled since its last pass), never every source it holds.
     private func performSources(_ mode: Mode) -> Bool {
-        let sources = lock.withLock { itemsLocked(mode)?.sources.filter { $0.isSignaled } ?? [] }
+        let sources = lock.withLock { itemsLocked(mode)?.takeReady() ?? [] }
+        if sources.isEmpty { return false }
+        sourcesVisited.wrappingAdd(sources.count, ordering: .relaxed)
         var handled = false
         for source in sources where source.isValid && source.consumeSignal() {
             source.performCallback()

@@ -31,9 +31,26 @@ extension TKRunLoop {
 }
 
 /// What one mode of one loop holds. Guarded by the loop's `lock`.
+///
+/// Version-0 sources are kept by identity with the sequence number of their insertion into this
+/// mode, and the signalled ones on a ready list (docs/RunLoopIteration.md, "Ready sources"), so a
+/// pass visits what was signalled, not everything the mode holds: its cost follows what is
+/// ready, not how many sources exist. Performing in (`order`, insertion) order is what the sorted
+/// array this replaces gave.
 final class ModeItems {
-    /// Version-0 sources, kept sorted by `order` (stable for equal orders).
-    var sources: [TKRunLoopSource] = []
+    struct SourceEntry {
+        let source: TKRunLoopSource
+        /// Insertion sequence in this mode: ties of `order` perform in insertion order.
+        let sequence: UInt64
+    }
+    /// Version-0 sources of this mode, by identity.
+    private(set) var sources: [ObjectIdentifier: SourceEntry] = [:]
+    private var nextSequence: UInt64 = 0
+    /// Sources signalled since this mode's last pass took them, each at most once (`readyIDs`).
+    /// An entry may be stale (its signal consumed by a pass in another mode or loop): the pass
+    /// skips it. Always a subset of `sources` (removal drops the entry).
+    private var ready: [TKRunLoopSource] = []
+    private var readyIDs: Set<ObjectIdentifier> = []
     /// Observers, kept sorted by `order`.
     var observers: [TKRunLoopObserver] = []
     /// The timers of this mode (membership) and their deadlines (a heap with lazy deletion).
@@ -43,6 +60,47 @@ final class ModeItems {
 
     /// A mode with nothing that could wake the loop: observers do not count (CFRunLoop's rule).
     var isEmpty: Bool { sources.isEmpty && timers.isEmpty && ports.isEmpty }
+
+    /// Adds a version-0 source; false if it was in this mode already.
+    func insertSource(_ source: TKRunLoopSource) -> Bool {
+        let id = ObjectIdentifier(source)
+        guard sources[id] == nil else { return false }
+        sources[id] = SourceEntry(source: source, sequence: nextSequence)
+        nextSequence &+= 1
+        return true
+    }
+
+    /// Removes a version-0 source (and its ready entry); false if it was not in this mode.
+    func removeSource(_ source: TKRunLoopSource) -> Bool {
+        let id = ObjectIdentifier(source)
+        guard sources.removeValue(forKey: id) != nil else { return false }
+        if readyIDs.remove(id) != nil, let index = ready.firstIndex(where: { $0 === source }) { ready.remove(at: index) }
+        return true
+    }
+
+    /// The sources in the order a pass performs them: `order`, then insertion.
+    var sourcesInOrder: [TKRunLoopSource] { Self.inOrder(sources.values) }
+
+    /// Puts a signalled source of this mode on the ready list (once; a source not in this mode is
+    /// ignored).
+    func markReady(_ source: TKRunLoopSource) {
+        let id = ObjectIdentifier(source)
+        guard sources[id] != nil, readyIDs.insert(id).inserted else { return }
+        ready.append(source)
+    }
+
+    /// Takes the ready list, in the order a pass performs it; the list is empty afterwards.
+    func takeReady() -> [TKRunLoopSource] {
+        guard !ready.isEmpty else { return [] }
+        let taken = ready.compactMap { sources[ObjectIdentifier($0)] }
+        ready.removeAll(keepingCapacity: true)
+        readyIDs.removeAll(keepingCapacity: true)
+        return Self.inOrder(taken)
+    }
+
+    private static func inOrder(_ entries: some Sequence<SourceEntry>) -> [TKRunLoopSource] {
+        entries.sorted { ($0.source.order, $0.sequence) < ($1.source.order, $1.sequence) }.map(\.source)
+    }
 
     static func insertSorted<T: AnyObject>(_ item: T, into list: inout [T], order: (T) -> Int) -> Bool {
         if list.contains(where: { $0 === item }) { return false }

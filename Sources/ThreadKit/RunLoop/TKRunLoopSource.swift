@@ -1,7 +1,8 @@
 // TKRunLoopSource: a version-0 (custom) input source, CFRunLoopSource's role. Thread-safe:
 // `signal` and `invalidate` from any thread; `perform` runs on the thread of a loop that has it
 // in its current mode. `memberships` (the loops and modes it was added to) is guarded by its own
-// lock, taken only while no loop lock is held.
+// lock, taken only while no loop lock is held (and released before `signal` takes a loop's lock
+// to put the source on that loop's ready lists).
 import Synchronization
 
 /// A custom input source. Another thread calls `signal()` and then `wakeUp()` on the target loop;
@@ -29,7 +30,24 @@ public final class TKRunLoopSource: @unchecked Sendable {
     /// Marks the source as ready to perform. Does not wake the loop: call `wakeUp()` on it.
     /// Releasing: pairs with the loop's acquiring exchange, so data prepared before signalling is
     /// visible to `perform`.
-    public func signal() { if isValid { signalled.store(true, ordering: .releasing) } }
+    ///
+    /// The signal that sets the flag also puts the source on the ready list of each (loop, mode)
+    /// it is in, so passes visit only signalled sources (ModeItems). A signal that finds the flag
+    /// already set adds nothing: the source is on those lists since the signal that set it (a
+    /// pass takes it off before consuming the flag), or joins them when added (`joined`).
+    public func signal() {
+        guard isValid, !signalled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        // Read after the flag is set (see TKRunLoop.joined for the other side of this handshake).
+        let targets = memberships.withLock { list in list.compactMap { m in m.loop.map { ($0, m.mode) } } }
+        guard !targets.isEmpty else { return }
+        if targets.count == 1 {
+            targets[0].0.markReady(self, in: [targets[0].1])
+            return
+        }
+        var byLoop: [ObjectIdentifier: (TKRunLoop, [TKRunLoop.Mode])] = [:]
+        for (loop, mode) in targets { byLoop[ObjectIdentifier(loop), default: (loop, [])].1.append(mode) }
+        for (loop, modes) in byLoop.values { loop.markReady(self, in: modes) }
+    }
 
     public var isSignaled: Bool { signalled.load(ordering: .acquiring) }
 

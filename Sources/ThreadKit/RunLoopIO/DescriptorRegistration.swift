@@ -32,6 +32,8 @@ final class DescriptorRegistration: DescriptorWatcher, @unchecked Sendable {
     /// The loop's poll. Weak: a loop whose thread ended closes its epoll set, and a registration
     /// kept by a living owner must not keep the set (three descriptors) open.
     private weak var poll: EventPoll?
+    /// The loop, for misuse messages only (weak, as `poll`).
+    private weak var loop: TKRunLoop?
     private weak var handler: (any ReadinessHandler)?
     /// The epoll token once added (nil before the first arm). Guarded by the owner's lock.
     private var token: UInt64?
@@ -42,13 +44,19 @@ final class DescriptorRegistration: DescriptorWatcher, @unchecked Sendable {
     init(fd: Int32, loop: TKRunLoop, handler: any ReadinessHandler) {
         self.fd = fd
         poll = loop.poll
+        self.loop = loop
         self.handler = handler
     }
+
+    /// The loop's owning thread as misuse messages name it.
+    var loopDescription: String { loop?.ownerDescription ?? "a finished thread" }
 
     /// Arms the registration for `interest` (EpollBits); 0 leaves it as it is (a disarmed
     /// registration stays quiet; an armed one reports at most once more, which the owner ignores).
     /// Returns 0 or epoll's errno: EBADF/ENOENT (the descriptor was closed under its owner),
-    /// EPERM (a regular file: always ready), EEXIST (already in this set). Without `force`, an
+    /// EPERM (a regular file: always ready), EEXIST (already in this set); or
+    /// `EventPoll.superseded` (closed under its owner and the number watched in this set by
+    /// another object since: nothing was touched, and nothing will be). Without `force`, an
     /// interest already armed costs no system call. Caller holds the owner's lock.
     func arm(_ interest: UInt32, force: Bool = false) -> Int32 {
         guard interest != 0, force || interest != armed, let poll else { return 0 }
@@ -71,7 +79,8 @@ final class DescriptorRegistration: DescriptorWatcher, @unchecked Sendable {
     /// The kernel reported and disarmed the registration. Caller holds the owner's lock.
     func disarmed() { armed = 0 }
 
-    /// Removes the descriptor from the set (before it is closed). Caller holds the owner's lock.
+    /// Removes the descriptor from the set (before it is closed); a superseded registration only
+    /// forgets its token (the number's entry is its new owner's). Caller holds the owner's lock.
     func cancel() {
         if let token { poll?.unwatch(token) }
         token = nil

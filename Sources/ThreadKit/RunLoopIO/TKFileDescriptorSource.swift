@@ -66,7 +66,10 @@ public final class TKFileDescriptorSource: @unchecked Sendable {
 
     /// Arms `types`: each is reported once, when the descriptor is ready for it, then disabled
     /// until enabled again. A descriptor found closed is reported with `[.read, .write]` and the
-    /// source becomes invalid.
+    /// source becomes invalid. A descriptor closed under the source whose number another object
+    /// on the same loop has watched since is a misuse that stops the process (the source would
+    /// take that object's events); `invalidate()` on such a source stays safe and touches
+    /// nothing of the new owner's.
     public func enableCallBacks(_ types: CallBackTypes) {
         let signal = state.withLock { s -> Bool in
             guard s.lifecycle == .valid else { return false }
@@ -134,9 +137,19 @@ public final class TKFileDescriptorSource: @unchecked Sendable {
                 for registration in s.registrations.values { registration.cancel() }
                 return armAll(&s)
             case EEXIST:
-                misuse("TKFileDescriptorSource(fileDescriptor: \(fileDescriptor)) added to a run loop whose epoll set already "
-                       + "watches descriptor \(fileDescriptor) (another source, stream or port on it). "
-                       + "Fix: use one TKFileDescriptorSource per descriptor and enable both types on it.")
+                misuse("TKFileDescriptorSource(fileDescriptor: \(fileDescriptor)) added to the run loop of "
+                       + "\(registration.loopDescription), whose epoll set already watches descriptor \(fileDescriptor) "
+                       + "(another source, stream or port on it, or one opened on that number after this source's "
+                       + "descriptor was closed). Fix: use one TKFileDescriptorSource per descriptor and enable both "
+                       + "types on it; invalidate a source before closing its descriptor.")
+            case EventPoll.superseded:
+                // Closed under the source and the number reused by another object on that loop:
+                // arming would take that object's events. Nothing was touched (EventPoll).
+                misuse("TKFileDescriptorSource(fileDescriptor: \(fileDescriptor)).enableCallBacks: descriptor "
+                       + "\(fileDescriptor) was closed while the source was still valid, and the number now belongs to "
+                       + "another object on the run loop of \(registration.loopDescription) (a source, stream, socket or "
+                       + "port opened since); watching it would take that object's events. Fix: invalidate the source "
+                       + "before closing its descriptor (or create it with closeOnInvalidate: true and call invalidate()).")
             default:
                 // EBADF, ENOENT: closed under the source (perhaps reused since). Report once.
                 s.lifecycle = .lost

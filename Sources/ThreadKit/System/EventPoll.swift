@@ -1,7 +1,8 @@
 // EventPoll: the sleeping and waking machinery of one run loop: an epoll set holding an eventfd
 // (wakeUp), a timerfd (the next timer or run deadline) and the descriptors of socket ports.
 // Owned by its run loop: `wait`, `arm` and the drains run on the loop's thread only; `wake`,
-// `watch` and `unwatch` from any thread (`watchers` is guarded by its own leaf lock).
+// `watch`, `modify` and `unwatch` from any thread (`watchers` is guarded by its own leaf lock,
+// held across their epoll_ctl calls; nothing else is taken under it).
 import CThreadKit
 import Glibc
 import Synchronization
@@ -22,12 +23,40 @@ final class EventPoll: @unchecked Sendable {
     static let timerToken: UInt64 = 1
 
     /// Watched descriptors by token (tokens from 2 up, never reused, so an event for a descriptor
-    /// unwatched meanwhile finds no entry and is ignored). Guarded by its lock.
+    /// unwatched meanwhile finds no entry and is ignored), and which token owns each descriptor
+    /// number in this set now. Guarded by its lock, which is also held across every epoll_ctl, so
+    /// an ownership check and the system call it allows cannot be separated by another watch.
+    ///
+    /// Why owners: epoll keys an entry by (open file, descriptor number), and epoll_ctl names it
+    /// by number. A descriptor closed under its watcher (without `unwatch`) leaves the number
+    /// free; when another object reuses it and watches it here, a MOD or DEL by the old token
+    /// would land on the new object's entry (stealing its events, or deleting its registration).
+    /// So a successful ADD of a number owned by another token makes that token *superseded*:
+    /// its `modify` answers `EventPoll.superseded` and touches nothing, its `unwatch` only forgets
+    /// it, and its events are ignored. (Where the old file is still open through a `dup`, the
+    /// kernel keeps its entry, now unreachable by number; one-shot watchers hear from it at most
+    /// once more, and the superseded token makes that event a no-op.)
     private struct Watch {
         let fd: Int32
         weak var watcher: (any DescriptorWatcher)?
     }
-    private let watchers = Protected<(next: UInt64, byToken: [UInt64: Watch])>((2, [:]))
+    private struct Table {
+        var next: UInt64 = 2
+        var byToken: [UInt64: Watch] = [:]
+        var owner: [Int32: UInt64] = [:]
+
+        /// The entry of `token` if it still owns its descriptor number.
+        func current(_ token: UInt64) -> Watch? {
+            guard let entry = byToken[token], owner[entry.fd] == token else { return nil }
+            return entry
+        }
+    }
+    private let watchers = Protected(Table())
+
+    /// `modify`'s answer for a superseded token: its descriptor number now belongs to another
+    /// watcher in this set (the descriptor was closed under the old one and the number reused).
+    /// Not an errno (those are positive).
+    static let superseded: Int32 = -1
 
     private let epoll: Int32
     private let wakeFD: Int32
@@ -92,38 +121,47 @@ final class EventPoll: @unchecked Sendable {
     }
 
     /// `watch`, with epoll's errno when it refuses (EBADF: not open; EPERM: a regular file;
-    /// EEXIST: already in this set).
+    /// EEXIST: this open file is already in this set under that number). A success takes the
+    /// number over from a token that still claimed it (see `Table`).
     func watchOrFail(_ fd: Int32, events: UInt32, watcher: any DescriptorWatcher) -> Result<UInt64, EpollError> {
-        let token = watchers.withLock { w -> UInt64 in
-            defer { w.next += 1 }
-            w.byToken[w.next] = Watch(fd: fd, watcher: watcher)
-            return w.next
+        watchers.withLock { w -> Result<UInt64, EpollError> in
+            let token = w.next
+            guard tk_epoll_ctl(epoll, 1 /* EPOLL_CTL_ADD */, fd, events, token) == 0 else {
+                return .failure(EpollError(code: errno))
+            }
+            w.next += 1
+            w.byToken[token] = Watch(fd: fd, watcher: watcher)
+            w.owner[fd] = token   // a previous owner of the number is superseded
+            return .success(token)
         }
-        guard tk_epoll_ctl(epoll, 1 /* EPOLL_CTL_ADD */, fd, events, token) == 0 else {
-            let error = errno   // before the lock, whose slow path may make syscalls
-            _ = watchers.withLock { $0.byToken.removeValue(forKey: token) }
-            return .failure(EpollError(code: error))
-        }
-        return .success(token)
     }
 
     /// Changes the events a watched descriptor is waited for (0: none, it stays registered).
-    /// Returns 0, or epoll's errno (EBADF / ENOENT: the descriptor was closed under its watcher).
+    /// Returns 0, epoll's errno (EBADF / ENOENT: the descriptor was closed under its watcher), or
+    /// `EventPoll.superseded` (closed under it and the number watched here by someone else since:
+    /// nothing is touched).
     @discardableResult
     func modify(_ token: UInt64, events: UInt32) -> Int32 {
-        guard let fd = watchers.withLock({ $0.byToken[token]?.fd }) else { return ENOENT }
-        return tk_epoll_ctl(epoll, 3 /* EPOLL_CTL_MOD */, fd, events, token) == 0 ? 0 : errno
+        watchers.withLock { w -> Int32 in
+            guard let entry = w.byToken[token] else { return ENOENT }
+            guard w.owner[entry.fd] == token else { return EventPoll.superseded }
+            return tk_epoll_ctl(epoll, 3 /* EPOLL_CTL_MOD */, entry.fd, events, token) == 0 ? 0 : errno
+        }
     }
 
-    /// Removes a watched descriptor. Call before closing it.
+    /// Removes a watched descriptor. Call before closing it. A superseded token is only
+    /// forgotten: the number's entry belongs to its new owner.
     func unwatch(_ token: UInt64) {
-        guard let entry = watchers.withLock({ $0.byToken.removeValue(forKey: token) }) else { return }
-        _ = tk_epoll_ctl(epoll, 2 /* EPOLL_CTL_DEL */, entry.fd, 0, 0)
+        watchers.withLock { w in
+            guard let entry = w.byToken.removeValue(forKey: token), w.owner[entry.fd] == token else { return }
+            w.owner.removeValue(forKey: entry.fd)
+            _ = tk_epoll_ctl(epoll, 2 /* EPOLL_CTL_DEL */, entry.fd, 0, 0)
+        }
     }
 
-    /// The watcher and descriptor of a token, nil once unwatched.
+    /// The watcher and descriptor of a token, nil once unwatched or superseded.
     func watcher(for token: UInt64) -> (any DescriptorWatcher, Int32)? {
-        watchers.withLock { w in w.byToken[token].flatMap { entry in entry.watcher.map { ($0, entry.fd) } } }
+        watchers.withLock { w in w.current(token).flatMap { entry in entry.watcher.map { ($0, entry.fd) } } }
     }
 
     /// Sleeps until something is ready (`block`) or only polls, then calls `ready` per token.

@@ -23,7 +23,133 @@ enum ExtremeInputRoles {
             Console.out("ok \(name): \(outcome)")
             return 0
         },
+        ChildRole(name: "dispatch-io-offsets", usage: "(TKDispatchIO reads and writes at extreme offsets and lengths; one line per case)") { _ in
+            DispatchIOOffsets.run()
+        },
+        ChildRole(name: "dispatch-data-extreme", usage: "CASE (a TKDispatchData call with an extreme range or size: misuse)") { args in
+            DispatchDataExtremes.run(args.first ?? "")
+        },
     ]
+}
+
+/// `threadkit child dispatch-io-offsets`: each case makes a 20-byte file "0123456789abcdefghij",
+/// puts its descriptor at `pos`, runs one read or write (data "XY") on a TKDispatchIO channel of
+/// `type` at `off`, and prints
+///   `case TYPE OP off=OFF len=LEN pos=POS => bytes=READ err=ERRNO left=UNWRITTEN position=P file=CONTENT`
+/// (the bytes a read delivered, the operation's final errno, the bytes a write handed back, the
+/// descriptor's position after the cleanup handler ran, the file's bytes). The test runs the
+/// same cases on libdispatch's DispatchIO and compares the part after `=>`. Offsets past
+/// Int64.max once added to the position used to trap in ThreadKit's sum.
+enum DispatchIOOffsets {
+    struct Case {
+        let random: Bool, read: Bool, off: Int64, len: Int, pos: Int64
+    }
+
+    static let cases: [Case] = {
+        let offsets: [Int64] = [.max - 5, .max, .min, .min + 5, -20, -10, 0, 5]
+        var all: [Case] = []
+        for random in [true, false] {
+            for read in [true, false] {
+                for off in offsets {
+                    for len in read ? [4, Int.max] : [2] { all.append(Case(random: random, read: read, off: off, len: len, pos: 10)) }
+                }
+                // No overflow in the sum, the kernel refuses the position itself.
+                all.append(Case(random: random, read: read, off: .max - 5, len: read ? 4 : 2, pos: 0))
+            }
+        }
+        return all
+    }()
+
+    static func run() -> Int32 {
+        var failed = false
+        for c in cases {
+            let line = "case \(c.random ? "random" : "stream") \(c.read ? "read" : "write") off=\(c.off) len=\(c.len) pos=\(c.pos)"
+            guard let outcome = run(c) else {
+                Console.out(line + " => TIMEOUT")
+                failed = true
+                continue
+            }
+            Console.out(line + " => " + outcome)
+        }
+        return failed ? 1 : 0
+    }
+
+    private final class Collected: @unchecked Sendable {
+        // Written by handlers on one serial queue; read after `done` was signalled.
+        var bytes: [UInt8] = []
+        var error: Int32 = -1
+        var left = 0
+    }
+
+    private static func run(_ c: Case) -> String? {
+        var template = Array("/tmp/tk-io-offsets-XXXXXX".utf8CString)
+        let fd = mkstemp(&template)
+        guard fd >= 0 else { return "mkstemp failed: errno \(errno)" }
+        unlink(template)
+        defer { close(fd) }
+        let content = Array("0123456789abcdefghij".utf8)
+        _ = content.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        lseek(fd, off_t(c.pos), SEEK_SET)
+        let queue = TKDispatchQueue(label: "io-offsets")
+        let done = TKDispatchSemaphore(value: 0), cleaned = TKDispatchSemaphore(value: 0)
+        let io = TKDispatchIO(type: c.random ? .random : .stream, fileDescriptor: fd, queue: queue) { _ in cleaned.signal() }
+        let collected = Collected()
+        let handler: TKDispatchIO.IOHandler = { isDone, data, error in
+            if let data { if c.read { collected.bytes += Array(data) } else { collected.left = data.count } }
+            if isDone {
+                collected.error = error
+                done.signal()
+            }
+        }
+        if c.read {
+            io.read(offset: off_t(c.off), length: c.len, queue: queue, ioHandler: handler)
+        } else {
+            io.write(offset: off_t(c.off), data: TKDispatchData(copying: Array("XY".utf8)), queue: queue, ioHandler: handler)
+        }
+        guard done.wait(until: .now + .seconds(30)) == .success else { return nil }
+        io.close()
+        guard cleaned.wait(until: .now + .seconds(30)) == .success else { return nil }
+        let position = lseek(fd, 0, SEEK_CUR)
+        var file = [UInt8](repeating: 0, count: 64)
+        let n = pread(fd, &file, file.count, 0)
+        return "bytes=\(String(decoding: collected.bytes, as: UTF8.self)) err=\(collected.error) left=\(collected.left) "
+            + "position=\(position) file=\(String(decoding: file.prefix(max(n, 0)), as: UTF8.self))"
+    }
+}
+
+/// `threadkit child dispatch-data-extreme CASE`: one TKDispatchData call with a range or size at
+/// the edge of Int; each must stop with a "ThreadKit misuse:" message, not a trap of Swift's
+/// arithmetic. `huge-append` appends a byte to a data claiming Int.max bytes (a region over
+/// memory never read: the count overflows).
+enum DispatchDataExtremes {
+    static func run(_ name: String) -> Int32 {
+        let ten = TKDispatchData(copying: [UInt8](repeating: 7, count: 10))
+        var target = [UInt8](repeating: 0, count: 4)
+        switch name {
+        case "subdata-full-int-range": _ = ten.subdata(in: Int.min..<Int.max)
+        case "subdata-at-int-max": _ = ten.subdata(in: Int.max..<Int.max)
+        case "subdata-from-int-min": _ = ten.subdata(in: Int.min..<5)
+        case "region-int-min": _ = ten.region(location: Int.min)
+        case "region-int-max": _ = ten.region(location: Int.max)
+        case "subscript-int-min": _ = ten[Int.min]
+        case "copy-bytes-near-int-max": _ = target.withUnsafeMutableBytes { ten.copyBytes(to: $0, from: (Int.max - 1)..<Int.max) }
+        case "huge-append":
+            var byte: UInt8 = 1
+            withUnsafeMutablePointer(to: &byte) { pointer in
+                // safety: the bytes are never read — only counted — and the no-op deallocator
+                // leaves them alone.
+                let claimed = UnsafeRawBufferPointer(start: UnsafeRawPointer(pointer), count: Int.max)
+                var huge = TKDispatchData(bytesNoCopy: claimed, deallocator: .custom(nil) {})
+                huge.append(ten)
+                Console.out("appended: \(huge.count) bytes")
+            }
+        default:
+            Console.err("no dispatch-data-extreme case \(name)")
+            return 2
+        }
+        Console.out("\(name): no misuse")
+        return 0
+    }
 }
 
 /// The extreme values: beyond what Int64 seconds hold once added to now, and far in the past.

@@ -10,6 +10,10 @@
 //   port-negative-budget         sets a negative budget (a misuse: stops the process)
 //   port-send-as UID ADDR COUNT  becomes UID, then sends as port-send
 //   port-remote-cost N           resident kB per held remote port, and per control buffer
+//   port-auth-flood MODE N       a shared-key listener; a key holder sends N 1 MiB messages while
+//                                (MODE attack) 6 connections without the key each stream a
+//                                60 MiB frame, or (MODE control) nobody else; prints what
+//                                arrived, what was refused and the peak RSS (ru_maxrss)
 import Glibc
 import Synchronization
 import ThreadKit
@@ -42,6 +46,10 @@ enum PortHardeningRoles {
         },
         ChildRole(name: "port-remote-cost", usage: "N (hold N remote ports, then N untouched 64 KiB buffers; print the resident kB each costs)") { args in
             remoteCost(count: args.first.flatMap(Int.init) ?? 20_000)
+        },
+        ChildRole(name: "port-auth-flood", usage: "MODE N (attack|control: a key holder sends N 1 MiB messages to a shared-key listener, with or without 6 keyless 60 MiB frames streaming; print delivered, refused, maxrss-kb)") { args in
+            guard args.count == 2, ["attack", "control"].contains(args[0]), let count = Int(args[1]) else { return 2 }
+            return authFlood(attack: args[0] == "attack", messages: count)
         },
         ChildRole(name: "port-send-as", usage: "UID ADDRESS COUNT (setgid/setuid to UID, then send COUNT messages as port-send)") { args in
             guard args.count == 3, let uid = UInt32(args[0]) else { return 2 }
@@ -271,6 +279,84 @@ enum PortHardeningRoles {
         sampler.join()
         Console.out("shed \(shed) must-shed \(mustShed) shed-enough \(shedEnough) budget-reasons \(budgetReasons) max-held \(maxHeld.load(ordering: .relaxed)) "
                     + "budget \(budgetMiB << 20) hwm-growth-kb \(growth) released \(released) delivered \(delivered ? 1 : 0)")
+        return 0
+    }
+
+    // MARK: Issue 2: connections without the key against a shared-key listener
+
+    /// A listener with a shared key. With `attack`, 6 connections without the key each stream a
+    /// 60 MiB frame: four as wire version 1's authenticated envelope (which a verifying listener
+    /// used to buffer whole before checking), two as segments of a 60 MiB message signed with
+    /// another key (a first segment, then 64 KiB ones); meanwhile a key holder sends
+    /// `messages` messages of 1 MiB. The peak RSS is compared by the test against a `control`
+    /// run, the same without the attackers (the attackers' own memory, one 1 MiB chunk, exists in
+    /// both). Prints `sent-true A sent-false B delivered C refused R attackers-cut-off E
+    /// attacker-max-kb K maxrss-kb M`.
+    private static func authFlood(attack: Bool, messages: Int) -> Int32 {
+        let key = Array("the flood test's shared key, 32B".utf8)
+        guard let port = try? TKSocketPort(tcpPort: 0), let number = port.localPort,
+              let listenerKey = try? TKSocketPortAuthenticator.sharedKey(key),
+              let holderKey = try? TKSocketPortAuthenticator.sharedKey(key) else { return 1 }
+        port.authenticator = listenerKey
+        let receiver = Receiver(port)
+        receiver.start()
+        defer { receiver.finish() }
+        let chunk = [UInt8](repeating: 0xAB, count: 1 << 20)
+        let frameBody = 60 << 20
+        let envelopeHead = u32(frameBody) + Array("TKPA".utf8) + Array("TKPM".utf8) + [1] + u32(1) + [0] + u32(1) + [0] + u32(frameBody - 27)
+        // segment := "TKPS" 2 message:u64 index:u32 total:u32 data auth n:u16 (docs/Ports.md).
+        func segment(_ index: Int, _ data: Int) -> [UInt8] {
+            let body = Array("TKPS".utf8) + [2] + u32(0x0BAD) + u32(0xF00D) + u32(index) + u32(frameBody) + [UInt8](repeating: 0xCD, count: data)
+                + [UInt8](repeating: 0xEE, count: 32) + u16(32)
+            return u32(body.count) + body
+        }
+        let segmentHead = segment(0, 1_024)
+        let laterSegment = segment(1, 64 << 10)
+        let attackers = attack ? 6 : 0
+        let connected = Atomic<Int>(0)
+        let cutOff = Atomic<Int>(0)
+        let attackerMaxKB = Atomic<Int>(0)
+        var threads: [TKThread] = []
+        for i in 0..<attackers {
+            let thread = TKThread {
+                let fd = RunLoopIORoles.connectBlocking(number)
+                connected.wrappingAdd(1, ordering: .releasing)
+                guard fd >= 0 else { return }
+                let segmented = i >= 4
+                var sent = 0
+                var open = send(fd, segmented ? segmentHead : envelopeHead)
+                while open && sent < frameBody {
+                    open = send(fd, segmented ? laterSegment : chunk)
+                    if open { sent += segmented ? laterSegment.count : chunk.count }
+                }
+                if !open { cutOff.wrappingAdd(1, ordering: .relaxed) }
+                if sent >> 10 > attackerMaxKB.load(ordering: .relaxed) { attackerMaxKB.store(sent >> 10, ordering: .relaxed) }
+                close(fd)
+            }
+            thread.start()
+            threads.append(thread)
+        }
+        while connected.load(ordering: .acquiring) < attackers { usleep(1_000) }
+        guard let holder = try? TKSocketPort(remoteHost: "127.0.0.1", port: number) else { return 1 }
+        holder.authenticator = holderKey
+        let payload = [UInt8](repeating: 0x5A, count: 1 << 20)
+        var sentTrue = 0
+        var sentFalse = 0
+        for i in 0..<messages {
+            let message = TKPortMessage(sendPort: holder, receivePort: nil, components: [.data(payload)])
+            message.msgid = UInt32(i)
+            if message.send(before: .now + .seconds(30)) { sentTrue += 1 } else { sentFalse += 1 }
+        }
+        _ = wait { receiver.received.load(ordering: .acquiring) >= sentTrue }
+        for thread in threads { _ = thread.join(until: .now + .seconds(60)) }
+        _ = wait { receiver.refusalCount.load(ordering: .acquiring) >= attackers }
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        Console.out("sent-true \(sentTrue) sent-false \(sentFalse) delivered \(receiver.received.load(ordering: .acquiring)) "
+                    + "refused \(receiver.refusalCount.load(ordering: .acquiring)) attackers-cut-off \(cutOff.load(ordering: .relaxed)) "
+                    + "attacker-max-kb \(attackerMaxKB.load(ordering: .relaxed)) maxrss-kb \(usage.ru_maxrss)")
+        for reason in receiver.refusals { Console.out("reason \(reason)") }
+        holder.invalidate()
         return 0
     }
 

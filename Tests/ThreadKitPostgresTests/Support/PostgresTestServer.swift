@@ -12,6 +12,10 @@ struct PostgresServerInfo: Sendable {
     /// The cluster directory, when the server is one of .ci/postgres-cluster.sh's (restartable).
     let cluster: String?
     let tls: Bool
+    /// The cluster's superuser (`postgres`, trusted on the cluster's Unix socket in its directory),
+    /// when the server is one of .ci/postgres-cluster.sh's: for settings only a superuser may
+    /// change (commit_delay, fsync).
+    var adminURL: String? { cluster.map { "postgres://postgres@/threadkit?host=\($0)&port=\(port)" } }
     /// The server's port, from the URL.
     var port: Int { Int(url.split(separator: ":").last?.split(separator: "/").first ?? "") ?? 0 }
 }
@@ -65,8 +69,21 @@ enum PostgresTestServer {
 
     /// Runs SQL through psql on the test server; returns its unaligned, tuples-only output.
     @discardableResult
-    static func psql(_ sql: String) throws -> String {
-        let result = shell(["psql", try info().url, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+    static func psql(_ sql: String) throws -> String { try psql(sql, url: try info().url) }
+
+    /// Runs SQL as the cluster's superuser (skips the test when the server is not one of
+    /// .ci/postgres-cluster.sh's, so no superuser URL is known).
+    @discardableResult
+    static func psqlAdmin(_ sql: String) throws -> String {
+        guard let admin = try info().adminURL else {
+            throw XCTSkip("the server in TK_POSTGRES_URL was not started by .ci/postgres-cluster.sh (TK_POSTGRES_CLUSTER unset), "
+                          + "so this test cannot change the settings only a superuser may change")
+        }
+        return try psql(sql, url: admin)
+    }
+
+    private static func psql(_ sql: String, url: String) throws -> String {
+        let result = shell(["psql", url, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
         if result.status != 0 { throw PostgresServerUnavailable(message: "psql -c \"\(sql)\" failed: \(result.error)") }
         return result.output.trimmingCharacters(in: .whitespacesAndNewlines)
     }

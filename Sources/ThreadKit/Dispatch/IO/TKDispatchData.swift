@@ -36,6 +36,11 @@ final class DataBuffer: @unchecked Sendable {
     }
 }
 
+/// An immutable run of bytes made of shared regions, like `DispatchData` (`dispatch_data_t`): what
+/// ``TKDispatchIO`` reads and writes. Appending and taking subranges share the underlying buffers
+/// instead of copying bytes; a buffer is released (freed, unmapped or handed to its custom
+/// deallocator) when the last value using it goes. A value type and `Sendable`: nothing in it
+/// changes after construction.
 public struct TKDispatchData: RandomAccessCollection, Sendable, CustomDebugStringConvertible {
     /// How bytes given with `init(bytesNoCopy:deallocator:)` are released once no data uses them.
     public enum Deallocator: Sendable {
@@ -59,11 +64,13 @@ public struct TKDispatchData: RandomAccessCollection, Sendable, CustomDebugStrin
     /// The regions, none empty, in order; `starts[i]` is where region i begins.
     private(set) var parts: [Region] = []
     private var starts: [Int] = []
+    /// The number of bytes, over all regions.
     public private(set) var count = 0
 
     /// No bytes.
     public static let empty = TKDispatchData()
 
+    /// Creates data with no bytes (the same as ``empty``).
     public init() {}
 
     /// A copy of `bytes`.
@@ -85,11 +92,20 @@ public struct TKDispatchData: RandomAccessCollection, Sendable, CustomDebugStrin
         if bytes.count > 0 { append(region: Region(buffer: buffer, offset: 0, count: bytes.count)) }
     }
 
+    /// Appends one region. Counts past Int.max are refused: regions share buffers, so a data
+    /// value can claim more bytes than memory holds (a region appended to itself again and
+    /// again, or a buffer given with a count it does not have), and `count` must still be true.
+    /// dispatch_data_create_concat's size_t sum wraps silently there; this stops the process.
     private mutating func append(region: Region) {
         guard region.count > 0 else { return }
+        let (total, overflow) = count.addingReportingOverflow(region.count)
+        if overflow {
+            misuse("TKDispatchData.append: the data would hold \(count) + \(region.count) bytes, more than Int.max. "
+                   + "Fix: keep a data value's total size within Int.max bytes (split it into several values).")
+        }
         starts.append(count)
         parts.append(region)
-        count += region.count
+        count = total
     }
 
     // MARK: Combining (no bytes copied)
@@ -188,9 +204,13 @@ public struct TKDispatchData: RandomAccessCollection, Sendable, CustomDebugStrin
 
     // MARK: Collection
 
+    /// Always 0: bytes are indexed from the start of the data, across regions.
     public var startIndex: Int { 0 }
+    /// ``count``: one past the last byte.
     public var endIndex: Int { count }
 
+    /// The byte at `position` (a binary search over the regions). An index outside `0..<count`
+    /// is a misuse that stops the process.
     public subscript(position: Int) -> UInt8 {
         guard position >= 0, position < count else {
             misuse("TKDispatchData[\(position)] is outside the data's \(count) bytes. Fix: index within 0..<count.")
@@ -209,6 +229,7 @@ public struct TKDispatchData: RandomAccessCollection, Sendable, CustomDebugStrin
         return low
     }
 
+    /// The byte count and the number of regions, as `TKDispatchData { 12 bytes in 2 regions }`.
     public var debugDescription: String {
         "TKDispatchData { \(count) bytes in \(parts.count) region\(parts.count == 1 ? "" : "s") }"
     }

@@ -105,16 +105,21 @@ extension TKDispatchIO {
         for _ in 0..<TKDispatchIO.chunksPerTurn {
             let wanted = min(length - operation.transferred, TKDispatchIO.chunkSize)
             if wanted <= 0 { return finish(operation, error: 0) }
+            var at: off_t = 0   // random access: where in the file
+            if type == .random {
+                guard let position = filePosition(of: operation) else { return finish(operation, error: EINVAL) }
+                at = position
+            }
             let memory = malloc(wanted)!
             let n: Int = switch type {
             case .stream: Glibc.read(fd, memory, wanted)
-            case .random: pread(fd, memory, wanted, basePosition + operation.offset)
+            case .random: pread(fd, memory, wanted, at)
             }
             if n > 0 {
                 let bytes = realloc(memory, n) ?? memory
                 operation.data.append(TKDispatchData(bytesNoCopy: UnsafeRawBufferPointer(start: bytes, count: n), deallocator: .free))
                 operation.transferred += n
-                operation.offset += off_t(n)
+                advanceOffset(of: operation, by: n)
                 deliverPartial(operation, atInterval: false)
                 continue
             }
@@ -149,11 +154,16 @@ extension TKDispatchIO {
     private func advanceWrite(_ operation: IOOperation) {
         for _ in 0..<TKDispatchIO.chunksPerTurn {
             guard operation.data.count > 0 else { return finish(operation, error: 0) }
+            var at: off_t = 0   // random access: where in the file
+            if type == .random {
+                guard let position = filePosition(of: operation) else { return finish(operation, error: EINVAL) }
+                at = position
+            }
             let region = operation.data.region(location: 0).data
             let n = region.withUnsafeBytes { bytes -> Int in
                 let count = min(bytes.count, TKDispatchIO.chunkSize)
                 switch type {
-                case .random: return pwrite(fd, bytes.baseAddress, count, basePosition + operation.offset)
+                case .random: return pwrite(fd, bytes.baseAddress, count, at)
                 case .stream:
                     // A socket whose peer left must not raise SIGPIPE in the process.
                     if isSocket { return send(fd, bytes.baseAddress, count, Int32(MSG_NOSIGNAL)) }
@@ -162,7 +172,7 @@ extension TKDispatchIO {
             }
             if n > 0 {
                 operation.data = operation.data.subdata(in: n..<operation.data.count)
-                operation.offset += off_t(n)
+                advanceOffset(of: operation, by: n)
                 continue
             }
             let error = errno
@@ -171,6 +181,28 @@ extension TKDispatchIO {
             return finish(operation, error: n == 0 ? EIO : error)
         }
         channel.async { [self] in pump() }
+    }
+
+    // MARK: Offsets
+
+    /// Random access: where `operation`'s next byte is in the file, the base position plus its
+    /// offset; nil when that sum is past `off_t`'s range (an offset near Int64.max on a descriptor
+    /// not at 0). libdispatch's sum wraps negative there and the kernel refuses it with EINVAL: the
+    /// operation ends with EINVAL too, having transferred nothing more (a write hands back the
+    /// bytes not written).
+    private func filePosition(of operation: IOOperation) -> off_t? {
+        let (sum, overflow) = basePosition.addingReportingOverflow(operation.offset)
+        return overflow ? nil : sum
+    }
+
+    /// Moves a random-access operation's offset past `n` bytes just transferred. A stream's
+    /// offset is the caller's value, ignored (it may be anything, Int64.max included) and left
+    /// alone. The kernel never transfers past off_t's range (`pos + count` must fit, or it answers
+    /// EINVAL), so the sum fits; it saturates all the same, and `filePosition` then refuses it.
+    private func advanceOffset(of operation: IOOperation, by n: Int) {
+        guard type == .random else { return }
+        let (sum, overflow) = operation.offset.addingReportingOverflow(off_t(n))
+        operation.offset = overflow ? .max : sum
     }
 
     // MARK: Delivering

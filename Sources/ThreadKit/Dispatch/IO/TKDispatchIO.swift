@@ -11,6 +11,11 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+/// A channel that reads and writes a descriptor or a path in the background, like `DispatchIO`
+/// (`dispatch_io_t`): stream or random access, results handed to a queue in parts bounded by
+/// high and low water marks and an interval, and a cleanup handler that runs once the channel
+/// has closed (after its pending work, or at once with `.stop`). Thread-safe: every call is
+/// submitted to the channel's own serial queue.
 public final class TKDispatchIO: @unchecked Sendable {
     /// DispatchIO.StreamType.
     public enum StreamType: Sendable {
@@ -20,15 +25,21 @@ public final class TKDispatchIO: @unchecked Sendable {
         case random
     }
 
+    /// How `close(flags:)` closes the channel, as `DispatchIO.CloseFlags`.
     public struct CloseFlags: OptionSet, Sendable {
+        /// The bits of the set: `stop` is 1.
         public let rawValue: UInt
+        /// Creates the set whose bits are `rawValue`.
         public init(rawValue: UInt) { self.rawValue = rawValue }
         /// Stop the pending operations now: their handlers get ECANCELED.
         public static let stop = CloseFlags(rawValue: 1)
     }
 
+    /// How `setInterval(interval:flags:)` delivers partial results, as `DispatchIO.IntervalFlags`.
     public struct IntervalFlags: OptionSet, Sendable {
+        /// The bits of the set: `strictInterval` is 1.
         public let rawValue: UInt
+        /// Creates the set whose bits are `rawValue`.
         public init(rawValue: UInt) { self.rawValue = rawValue }
         /// Deliver partial results only at the interval, not also when the low water mark is reached.
         public static let strictInterval = IntervalFlags(rawValue: 1)
@@ -149,13 +160,17 @@ public final class TKDispatchIO: @unchecked Sendable {
     // MARK: Operations
 
     /// Reads `length` bytes (`Int.max`: to the end of file) at `offset` (random access; ignored
-    /// for streams), calling `ioHandler` on `queue` with what arrives.
+    /// for streams), calling `ioHandler` on `queue` with what arrives. A random-access offset
+    /// that, added to the channel's base position, falls outside the file's range (negative, or
+    /// past Int64.max) ends the read with EINVAL, as in libdispatch.
     public func read(offset: off_t, length: Int, queue: TKDispatchQueue, ioHandler: @escaping IOHandler) {
         submit(IOOperation(.read(length: max(0, length)), offset: offset, queue: queue, handler: ioHandler))
     }
 
     /// Writes `data` at `offset` (random access; ignored for streams), calling `ioHandler` on
-    /// `queue` at the end (and at the interval) with the bytes not yet written.
+    /// `queue` at the end (and at the interval) with the bytes not yet written. A random-access
+    /// offset outside the file's range (see `read`) ends the write with EINVAL and every byte
+    /// handed back.
     public func write(offset: off_t, data: TKDispatchData, queue: TKDispatchQueue, ioHandler: @escaping IOHandler) {
         let operation = IOOperation(.write, offset: offset, queue: queue, handler: ioHandler)
         operation.data = data

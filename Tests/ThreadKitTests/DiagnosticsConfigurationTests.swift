@@ -1,0 +1,111 @@
+// TK_DIAGNOSTICS parsing (docs/Diagnostics.md §0): the parser is a pure function, tested against a
+// table — spaces around items, any case, options that are wrong — and once in a child process,
+// whose stderr must name each rejected item, once, with the accepted forms, and whose switch must
+// show that a rejected item enabled nothing of itself (`lockorder:f` is not fatal mode).
+import Foundation
+@testable import ThreadKit
+import XCTest
+
+final class DiagnosticsConfigurationTests: XCTestCase {
+    private struct Case {
+        let text: String
+        let features: TKDiagnosticsFeature
+        var off = false
+        var threshold: Duration = DiagnosticsConfiguration.defaultHangThreshold
+        var rejected: [String] = []
+    }
+
+    private static let all: TKDiagnosticsFeature = [.lockOrder, .hangs, .contention, .trace]
+
+    private static let table: [Case] = [
+        Case(text: "lockorder", features: .lockOrder),
+        Case(text: "lockorder, hangs", features: [.lockOrder, .hangs]),
+        Case(text: " hangs", features: .hangs),
+        Case(text: "LOCKORDER", features: .lockOrder),
+        Case(text: "Hangs:100ms", features: .hangs, threshold: .milliseconds(100)),
+        Case(text: "hangs : 100 MS", features: .hangs, threshold: .milliseconds(100)),
+        Case(text: "\tcontention\n", features: .contention),
+        Case(text: ",, ,trace,", features: .trace),
+        Case(text: "lockorder:fatal", features: [.lockOrder, .lockOrderFatal]),
+        Case(text: "LockOrder: FATAL ", features: [.lockOrder, .lockOrderFatal]),
+        Case(text: "lockorder:f", features: [], rejected: ["lockorder:f"]),
+        Case(text: "lockorder:", features: [], rejected: ["lockorder:"]),
+        Case(text: "hangs:abc", features: [], rejected: ["hangs:abc"]),
+        Case(text: "hangs:0", features: [], rejected: ["hangs:0"]),
+        Case(text: "hangs:-5ms", features: [], rejected: ["hangs:-5ms"]),
+        Case(text: "hangs:10 parsecs", features: [], rejected: ["hangs:10 parsecs"]),
+        Case(text: "hangs:1.5s", features: .hangs, threshold: .milliseconds(1500)),
+        Case(text: "hangs:500us", features: .hangs, threshold: .microseconds(500)),
+        Case(text: "hangs:500µs", features: .hangs, threshold: .microseconds(500)),
+        Case(text: "hangs:750", features: .hangs, threshold: .milliseconds(750)),
+        Case(text: "hangs:2s,hangs:100ms", features: .hangs, threshold: .milliseconds(100)),
+        Case(text: "hangs:100ms, hangs:soon", features: .hangs, threshold: .milliseconds(100), rejected: ["hangs:soon"]),
+        Case(text: "contention:yes", features: [], rejected: ["contention:yes"]),
+        Case(text: "trace:4096, contention", features: .contention, rejected: ["trace:4096"]),
+        Case(text: "All", features: all),
+        Case(text: "off", features: [], off: true),
+        Case(text: "NONE, trace", features: .trace, off: true),
+        Case(text: "frobnicate, trace", features: .trace, rejected: ["frobnicate"]),
+        Case(text: "lock order", features: [], rejected: ["lock order"]),
+        Case(text: "", features: []),
+    ]
+
+    func testTheParserAcceptsSpacesAndAnyCaseAndRejectsWholeItems() {
+        for c in Self.table {
+            let parsed = DiagnosticsConfiguration(parsing: c.text)
+            let what = "TK_DIAGNOSTICS=\"\(c.text)\""
+            XCTAssertEqual(parsed.features, c.features, what)
+            XCTAssertEqual(parsed.off, c.off, what)
+            XCTAssertEqual(parsed.hangThreshold, c.threshold, what)
+            XCTAssertEqual(parsed.rejected, c.rejected.count, what)
+            let lines = parsed.warning.map { $0.split(separator: "\n").map(String.init) } ?? []
+            XCTAssertEqual(lines.count, c.rejected.count, "\(what): \(lines)")
+            for (line, item) in zip(lines, c.rejected) {
+                XCTAssertTrue(line.contains("\"\(item)\""), "\(what): the line must name the item: \(line)")
+                XCTAssertTrue(line.contains("accepted: lockorder, lockorder:fatal, hangs, hangs:250ms"), "\(what): \(line)")
+            }
+        }
+    }
+
+    func testRejectedItemsAreNamedWithControlBytesMaskedAndLongItemsCut() {
+        let parsed = DiagnosticsConfiguration(parsing: "bad\u{1B}[31m, " + String(repeating: "x", count: 500))
+        let lines = parsed.warning?.split(separator: "\n").map(String.init) ?? []
+        XCTAssertEqual(lines.count, 2)
+        XCTAssertTrue(lines.first?.contains("\"bad?[31m\"") == true, "\(lines)")
+        XCTAssertFalse(parsed.warning?.contains("\u{1B}") ?? true)
+        XCTAssertTrue(lines.last?.contains(String(repeating: "x", count: 80) + "...\"") == true, "\(lines)")
+        XCTAssertLessThan(lines.last?.count ?? .max, 400)
+    }
+
+    /// A child process started with the variable: the switch it got and what it said on stderr.
+    func testAChildProcessNamesEachRejectedItemOnceAndEnablesNothingOfIt() throws {
+        let process = Process()
+        process.executableURL = ChildProcess.executable
+        process.arguments = ["child", "diagnostics-config"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["TK_DIAGNOSTICS"] = " Hangs:100ms , CONTENTION,lockorder:f, trace:x"
+        environment["SWIFT_BACKTRACE"] = "enable=no"
+        process.environment = environment
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let stdout = DrainedPipe(out), stderr = DrainedPipe(err)
+        process.waitUntilExit()
+        let output = stdout.text(), errors = stderr.text()
+        XCTAssertEqual(process.terminationStatus, 0, output + errors)
+
+        let features = output.split(separator: "\n").first { $0.hasPrefix("ThreadKit diagnostics: ") } ?? ""
+        XCTAssertTrue(features.contains("hangs"), output)
+        XCTAssertTrue(features.contains("contention"), output)
+        XCTAssertFalse(features.contains("lockorder:fatal"), "a rejected option must not turn fatal mode on: \(output)")
+        XCTAssertFalse(features.contains("trace"), output)
+        XCTAssertTrue(output.contains("threshold-ns 100000000"), output)
+
+        let lines = errors.split(separator: "\n").filter { $0.contains("TK_DIAGNOSTICS") }
+        XCTAssertEqual(lines.count, 2, "one line per rejected item, once: \(errors)")
+        XCTAssertEqual(lines.filter { $0.contains("\"lockorder:f\"") }.count, 1, errors)
+        XCTAssertEqual(lines.filter { $0.contains("\"trace:x\"") }.count, 1, errors)
+        XCTAssertTrue(lines.allSatisfy { $0.contains("accepted: lockorder, lockorder:fatal, hangs") }, errors)
+    }
+}
