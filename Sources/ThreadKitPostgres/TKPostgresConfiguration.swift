@@ -14,6 +14,8 @@ import ThreadKit
 
 /// Where a PostgreSQL server is and how to reach it, from a connection URL.
 public struct TKPostgresConfiguration: Sendable, Equatable {
+    /// Whether the connection uses TLS, as libpq's `sslmode` (URL parameter `sslmode`: `allow`
+    /// reads as `disable`, `verify-ca` as `require`).
     public enum TLSMode: String, Sendable, Equatable {
         /// Never TLS.
         case disable
@@ -23,15 +25,34 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
         case require
         /// TLS or no connection; the certificate chain and host name are verified.
         case verifyFull = "verify-full"
+
+        /// The mode whose raw value (its `sslmode` spelling) is `rawValue`: "disable", "prefer",
+        /// "require" or "verify-full"; nil for anything else. Written out for its documentation; it is
+        /// what the compiler would synthesize (the URL parser also maps "allow" and "verify-ca").
+        public init?(rawValue: String) {
+            switch rawValue {
+            case "disable": self = .disable
+            case "prefer": self = .prefer
+            case "require": self = .require
+            case "verify-full": self = .verifyFull
+            default: return nil
+            }
+        }
     }
 
+    /// The server's host name or address (default "localhost"); ignored when `socketDirectory` is set.
     public var host: String
+    /// The server's TCP port (default 5432); with `socketDirectory`, the number in the socket file's name.
     public var port: Int
     /// The directory holding the server's Unix socket, when connecting through one.
     public var socketDirectory: String?
+    /// The user to log in as (default "postgres"), percent-decoded from the URL.
     public var user: String
+    /// The password, percent-decoded from the URL; nil when the URL gives none.
     public var password: String?
+    /// The database to connect to; by default the user's name, as libpq does.
     public var database: String
+    /// Whether and how TLS is used (URL parameter `sslmode`, default `.prefer`).
     public var tls: TLSMode
     /// How long a connection attempt may take (URL parameter `connect_timeout`, seconds). Values
     /// of 100 years or more are taken as 100 years, below 1 ms as 1 ms.

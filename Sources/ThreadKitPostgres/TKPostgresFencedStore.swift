@@ -13,7 +13,10 @@ import ThreadKit
 /// A value in PostgreSQL guarded by fencing tokens: a write whose token is lower than the highest
 /// token already seen for the resource is refused.
 public final class TKPostgresFencedStore: @unchecked Sendable {
+    /// The resource's name in Unicode NFC (its row in `threadkit_fenced`); guard it with the
+    /// `TKPostgresLock` of the same name and write with that lock's fencing token.
     public let resource: String
+    /// The server the store keeps its value on.
     public let configuration: TKPostgresConfiguration
     private let callLock = TKLock()
     private var session: PostgresSession?   // guarded by `callLock`

@@ -50,6 +50,8 @@ public final class TKPostgresLock: @unchecked Sendable {
     /// The lock's name in Unicode NFC: spellings that are canonically equivalent (precomposed or
     /// decomposed accents) name the same lock.
     public let name: String
+    /// The server whose session-level advisory lock implements this lock (this object keeps one
+    /// session to it, reconnecting when it is lost).
     public let configuration: TKPostgresConfiguration
     /// How often a held lock's session is checked (besides the connection's own close event).
     /// From `minimumLivenessInterval` to `maximumLivenessInterval`.

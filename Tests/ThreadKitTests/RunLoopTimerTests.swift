@@ -99,6 +99,10 @@ final class RunLoopTimerTests: XCTestCase {
             let repeating = TKTimer(interval: .milliseconds(1), repeats: true) { timer in timer.invalidate() }
             let invalidatedEarly = TKTimer(interval: .seconds(3600), repeats: true) { _ in }
             let delayed = TKTimer(interval: .seconds(3600), repeats: false) { _ in }
+            let addedAfterInvalidation = TKTimer(interval: .seconds(3600), repeats: true) { _ in }
+            freed.watch("timer added to the common modes after it was invalidated", addedAfterInvalidation)
+            addedAfterInvalidation.invalidate()
+            loop.add(addedAfterInvalidation, forMode: .common)
             freed.watch("one-shot timer after its fire", oneShot)
             freed.watch("repeating timer that invalidated itself", repeating)
             freed.watch("timer invalidated before its fire date", invalidatedEarly)

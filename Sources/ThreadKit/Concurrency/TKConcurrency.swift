@@ -9,6 +9,9 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+/// ThreadKit and Swift concurrency: the pool as a task executor, whether the main run loop serves
+/// the main actor, and, opt-in, the pool as the global executor that runs every task not bound
+/// elsewhere (in place of the runtime's libdispatch-based one). Thread-safe.
 public enum TKConcurrency {
     /// The pool as a task executor: `withTaskExecutorPreference(TKConcurrency.taskExecutor)` or
     /// `Task(executorPreference: TKConcurrency.taskExecutor)`. Jobs run on pool workers at their

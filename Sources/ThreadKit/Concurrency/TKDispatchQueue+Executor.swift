@@ -27,6 +27,8 @@ extension TKDispatchQueue: SerialExecutor, TaskExecutor {
         return UnownedSerialExecutor(ordinary: self)
     }
 
+    /// The queue as a task executor (`withTaskExecutorPreference`, `Task(executorPreference:)`):
+    /// any queue, serial or concurrent, can run tasks' jobs as its entries.
     public func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }
 
     /// True while the calling thread runs this queue's work (inside one of its entries, directly
@@ -39,6 +41,8 @@ extension TKDispatchQueue: SerialExecutor, TaskExecutor {
         return DispatchContext.existing?.frame(for: self) != nil
     }
 
+    /// Called by the runtime for `assumeIsolated`: returns while the calling thread runs this
+    /// queue's work, and otherwise stops the process with a message naming the queue and the fix.
     public func checkIsolated() {
         if isRunningOnCurrentThread { return }
         misuse("an actor isolated to \(described) was assumed isolated on a thread that is not running that queue: its "

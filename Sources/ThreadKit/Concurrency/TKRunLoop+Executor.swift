@@ -24,7 +24,9 @@ import Synchronization
 /// call of `TKRunLoop.executor(forModes:)` makes a distinct executor: actors sharing one share its
 /// serial order.
 public final class TKRunLoopExecutor: SerialExecutor, @unchecked Sendable {
+    /// The loop whose thread runs this executor's jobs.
     public let runLoop: TKRunLoop
+    /// The modes the jobs run in: a job runs in a pass of the loop in one of these modes.
     public let modes: [TKRunLoop.Mode]
     /// This executor's own jobs (also counted in the loop's book), so a thread's end can say which
     /// executor left jobs behind.
@@ -35,6 +37,8 @@ public final class TKRunLoopExecutor: SerialExecutor, @unchecked Sendable {
         self.modes = modes
     }
 
+    /// Runs `job` on the loop's thread, as a perform block in ``modes``, FIFO with the loop's other
+    /// perform blocks. A job sent after the loop's thread finished stops the process with a message.
     public func enqueue(_ job: consuming ExecutorJob) {
         runLoop.submit(UnownedJob(job), modes: modes, from: self, as: asUnownedSerialExecutor())
     }
@@ -42,8 +46,11 @@ public final class TKRunLoopExecutor: SerialExecutor, @unchecked Sendable {
     /// How messages name it: `executor(forModes: [a, b])`.
     var name: String { "executor(forModes: [\(modes.map(\.rawValue).joined(separator: ", "))])" }
 
+    /// This executor, for an actor's `unownedExecutor`.
     public func asUnownedSerialExecutor() -> UnownedSerialExecutor { UnownedSerialExecutor(ordinary: self) }
+    /// As the loop's `checkIsolated()`: stops the process with a message unless called on the loop's thread.
     public func checkIsolated() { runLoop.checkIsolated() }
+    /// True on the loop's thread; nil elsewhere ("cannot tell"), as the loop's own.
     public func isIsolatingCurrentContext() -> Bool? { runLoop.isIsolatingCurrentContext() }
 }
 
@@ -53,6 +60,8 @@ extension TKRunLoop: SerialExecutor {
         submit(UnownedJob(job), modes: nil, from: nil, as: asUnownedSerialExecutor())
     }
 
+    /// The loop as an actor's executor: `nonisolated var unownedExecutor: UnownedSerialExecutor {
+    /// loop.asUnownedSerialExecutor() }` makes the actor run on the loop's thread.
     public func asUnownedSerialExecutor() -> UnownedSerialExecutor { UnownedSerialExecutor(ordinary: self) }
 
     /// The actor's isolation holds on the loop's own thread: every job of the loop runs there, one
@@ -61,6 +70,8 @@ extension TKRunLoop: SerialExecutor {
     /// names the loop and the fix.
     public func isIsolatingCurrentContext() -> Bool? { SystemCall.currentThreadID == ownerThread ? true : nil }
 
+    /// Called by the runtime for `assumeIsolated`: returns on the loop's thread, and anywhere else
+    /// stops the process with a message naming the loop's thread and the fix.
     public func checkIsolated() {
         let tid = SystemCall.currentThreadID
         if tid != ownerThread {

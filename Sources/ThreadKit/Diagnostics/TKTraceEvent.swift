@@ -31,6 +31,26 @@ public struct TKTraceEvent: Sendable, Hashable {
         /// A mark placed by `TKTrace.mark(_:)`.
         case mark = 11
 
+        /// The kind whose raw value is `rawValue` (1 through 11, as recorded in C's
+        /// `tk_trace_event`), or nil. Written out for its documentation; it is what the compiler
+        /// would synthesize.
+        public init?(rawValue: UInt16) {
+            switch rawValue {
+            case 1: self = .thread
+            case 2: self = .runLoopPass
+            case 3: self = .runLoopPhase
+            case 4: self = .runLoopSleep
+            case 5: self = .dispatchEnqueue
+            case 6: self = .dispatchItem
+            case 7: self = .operation
+            case 8: self = .lockWait
+            case 9: self = .portSend
+            case 10: self = .portReceive
+            case 11: self = .mark
+            default: return nil
+            }
+        }
+
         /// How the timeline names the kind.
         public var label: String {
             switch self {
@@ -51,25 +71,54 @@ public struct TKTraceEvent: Sendable, Hashable {
 
     /// Where the event stands in a span.
     public enum Phase: UInt8, Sendable {
-        case begin = 1, end = 2, instant = 3
+        /// A span starts (Chrome's `"B"`); the thread's next `.end` of the same kind closes it.
+        case begin = 1
+        /// A span ends (Chrome's `"E"`).
+        case end = 2
+        /// A point in time with no duration (Chrome's `"i"`).
+        case instant = 3
+
+        /// The phase whose raw value is `rawValue` (1, 2 or 3), or nil. Written out for its
+        /// documentation; it is what the compiler would synthesize.
+        public init?(rawValue: UInt8) {
+            switch rawValue {
+            case 1: self = .begin
+            case 2: self = .end
+            case 3: self = .instant
+            default: return nil
+            }
+        }
     }
 
-    /// `detail` of an `.operation` event.
+    /// `detail` of an `.operation` event: handed to its queue's ready list (an instant).
     public static let operationReady: UInt8 = 1
+    /// `detail` of an `.operation` event: it started executing (begins its span).
     public static let operationExecuting: UInt8 = 2
+    /// `detail` of an `.operation` event: it finished (ends its span).
     public static let operationFinished: UInt8 = 3
+    /// `detail` of an `.operation` event: it was cancelled (an instant).
     public static let operationCancelled: UInt8 = 4
 
     /// Nanoseconds on CLOCK_MONOTONIC.
     public let timestamp: UInt64
     /// The recording thread's kernel id.
     public let threadID: UInt32
+    /// What the event is about.
     public let kind: Kind
+    /// Whether it begins or ends a span, or is an instant.
     public let phase: Phase
     /// The queue label, mode, lock, operation or thread name, if any.
     public let name: String?
+    /// The object the event is about, by kind: the thread id (`.thread`), the item's flow id
+    /// (`.dispatchEnqueue`, `.dispatchItem`), the operation's or lock's identity (`.operation`,
+    /// `.lockWait`), the message's msgid (`.portSend`, `.portReceive`); 0 otherwise.
     public let object: UInt64
+    /// A number that goes with the event: the message's component count (`.portSend`,
+    /// `.portReceive`); 0 otherwise.
     public let argument: UInt64
+    /// A small code, by kind: the observer activity's raw value (`.runLoopPhase`), the queue's
+    /// QoS level, 0 background … 4 userInteractive, 255 unspecified (`.dispatchEnqueue`,
+    /// `.dispatchItem`), an `operation…` state constant (`.operation`); 0 otherwise.
     public let detail: UInt8
 }
 
@@ -79,6 +128,7 @@ public struct TKTraceThread: Sendable {
     public let threadID: UInt32
     /// The thread's name: its TKThread name if it started one, else its OS name.
     public let name: String
+    /// The events the thread recorded in the session, oldest first.
     public let events: [TKTraceEvent]
     /// Events its ring dropped because it wrapped (the oldest go first).
     public let overwritten: UInt64

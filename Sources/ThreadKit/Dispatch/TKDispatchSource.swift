@@ -16,7 +16,8 @@ import Synchronization
 
 /// An event source whose handler runs on a queue, like `DispatchSource`: timers, signals,
 /// descriptor readiness, user data, process exits, file-system object changes and memory
-/// pressure, all watched by ThreadKit's manager thread (epoll, timerfd, signalfd, inotify, pidfd).
+/// pressure, all watched by ThreadKit's manager thread (one epoll set: timerfd, inotify, pidfd,
+/// PSI triggers, and an eventfd that a signal handler writes).
 ///
 /// A source starts inactive: set its handlers, then call ``activate()`` (or `resume()`). Events
 /// that arrive before the handler runs are merged into one call (see ``data``), and the event

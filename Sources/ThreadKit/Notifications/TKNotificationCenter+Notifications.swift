@@ -27,16 +27,22 @@ extension TKNotificationCenter {
 
     /// Notifications from one observer registration. See `notifications(named:object:)`.
     public struct Notifications: AsyncSequence, Sendable {
+        /// Each element is one posted notification that matched the registration.
         public typealias Element = TKNotification
+        /// Iteration never throws; it ends (nil) when the iterating task is cancelled.
         public typealias Failure = Never
 
         /// Shared by the sequence's copies and its iterator: removes the observer when all are gone.
         let lifetime: AsyncBufferLifetime<TKNotification>
 
+        /// An iterator over the notifications posted from now on. Notifications are buffered
+        /// (unbounded) until it takes them; when the sequence and its iterators are all gone, the
+        /// observer is removed.
         public func makeAsyncIterator() -> Iterator {
             Iterator(sequence: lifetime, iteration: AsyncBufferLifetime(lifetime.buffer))
         }
 
+        /// Hands out the buffered notifications in order, waiting for a post when none is buffered.
         public struct Iterator: AsyncIteratorProtocol, Sendable {
             let sequence: AsyncBufferLifetime<TKNotification>
             /// This iterator's own: dropping the iterator ends the iteration even while the sequence

@@ -12,6 +12,8 @@ import Synchronization
 
 /// Delivers notifications to the observers registered for their name and/or sender.
 public final class TKNotificationCenter: @unchecked Sendable {
+    /// The process's shared center (`NotificationCenter.default`), where ThreadKit itself posts
+    /// (`TKThread.willExitNotification`, `TKPort.didBecomeInvalidNotification`, …).
     public static let `default` = TKNotificationCenter()
 
     private struct Registry {
@@ -23,6 +25,7 @@ public final class TKNotificationCenter: @unchecked Sendable {
 
     private let registry = Protected(Registry())
 
+    /// Creates a center of its own with no observers; notifications posted to it reach only its observers.
     public init() {}
 
     /// Registers `block` for notifications named `name` (nil: every name) from `object` (nil: every
@@ -90,6 +93,8 @@ public final class TKNotificationCenter: @unchecked Sendable {
         }
     }
 
+    /// Makes a notification from `name`, `object` and `userInfo` and posts it, as ``post(_:)``:
+    /// synchronously, returning after every matching observer's block has run.
     public func post(name: TKNotification.Name, object: AnyObject? = nil, userInfo: [String: any Sendable]? = nil) {
         post(TKNotification(name: name, object: object, userInfo: userInfo))
     }
@@ -132,6 +137,8 @@ public final class TKObservationToken: Hashable, @unchecked Sendable {
         return object === sender
     }
 
+    /// Tokens are equal only when they are the same object (the same registration).
     public static func == (lhs: TKObservationToken, rhs: TKObservationToken) -> Bool { lhs === rhs }
+    /// Hashes the token's identity.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }

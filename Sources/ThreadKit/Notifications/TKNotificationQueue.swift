@@ -52,7 +52,9 @@ public final class TKNotificationQueue: @unchecked Sendable {
 
     /// What makes two notifications match, for coalescing and dequeuing. `[]` matches nothing.
     public struct Coalescing: OptionSet, Sendable {
+        /// The bits of the set: `onName` is 1, `onSender` 2.
         public let rawValue: UInt
+        /// Creates the set whose bits are `rawValue`.
         public init(rawValue: UInt) { self.rawValue = rawValue }
         /// Same name.
         public static let onName = Coalescing(rawValue: 1 << 0)

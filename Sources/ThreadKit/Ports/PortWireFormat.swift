@@ -24,9 +24,12 @@ import Synchronization
 
 /// Where a socket port listens: what a port component or a reply port carries across processes.
 public enum TKSocketAddress: Hashable, Sendable, CustomStringConvertible {
+    /// A TCP listener at `host` (a name or an address) and `port`.
     case tcp(host: String, port: UInt16)
+    /// A Unix-domain socket listener at the socket file `path`.
     case unix(path: String)
 
+    /// `tcp HOST:PORT` or `unix PATH`.
     public var description: String {
         switch self {
         case .tcp(let host, let port): return "tcp \(host):\(port)"

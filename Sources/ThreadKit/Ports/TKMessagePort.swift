@@ -8,6 +8,7 @@ public final class TKMessagePort: TKPort, @unchecked Sendable, CustomStringConve
     /// How many undelivered messages a port holds by default before senders wait.
     public static let defaultQueueLimit = 65_536
 
+    /// A valid port holding at most ``defaultQueueLimit`` undelivered messages, like `NSMachPort()`.
     public init() { super.init(inboxLimit: TKMessagePort.defaultQueueLimit) }
 
     /// A port holding at most `queueLimit` undelivered messages (at least 1).
@@ -16,5 +17,6 @@ public final class TKMessagePort: TKPort, @unchecked Sendable, CustomStringConve
     /// The number of messages received and not yet delivered.
     public var queuedMessageCount: Int { inbox.count }
 
+    /// `TKMessagePort #N`, N a number unique to the port in this process.
     public var description: String { "TKMessagePort #\(serial)" }
 }

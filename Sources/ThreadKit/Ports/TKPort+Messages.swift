@@ -23,7 +23,9 @@ extension TKPort {
 
     /// See `TKPort.messages`.
     public struct Messages: AsyncSequence, Sendable {
+        /// Each element is one message that arrived on the port.
         public typealias Element = TKPortMessage
+        /// Iteration never throws; it ends (nil) on cancellation or invalidation.
         public typealias Failure = Never
 
         let port: TKPort
@@ -33,6 +35,8 @@ extension TKPort {
             Iterator(consumer: PortConsumer(port: port))
         }
 
+        /// One iteration's registration as a consumer of the port's messages; dropping its last
+        /// copy ends the iteration.
         public struct Iterator: AsyncIteratorProtocol, Sendable {
             let consumer: PortConsumer
 

@@ -11,6 +11,9 @@ import Synchronization
 
 /// Receives the messages that arrive on a port, on the thread of the run loop the port was added to.
 public protocol TKPortDelegate: AnyObject, Sendable {
+    /// Handles one message that arrived on a port, like `NSPortDelegate.handle(_:)`. Runs on the
+    /// thread of a run loop the port was added to, in arrival order, never concurrently with
+    /// itself for one port. Reply through `message.sendPort`.
     func handlePortMessage(_ message: TKPortMessage)
 }
 
@@ -69,6 +72,7 @@ public class TKPort: @unchecked Sendable {
         TKNotificationCenter.default.post(name: TKPort.didBecomeInvalidNotification, object: self)
     }
 
+    /// Whether the port can still send and receive: true from creation until ``invalidate()``.
     public var isValid: Bool { valid.load(ordering: .acquiring) }
 
     // MARK: For subclasses

@@ -5,8 +5,13 @@
 /// A message sent through a port. On the receiving side `sendPort` is the port to reply to (the
 /// sender's `receivePort`) and `receivePort` is the port it arrived on, as in Foundation.
 public final class TKPortMessage: @unchecked Sendable {
+    /// One part of a message's payload, as `NSPortMessage`'s components (`NSData` or `NSPort`).
     public enum Component: Sendable {
+        /// Bytes, copied into the message.
         case data([UInt8])
+        /// A port reference. Within a process the receiver gets the same port object; through a
+        /// socket port it gets a `TKSocketPort` that reaches the same address (a `TKMessagePort`
+        /// cannot cross processes: such a send fails).
         case port(TKPort)
     }
 
@@ -15,12 +20,18 @@ public final class TKPortMessage: @unchecked Sendable {
     // instructions of a message's cost (callgrind).
     /// The message's identifier, free for the application (the seeds use 1000).
     @exclusivity(unchecked) public var msgid: UInt32
+    /// The payload, in order: data and port components.
     @exclusivity(unchecked) public private(set) var components: [Component]
+    /// Sending side: the port the message goes to. Receiving side: the port to reply to (the
+    /// sender's `receivePort`), nil if the sender gave none.
     public let sendPort: TKPort?
+    /// Sending side: the port replies should go to. Receiving side: the port it arrived on.
     public let receivePort: TKPort?
     /// Why the last `send(before:)` returned false, nil after a successful send.
     @exclusivity(unchecked) public internal(set) var failureReason: String?
 
+    /// Creates a message with `msgid` 0, like `PortMessage(send:receive:components:)`: it goes to
+    /// `sendPort` when sent with `send(before:)`, and replies go to `receivePort`.
     public init(sendPort: TKPort?, receivePort: TKPort?, components: [Component]) {
         self.sendPort = sendPort
         self.receivePort = receivePort

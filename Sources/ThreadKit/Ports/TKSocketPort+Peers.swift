@@ -9,16 +9,21 @@ import Glibc
 /// The process at the other end of a Unix-socket connection, as the kernel recorded it when the
 /// process connected.
 public struct TKPeerCredentials: Sendable, Equatable, CustomStringConvertible {
+    /// The peer's process id, as the kernel reports it to this process (SO_PEERCRED).
     public let pid: Int32
+    /// The peer's effective user id.
     public let uid: UInt32
+    /// The peer's effective group id.
     public let gid: UInt32
 
+    /// Credentials with these ids (for testing a `PeerRule`; real ones come from the kernel).
     public init(pid: Int32, uid: UInt32, gid: UInt32) {
         self.pid = pid
         self.uid = uid
         self.gid = gid
     }
 
+    /// `pid P, uid U, gid G`.
     public var description: String { "pid \(pid), uid \(uid), gid \(gid)" }
 }
 
@@ -35,6 +40,7 @@ extension TKSocketPort {
         /// connection, with no lock held.
         case custom(@Sendable (TKPeerCredentials) -> Bool)
 
+        /// Whether the rule accepts `peer`. `.custom` runs its closure.
         public func allows(_ peer: TKPeerCredentials) -> Bool {
             switch self {
             case .sameUser: return peer.uid == geteuid()
@@ -44,6 +50,7 @@ extension TKSocketPort {
             }
         }
 
+        /// The rule as written in Swift, with the uid `.sameUser` stands for: `.sameUser (uid 1000)`.
         public var description: String {
             switch self {
             case .sameUser: return ".sameUser (uid \(geteuid()))"

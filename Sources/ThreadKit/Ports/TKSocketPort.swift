@@ -213,6 +213,8 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
         security.withLock { if $0.authenticator == nil { $0.authenticator = authenticator } }
     }
 
+    /// The port and its ``address``: `TKSocketPort tcp HOST:PORT` or `TKSocketPort unix PATH` for a
+    /// listening port, `TKSocketPort to tcp HOST:PORT` (or `to unix PATH`) for a sending end.
     public var description: String { "TKSocketPort \(isRemote ? "to " : "")\(address)" }
 
     /// Refuses a path a live listener serves; removes a socket file nobody listens on.

@@ -21,6 +21,9 @@ public struct TKSocketPortAuthenticator: Sendable {
     /// only during the call.
     public let verify: @Sendable (_ body: UnsafeRawBufferPointer, _ data: UnsafeRawBufferPointer) -> Bool
 
+    /// An authenticator from your own pair of closures, which may run on several threads at once:
+    /// `sign` computes a segment's authentication data (at most 1,024 bytes), and `verify` accepts
+    /// or refuses a segment with the data that came with it. For a shared secret, use ``sharedKey(_:)``.
     public init(sign: @escaping @Sendable (_ body: UnsafeRawBufferPointer) -> [UInt8],
                 verify: @escaping @Sendable (_ body: UnsafeRawBufferPointer, _ data: UnsafeRawBufferPointer) -> Bool) {
         self.sign = sign

@@ -13,6 +13,17 @@
 import Glibc
 import Synchronization
 
+/// A thread's event loop (NSRunLoop, CFRunLoop): it sleeps until a signalled source, a port
+/// message, a due timer or a performed block needs it, runs that work on its thread, and tells
+/// observers about each stage of a pass.
+///
+/// Each thread has one, made on first use of `current`; the initial thread's is `main`. Work is
+/// grouped in modes (`Mode`): a run serves only what its mode holds, and `.common` stands for every
+/// mode of the loop's common-mode set. `add`, `remove`, `perform`, `stop()` and `wakeUp()` may be
+/// called from any thread; the `run` calls only on the loop's own thread; running it from another
+/// thread, or running `.common`, stops the process with a message. Callbacks (sources, observers,
+/// timers, ports, blocks) run on the loop's thread with no loop lock held, so they may add, remove,
+/// perform, or run the loop again (a nested run).
 public final class TKRunLoop: @unchecked Sendable {
     /// The kernel id of the thread that owns and runs this loop.
     let ownerThread: UInt32
@@ -178,6 +189,12 @@ public final class TKRunLoop: @unchecked Sendable {
 
     // MARK: Sources
 
+    /// Adds a version-0 source to `mode` (`.common`: every common mode, including ones added
+    /// later), like CFRunLoopAddSource. The loop holds the source until it is removed or
+    /// invalidated, and calls its `schedule` callback for each mode it joins, on the calling
+    /// thread. A source signalled before it was added is performed in the next pass. An
+    /// invalidated source, or a mode the source is in already, is left alone. Thread-safe: from
+    /// another thread it also wakes the loop.
     public func add(_ source: TKRunLoopSource, forMode mode: Mode) {
         guard source.isValid else { return }
         let added: [Mode] = lock.withLock {
@@ -188,6 +205,10 @@ public final class TKRunLoop: @unchecked Sendable {
         if SystemCall.currentThreadID != ownerThread { wakeUp() }
     }
 
+    /// Removes a version-0 source from `mode` (`.common`: from every common mode), like
+    /// CFRunLoopRemoveSource, and calls its `cancel` callback for each mode it left, on the
+    /// calling thread. The source stays valid, and signalled if it was: added again, it performs.
+    /// A mode it is not in is left alone. Thread-safe; does not wake the loop.
     public func remove(_ source: TKRunLoopSource, forMode mode: Mode) {
         let removed: [Mode] = lock.withLock {
             if mode == .common { _ = commonItems.removeSource(source) }
@@ -281,10 +302,16 @@ public final class TKRunLoop: @unchecked Sendable {
         if mode == .common {
             lock.withLock { if !commonTimers.contains(where: { $0 === timer }) { commonTimers.append(timer) } }
         }
-        addTimer(timer, lock.withLock { expand(mode) })
+        // An invalidated timer is refused; one remembered for common modes just above leaves again
+        // (its `invalidate()` already ran, so nothing else would drop it).
+        if !addTimer(timer, lock.withLock { expand(mode) }), mode == .common {
+            lock.withLock { commonTimers.removeAll { $0 === timer } }
+        }
     }
 
-    private func addTimer(_ timer: TKTimer, _ targetModes: [Mode]) {
+    /// Schedules `timer` in `targetModes`; false (and nothing done) if it was invalidated.
+    @discardableResult
+    private func addTimer(_ timer: TKTimer, _ targetModes: [Mode]) -> Bool {
         let accepted = timer.state.withLock { s -> Bool in
             guard s.valid else { return false }
             if let other = s.loop, other !== self {
@@ -295,7 +322,7 @@ public final class TKRunLoop: @unchecked Sendable {
             s.modes.formUnion(targetModes)
             return true
         }
-        guard accepted else { return }
+        guard accepted else { return false }
         lock.withLock {
             let (fireDate, generation) = timer.state.withLock { ($0.fireDate, $0.generation) }
             for m in targetModes {
@@ -306,6 +333,7 @@ public final class TKRunLoop: @unchecked Sendable {
             }
         }
         if SystemCall.currentThreadID != ownerThread { wakeUp() }
+        return true
     }
 
     /// Called after a timer's fire date changed: queue its new deadline in each of its modes.
@@ -364,6 +392,10 @@ public final class TKRunLoop: @unchecked Sendable {
         if !added.isEmpty && SystemCall.currentThreadID != ownerThread { wakeUp() }
     }
 
+    /// Removes `port` from `mode` (`.common`: from every common mode), like NSRunLoop's
+    /// `remove(_:forMode:)` for a port: runs of `mode` no longer deliver its messages. Messages
+    /// nothing delivers stay queued in the port until a loop holding it runs one of its modes.
+    /// The port stays valid; a mode it is not in is left alone. Thread-safe.
     public func remove(_ port: TKPort, forMode mode: Mode) {
         let removed: [Mode] = lock.withLock {
             if mode == .common { _ = ModeItems.remove(port, from: &commonItems.ports) }

@@ -5,15 +5,33 @@ extension TKRunLoop {
     /// A run-loop mode: a named set of sources, timers, ports and observers. `.common` is a
     /// pseudo-mode standing for every mode in the loop's common-mode set.
     public struct Mode: Hashable, Sendable, RawRepresentable, ExpressibleByStringLiteral, CustomStringConvertible {
+        /// The mode's name: modes with equal names are the same mode. The predefined modes carry
+        /// Apple's names (`kCFRunLoopDefaultMode`, `kCFRunLoopCommonModes`, …).
         public let rawValue: String
+        /// The mode named `rawValue`, e.g. `TKRunLoop.Mode("com.example.dragging")`. Nothing
+        /// registers it: as in CFRunLoop, a loop's mode comes into being when something is added
+        /// to it.
         public init(_ rawValue: String) { self.rawValue = rawValue }
+        /// The mode named `rawValue` (RawRepresentable); the same as `init(_:)`.
         public init(rawValue: String) { self.rawValue = rawValue }
+        /// The mode named by a string literal: `let dragging: TKRunLoop.Mode = "dragging"`.
         public init(stringLiteral value: String) { rawValue = value }
+        /// The mode's name, `rawValue`.
         public var description: String { rawValue }
 
+        /// The mode for most work, and the one `run()` and `run(until:)` run
+        /// (kCFRunLoopDefaultMode, NSRunLoop.Mode.default). In every loop's common-mode set.
         public static let `default`: Mode = "kCFRunLoopDefaultMode"
+        /// The pseudo-mode standing for the loop's common-mode set (kCFRunLoopCommonModes,
+        /// NSRunLoop.Mode.common): what is added to it joins every mode of the set, including
+        /// modes added later with `addCommonMode(_:)`; removing from it removes from each. It
+        /// cannot be run: `run(mode: .common, …)` stops the process with a message.
         public static let common: Mode = "kCFRunLoopCommonModes"
+        /// The mode a loop runs while tracking a control (NSRunLoop.Mode.eventTracking; named as
+        /// UIKit's UITrackingRunLoopMode). In the main loop's common-mode set only.
         public static let eventTracking: Mode = "UITrackingRunLoopMode"
+        /// The mode a loop runs while a modal panel is up (NSRunLoop.Mode.modalPanel, named
+        /// NSModalPanelRunLoopMode). In the main loop's common-mode set only.
         public static let modalPanel: Mode = "NSModalPanelRunLoopMode"
     }
 

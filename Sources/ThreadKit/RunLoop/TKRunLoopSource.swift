@@ -8,6 +8,8 @@ import Synchronization
 /// A custom input source. Another thread calls `signal()` and then `wakeUp()` on the target loop;
 /// the loop calls `perform` during its next pass in a mode that holds the source.
 public final class TKRunLoopSource: @unchecked Sendable {
+    /// Where the source performs among a pass's signalled sources: lower first, equal orders in
+    /// the order they were added to the mode (CFRunLoopSourceGetOrder). Fixed at creation.
     public let order: Int
     let scheduleCallback: (@Sendable (TKRunLoop, TKRunLoop.Mode) -> Void)?
     let cancelCallback: (@Sendable (TKRunLoop, TKRunLoop.Mode) -> Void)?
@@ -17,6 +19,16 @@ public final class TKRunLoopSource: @unchecked Sendable {
     private let valid = Atomic<Bool>(true)
     let memberships = Protected<[RunLoopMembership]>([])
 
+    /// Creates a version-0 source (CFRunLoopSourceCreate with a CFRunLoopSourceContext's
+    /// schedule, cancel and perform callbacks). Nothing happens until it is added to a loop and
+    /// signalled.
+    ///
+    /// `schedule` is called with the loop and mode each time the source joins a mode (an `add`, or
+    /// a mode joining the common set it was added to), `cancel` each time it leaves one (`remove`
+    /// or `invalidate()`); both run on the thread making that call, with no loop lock held.
+    /// `perform` runs on a loop's thread during a pass of a mode holding the source, once per
+    /// signal: signals that arrive before the pass coalesce into one perform, and a source in
+    /// several loops or modes is performed by whichever pass takes the signal first.
     public init(order: Int = 0,
                 schedule: (@Sendable (TKRunLoop, TKRunLoop.Mode) -> Void)? = nil,
                 cancel: (@Sendable (TKRunLoop, TKRunLoop.Mode) -> Void)? = nil,
@@ -49,6 +61,10 @@ public final class TKRunLoopSource: @unchecked Sendable {
         for (loop, modes) in byLoop.values { loop.markReady(self, in: modes) }
     }
 
+    /// Whether the source was signalled and no pass has taken the signal yet
+    /// (CFRunLoopSourceIsSignalled). A pass clears it just before calling `perform`;
+    /// `invalidate()` clears it for good. A snapshot: any thread may signal, and a loop may take
+    /// the signal, at any moment.
     public var isSignaled: Bool { signalled.load(ordering: .acquiring) }
 
     /// Clears the signal; true if it was set (the loop then performs). Loop thread.
@@ -63,6 +79,9 @@ public final class TKRunLoopSource: @unchecked Sendable {
         }
     }
 
+    /// False once `invalidate()` was called (CFRunLoopSourceIsValid): an invalid source is never
+    /// performed again, `signal()` on it does nothing, and adding it to a loop does nothing.
+    /// Thread-safe.
     public var isValid: Bool { valid.load(ordering: .acquiring) }
 }
 

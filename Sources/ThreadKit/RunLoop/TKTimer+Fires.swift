@@ -23,7 +23,10 @@ extension TKTimer {
 
     /// The fire instants of a repeating timer. See `TKTimer.fires(every:tolerance:on:forModes:)`.
     public struct Fires: AsyncSequence, Sendable {
+        /// The instant the timer's block ran on the loop's thread: never before the scheduled
+        /// fire date.
         public typealias Element = ContinuousClock.Instant
+        /// The sequence never throws: cancelling the iterating task ends it (`next()` returns nil).
         public typealias Failure = Never
 
         let interval: Duration
@@ -45,6 +48,9 @@ extension TKTimer {
             return Iterator(lifetime: AsyncBufferLifetime(buffer), timer: timer)
         }
 
+        /// One iteration: it owns the iteration's timer, which is invalidated when the iteration
+        /// ends (the task is cancelled, or the iterator's last copy is dropped). Iterate from one
+        /// task at a time.
         public struct Iterator: AsyncIteratorProtocol, Sendable {
             let lifetime: AsyncBufferLifetime<ContinuousClock.Instant>
             /// This iteration's timer (tests check that it is invalidated at the end).

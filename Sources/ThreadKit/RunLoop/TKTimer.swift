@@ -28,6 +28,16 @@ public final class TKTimer: @unchecked Sendable {
     let block: @Sendable (TKTimer) -> Void
     let state: Protected<State>
 
+    /// Creates a timer that fires first at `date` and then, if `repeats`, every `interval` on
+    /// that schedule (NSTimer's `init(fire:interval:repeats:block:)`,
+    /// CFRunLoopTimerCreateWithHandler). It does nothing until added to a loop with
+    /// `TKRunLoop.add(_:forMode:)`; a `date` already past fires as soon as the loop runs a mode
+    /// holding the timer.
+    ///
+    /// The block runs on that loop's thread, with no loop lock held, and gets the timer (to read
+    /// `userInfo` or to invalidate it). Repeating intervals below 0.1 ms become 0.1 ms; a
+    /// non-repeating timer's `interval` reads 0. A timer belongs to one loop: adding it to a
+    /// second one stops the process with a message.
     public init(fireAt date: ContinuousClock.Instant, interval: Duration, repeats: Bool, userInfo: (any Sendable)? = nil,
                 block: @escaping @Sendable (TKTimer) -> Void) {
         self.interval = repeats ? max(interval, .microseconds(100)) : .zero
@@ -37,6 +47,10 @@ public final class TKTimer: @unchecked Sendable {
         state = Protected(State(fireDate: date))
     }
 
+    /// Creates a timer that fires first `interval` from now (a negative one counts as zero), as
+    /// `init(fireAt:interval:repeats:userInfo:block:)` describes (NSTimer's
+    /// `init(timeInterval:repeats:block:)`). Add it to a loop to start it;
+    /// `scheduledTimer(withInterval:repeats:userInfo:block:)` does both.
     public convenience init(interval: Duration, repeats: Bool, userInfo: (any Sendable)? = nil,
                             block: @escaping @Sendable (TKTimer) -> Void) {
         self.init(fireAt: .now + max(interval, .zero), interval: interval, repeats: repeats, userInfo: userInfo, block: block)
@@ -89,6 +103,9 @@ public final class TKTimer: @unchecked Sendable {
         for mode in modes { loop?.detach(self, from: mode) }
     }
 
+    /// False once the timer was invalidated: by `invalidate()`, or after a non-repeating timer
+    /// fired (NSTimer's `isValid`). An invalid timer never fires again and adding it to a loop
+    /// does nothing. Thread-safe.
     public var isValid: Bool { state.current.valid }
 
     /// After a fire at the loop: the next slot of the original schedule strictly after `now`

@@ -13,9 +13,16 @@ import Synchronization
 public final class TKFileDescriptorSource: @unchecked Sendable {
     /// The kinds of readiness a callback reports (kCFFileDescriptorReadCallBack / WriteCallBack).
     public struct CallBackTypes: OptionSet, Sendable {
+        /// The types' bits: kCFFileDescriptorReadCallBack (1) and kCFFileDescriptorWriteCallBack (2).
         public let rawValue: UInt8
+        /// The set with the bits of `rawValue` (1: `read`, 2: `write`).
         public init(rawValue: UInt8) { self.rawValue = rawValue }
+        /// The descriptor is readable: data, the end of the input, a connection waiting on a
+        /// listening socket, or an error (kCFFileDescriptorReadCallBack). An error or hang-up
+        /// reports both types, if both are enabled.
         public static let read = CallBackTypes(rawValue: 1)
+        /// The descriptor is writable: room in its buffer, a finished non-blocking connect, or an
+        /// error (kCFFileDescriptorWriteCallBack).
         public static let write = CallBackTypes(rawValue: 2)
     }
 
@@ -39,6 +46,9 @@ public final class TKFileDescriptorSource: @unchecked Sendable {
         var registrations: [ObjectIdentifier: DescriptorRegistration] = [:]
     }
 
+    /// The descriptor watched, as given at creation (CFFileDescriptorGetNativeDescriptor). The
+    /// source closes it only when made with `closeOnInvalidate`; otherwise the caller owns it and
+    /// must invalidate the source before closing it.
     public let fileDescriptor: Int32
     private let closeOnInvalidate: Bool
     private let callback: @Sendable (TKFileDescriptorSource, CallBackTypes) -> Void
@@ -107,6 +117,9 @@ public final class TKFileDescriptorSource: @unchecked Sendable {
         if closeIt { close(fileDescriptor) }
     }
 
+    /// False once `invalidate()` was called, or once the descriptor was found closed (its one
+    /// `[.read, .write]` report is still delivered), as CFFileDescriptorIsValid. An invalid source
+    /// reports nothing more and adding it to a loop does nothing. Thread-safe.
     public var isValid: Bool { state.withLock { $0.lifecycle == .valid } }
 
     // MARK: Loops
@@ -219,6 +232,10 @@ extension TKRunLoop {
         source.add(to: self, forMode: mode)
     }
 
+    /// Stops the source's callbacks on this loop in `mode` (`.common`: every common mode), like
+    /// removing its CFFileDescriptor run-loop source. Once it is in no mode of this loop, the loop
+    /// stops watching the descriptor and lets go of the source. Enabled types stay enabled and
+    /// are reported once it is added again. Thread-safe; a mode it is not in is left alone.
     public func remove(_ source: TKFileDescriptorSource, forMode mode: Mode) {
         source.remove(from: self, forMode: mode)
     }

@@ -61,6 +61,11 @@ public final class TKSocketListener: @unchecked Sendable {
         presence.add(self, to: loop, forMode: mode)
     }
 
+    /// Stops accepting on `loop` while it runs `mode` (`.common`: every common mode), like
+    /// removing the CFSocket's run-loop source. Once the listener is in no mode of `loop`, that
+    /// loop stops watching the socket and lets go of the listener; connections arriving meanwhile
+    /// wait in the kernel's backlog and are accepted once it is scheduled again. The socket stays
+    /// open. Thread-safe; a mode it is not in is left alone.
     public func remove(from loop: TKRunLoop, forMode mode: TKRunLoop.Mode) {
         presence.remove(from: loop, forMode: mode)
     }
@@ -75,6 +80,8 @@ public final class TKSocketListener: @unchecked Sendable {
         presence.invalidate()
     }
 
+    /// False once `invalidate()` closed the listening socket (CFSocketIsValid); an invalid
+    /// listener cannot be scheduled again. Thread-safe.
     public var isValid: Bool { state.withLock { $0.listenFD >= 0 } }
 
     /// Caller holds `state`.

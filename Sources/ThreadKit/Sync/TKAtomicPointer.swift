@@ -12,9 +12,13 @@ public final class TKAtomicPointer<Pointer: AtomicOptionalRepresentable>: @unche
     where Pointer.AtomicOptionalRepresentation == Int.AtomicRepresentation {
     @usableFromInline let storage: Atomic<Pointer?>
 
+    /// Creates an atomic pointer holding `pointer` (nil for NULL).
     public init(_ pointer: Pointer?) { storage = Atomic(pointer) }
 
+    /// Returns the pointer (a sequentially consistent load).
     @inlinable public func load() -> Pointer? { storage.load(ordering: .sequentiallyConsistent) }
+    /// Replaces the pointer (a sequentially consistent store: it publishes what was written
+    /// through it before).
     @inlinable public func store(_ pointer: Pointer?) { storage.store(pointer, ordering: .sequentiallyConsistent) }
 
     /// Replaces the pointer with `desired` if it is `expected`; true if it did (OSAtomicCompareAndSwapPtr).

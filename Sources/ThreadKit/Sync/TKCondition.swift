@@ -10,17 +10,22 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
     private let condition = RawCondition()
     private let label = LockName()
 
+    /// Creates a condition whose lock is free, like `NSCondition()`.
     public init() {}
     deinit {
         raw.deallocate()
         condition.deallocate()
     }
 
+    /// A name for diagnostics: misuse messages, lock-order reports, contention counters and
+    /// traces name the condition by it. Thread-safe.
     public var name: String? {
         get { label.name }
         set { label.name = newValue }
     }
 
+    /// Takes the condition's lock, blocking until it is free. Not recursive: locking it again on
+    /// the thread that holds it stops the process with a message.
     public func lock() {
         let tid = SystemCall.currentThreadID
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKCondition") }
@@ -34,6 +39,8 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
         }
     }
 
+    /// Releases the condition's lock. A call from a thread that does not hold it stops the process
+    /// with a message.
     public func unlock() {
         let tid = SystemCall.currentThreadID
         if raw.unlock(tid) {
@@ -55,7 +62,11 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
         condition.wait(raw, checkHeld("wait(until:)"), deadline: deadline)
     }
 
+    /// Wakes one thread waiting in `wait()` or `wait(until:)`, if any, like `NSCondition.signal()`.
+    /// May be called with or without the lock held.
     public func signal() { condition.signal() }
+    /// Wakes every thread waiting on the condition, like `NSCondition.broadcast()`. May be called
+    /// with or without the lock held.
     public func broadcast() { condition.broadcast() }
 
     private func checkHeld(_ call: String) -> UInt32 {

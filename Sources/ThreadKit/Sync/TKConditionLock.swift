@@ -13,6 +13,7 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
     /// The current condition. Guarded by `raw`.
     private var value: Int
 
+    /// Creates an unlocked lock whose condition is `condition`, like `NSConditionLock(condition:)`.
     public init(condition: Int = 0) {
         value = condition
     }
@@ -21,6 +22,8 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
         changed.deallocate()
     }
 
+    /// A name for diagnostics: misuse messages, lock-order reports, contention counters and
+    /// traces name the lock by it. Thread-safe.
     public var name: String? {
         get { label.name }
         set { label.name = newValue }
@@ -35,28 +38,38 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
         return value
     }
 
+    /// Takes the lock whatever its condition, blocking until it is free. Not recursive: locking
+    /// it again on the thread that holds it stops the process with a message.
     public func lock() {
         acquire(SystemCall.currentThreadID, deadline: nil)
     }
 
+    /// Takes the lock whatever its condition, waiting no later than `deadline`; false when it
+    /// timed out (never before the deadline).
     public func lock(before deadline: ContinuousClock.Instant) -> Bool {
         acquire(SystemCall.currentThreadID, deadline: deadline)
     }
 
+    /// Blocks until the lock is free and its condition equals `condition`, then takes it, like
+    /// `NSConditionLock.lock(whenCondition:)`.
     public func lock(whenCondition condition: Int) {
         _ = lock(whenCondition: condition, deadline: nil)
     }
 
+    /// As ``lock(whenCondition:)``, giving up at `deadline`: false when the lock was not free with
+    /// that condition in time (never before the deadline); the lock is then not held.
     public func lock(whenCondition condition: Int, before deadline: ContinuousClock.Instant) -> Bool {
         lock(whenCondition: condition, deadline: deadline)
     }
 
+    /// Takes the lock if it is free now, whatever its condition; never blocks.
     public func tryLock() -> Bool {
         guard raw.tryLockFast(SystemCall.currentThreadID) else { return false }
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKConditionLock", isTry: true) }
         return true
     }
 
+    /// Takes the lock if it is free now and its condition equals `condition`; never blocks.
     public func tryLock(whenCondition condition: Int) -> Bool {
         let tid = SystemCall.currentThreadID
         guard raw.tryLockFast(tid) else { return false }
@@ -68,6 +81,8 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
         return false
     }
 
+    /// Releases the lock, leaving its condition as it is. A call from a thread that does not hold
+    /// it stops the process with a message.
     public func unlock() {
         release(newValue: nil, call: "unlock()")
     }

@@ -30,7 +30,9 @@ import Glibc
 public final class TKDistributedLock: @unchecked Sendable {
     /// Who holds a lock, from its owner record.
     public struct Holder: Sendable, Equatable {
+        /// The host name of the holder's machine, as it wrote it into the owner record.
         public let host: String
+        /// The holder's process id, on `host` (and in the holder's PID namespace).
         public let pid: Int32
         /// When the lock was taken.
         public let date: Date
@@ -45,6 +47,7 @@ public final class TKDistributedLock: @unchecked Sendable {
         public let verdict: String
     }
 
+    /// The path of the lock's entry, as given to ``init(path:)``.
     public let path: String
     /// The nonce of the record this object linked, while it holds the lock.
     private let held = Protected<String?>(nil)

@@ -8,9 +8,12 @@ public final class TKLock: TKLocking, @unchecked Sendable {
     @usableFromInline let raw = RawMutex()
     @usableFromInline let label = LockName()
 
+    /// Creates an unlocked lock with no name, like `NSLock()`.
     public init() {}
     deinit { raw.deallocate() }
 
+    /// A name for diagnostics: misuse messages, lock-order reports, contention counters and
+    /// traces name the lock by it (unnamed locks are named by address). Thread-safe.
     public var name: String? {
         get { label.name }
         set { label.name = newValue }
@@ -20,6 +23,8 @@ public final class TKLock: TKLocking, @unchecked Sendable {
     // thread-local load and one CAS each, as with Synchronization.Mutex, plus one relaxed load and
     // a branch for the lock-order checker (docs/Diagnostics.md §1).
 
+    /// Takes the lock, blocking until it is free, like `NSLock.lock()`. Locking it again on the
+    /// thread that holds it would deadlock: it stops the process with a message instead.
     @inlinable
     public func lock() {
         let tid = SystemCall.currentThreadID
@@ -30,6 +35,8 @@ public final class TKLock: TKLocking, @unchecked Sendable {
         lockContended(tid)
     }
 
+    /// Releases the lock, waking one waiter if any. Only the thread that locked it may unlock it:
+    /// any other caller (or a second unlock) stops the process with a message.
     @inlinable
     public func unlock() {
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }

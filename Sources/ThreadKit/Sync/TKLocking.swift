@@ -2,7 +2,10 @@
 
 /// A lock with `lock()` and `unlock()` (NSLocking).
 public protocol TKLocking: AnyObject, Sendable {
+    /// Takes the lock, blocking the calling thread until it can (`NSLocking.lock()`).
     func lock()
+    /// Releases the lock the calling thread holds (`NSLocking.unlock()`). Each lock says which
+    /// unbalanced or foreign unlocks it detects; those stop the process with a message.
     func unlock()
 }
 

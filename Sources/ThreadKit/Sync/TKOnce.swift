@@ -8,8 +8,13 @@ import Synchronization
 public struct TKOnce: ~Copyable, Sendable {
     private let state = OnceState()
 
+    /// Creates a once whose body has not run.
     public init() {}
 
+    /// Runs `body` if no call has run a body on this once yet, like `dispatch_once`; otherwise
+    /// waits until that body has finished and returns without running `body`. On return the
+    /// first body's effects are visible to the caller. Re-entering from inside the body stops the
+    /// process with a message.
     public borrowing func run(_ body: () -> Void) {
         // Acquiring: pairs with the releasing store of `done`, so the body's effects are visible.
         if state.word.pointer.pointee.load(ordering: .acquiring) == OnceState.done { return }

@@ -45,6 +45,7 @@ public final class TKReadWriteLock: @unchecked Sendable {
     private var waitingWriters = 0   // guarded by `queue`
     private var writerGrants = 0     // guarded by `queue`: hand-offs not yet claimed by a writer
 
+    /// Creates an unlocked reader-writer lock.
     public init() {}
     deinit {
         queue.deallocate()
@@ -68,6 +69,9 @@ public final class TKReadWriteLock: @unchecked Sendable {
 
     // MARK: Readers
 
+    /// Takes the lock for reading, with other readers, like `pthread_rwlock_rdlock`. Blocks while
+    /// a writer holds it or waits for it (so writers are not starved). Not recursive: reading again
+    /// on a thread that already reads can deadlock behind a waiting writer.
     public func readLock() {
         // Checked before any wait: a read lock can wait (behind a writer), so it orders too.
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKReadWriteLock") }
@@ -84,6 +88,7 @@ public final class TKReadWriteLock: @unchecked Sendable {
         if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: "TKReadWriteLock (read)") }
     }
 
+    /// Takes the lock for reading if no writer holds it or waits for it; never blocks.
     public func tryReadLock() -> Bool {
         guard tryReadLockNow() else { return false }
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKReadWriteLock", isTry: true) }
@@ -125,6 +130,8 @@ public final class TKReadWriteLock: @unchecked Sendable {
 
     // MARK: Writers
 
+    /// Takes the lock for writing, alone, like `pthread_rwlock_wrlock`. Blocks until every reader
+    /// and writer has left; readers waiting when a writer unlocks go first. Not recursive.
     public func writeLock() {
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKReadWriteLock") }
         if tryWriteLockNow() { return }
@@ -135,6 +142,7 @@ public final class TKReadWriteLock: @unchecked Sendable {
         if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: "TKReadWriteLock (write)") }
     }
 
+    /// Takes the lock for writing if nobody holds it; never blocks.
     public func tryWriteLock() -> Bool {
         guard tryWriteLockNow() else { return false }
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKReadWriteLock", isTry: true) }
@@ -185,6 +193,8 @@ public final class TKReadWriteLock: @unchecked Sendable {
 
     // MARK: Unlock
 
+    /// Releases the side the caller holds (one read hold, or the write hold). Unlocking a lock held
+    /// for writing by another thread, or one nobody holds, stops the process with a message.
     public func unlock() {
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
         let tid = SystemCall.currentThreadID

@@ -15,9 +15,12 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
     /// so those foreign reads are not data races (and to skip Swift's dynamic exclusivity checks).
     @usableFromInline let depth = Atomic<Int>(0)
 
+    /// Creates an unlocked lock with no name, like `NSRecursiveLock()`.
     public init() {}
     deinit { raw.deallocate() }
 
+    /// A name for diagnostics: misuse messages, lock-order reports, contention counters and
+    /// traces name the lock by it (unnamed locks are named by address). Thread-safe.
     public var name: String? {
         get { label.name }
         set { label.name = newValue }
@@ -30,6 +33,8 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
     // (SystemCall.currentThreadID). Contention, misuse and the lock-order hook of the last unlock
     // are out of line.
 
+    /// Takes the lock, blocking until it is free; the thread that holds it takes it again at once
+    /// (one more `unlock()` is then owed).
     @inlinable
     public func lock() {
         let tid = SystemCall.currentThreadID
@@ -52,6 +57,8 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         _ = lock(deadline: nil)
     }
 
+    /// Undoes one `lock()`; the lock is released when every `lock()` of the holder is matched.
+    /// A call from a thread that does not hold it stops the process with a message.
     @inlinable
     public func unlock() {
         let tid = SystemCall.currentThreadID
@@ -89,6 +96,8 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         }
     }
 
+    /// Takes the lock if it is free or already held by the caller (re-entry); never blocks.
+    /// Returns whether the caller now holds it.
     @inlinable
     public func tryLock() -> Bool {
         let tid = SystemCall.currentThreadID
@@ -127,6 +136,8 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
     /// Whether some thread holds the lock (a snapshot; tests and table statistics).
     var isHeld: Bool { raw.word.pointer.pointee.load(ordering: .relaxed) != 0 }
 
+    /// Takes the lock, waiting no later than `deadline`; false when it timed out (never before the
+    /// deadline). Re-entry by the holder succeeds at once.
     public func lock(before deadline: ContinuousClock.Instant) -> Bool {
         lock(deadline: deadline)
     }

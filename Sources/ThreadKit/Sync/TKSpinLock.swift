@@ -14,9 +14,11 @@ public final class TKSpinLock: TKLocking, @unchecked Sendable {
     /// The lock's identity for the diagnostics (it has no public name).
     private let label = LockName()
 
+    /// Creates an unlocked spin lock.
     public init() {}
     deinit { word.deallocate() }
 
+    /// Takes the lock if it is free now; never blocks or spins.
     public func tryLock() -> Bool {
         guard tryLockNow() else { return false }
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKSpinLock", isTry: true) }
@@ -28,6 +30,9 @@ public final class TKSpinLock: TKLocking, @unchecked Sendable {
                                              failureOrdering: .relaxed).exchanged
     }
 
+    /// Takes the lock: a waiter spins a bounded number of times, then yields the CPU a few times,
+    /// then sleeps until woken, so a descheduled holder costs no burnt core (`OSSpinLock`'s flaw).
+    /// Not recursive: locking it again on the holding thread deadlocks.
     public func lock() {
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKSpinLock") }
         if tryLockNow() { return }
@@ -36,6 +41,9 @@ public final class TKSpinLock: TKLocking, @unchecked Sendable {
         Contention.lockWaited(label, kind: "TKSpinLock", since: start)
     }
 
+    /// Releases the lock, waking a sleeping waiter if any. Unlocking a lock that is not locked
+    /// stops the process with a message; the holder is not recorded, so an unlock from another
+    /// thread is not detected.
     public func unlock() {
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
         // Releasing: publishes the critical section to the next acquirer.

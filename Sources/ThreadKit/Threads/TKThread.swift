@@ -15,6 +15,15 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+/// A thread of the process, like `Thread` (`NSThread`), on POSIX threads: create it with a block
+/// or subclass it and override ``main()``, set its name, stack size, QoS and priority, then
+/// ``start()`` it.
+///
+/// Unlike Foundation's `Thread` on Linux, the name is the OS thread's name before any of your code
+/// runs, QoS and priority really change the thread's scheduling, a bad stack size throws a
+/// ``TKError``, and a non-detached thread can be joined (and is joined before the process exits
+/// normally). Every member is thread-safe except ``threadDictionary``, which belongs to the thread
+/// itself. Subclasses restate `@unchecked Sendable`.
 open class TKThread: @unchecked Sendable {
     enum Lifecycle { case created, starting, executing, finished }
 
@@ -83,6 +92,7 @@ open class TKThread: @unchecked Sendable {
         attributes = Protected(Attributes(lifecycle: .created, name: name))
     }
 
+    /// A thread that runs `block` once started, like `Thread(block:)`; `name` is set before it runs.
     public convenience init(name: String? = nil, block: @escaping @Sendable () -> Void) {
         self.init(name: name, body: .block(block))
     }
@@ -212,8 +222,13 @@ open class TKThread: @unchecked Sendable {
 
     // MARK: State
 
+    /// Whether the thread is running its code: true from its first step until it posts
+    /// `willExitNotification` and finishes.
     public var isExecuting: Bool { attributes.current.lifecycle == .executing }
+    /// Whether the thread has finished (its `main()` returned, it called ``exit()``, or the OS
+    /// refused to create it). Joiners may still be waiting for its thread-local destructors.
     public var isFinished: Bool { attributes.current.lifecycle == .finished }
+    /// Whether ``cancel()`` has been called. Only a flag: the thread's code checks it and returns.
     public var isCancelled: Bool { cancelled.load(ordering: .relaxed) }
 
     /// Marks the thread cancelled. The thread's code decides what to do about it (NSThread's cancel).
@@ -507,12 +522,17 @@ extension TKThread {
     /// The process's initial thread.
     public static var main: TKThread { mainThread }
 
+    /// Whether the calling thread is the process's initial thread, like `Thread.isMainThread`.
     public static var isMainThread: Bool { SystemCall.currentThreadID == UInt32(getpid()) }
 
     /// True once ThreadKit has started a secondary thread.
     public static func isMultiThreaded() -> Bool { multiThreaded.load(ordering: .acquiring) }
 
+    /// Posted to `TKNotificationCenter.default` once, on the thread that starts the first secondary
+    /// thread, before that thread runs (`NSWillBecomeMultiThreadedNotification`); the object is nil.
     public static let willBecomeMultiThreadedNotification: TKNotification.Name = "TKWillBecomeMultiThreadedNotification"
+    /// Posted to `TKNotificationCenter.default` by a thread that is about to finish, on that
+    /// thread, with the thread as the object (`NSThreadWillExitNotification`).
     public static let willExitNotification: TKNotification.Name = "TKThreadWillExitNotification"
 
     private static let mainThread = TKThread(mainThread: UInt32(getpid()))

@@ -22,6 +22,10 @@ public final class TKThreadLocal<Value>: @unchecked Sendable {
     @usableFromInline let key: pthread_key_t
     private let destructor: (@Sendable (Value) -> Void)?
 
+    /// Creates a new thread-specific key (`pthread_key_create`); every thread's value starts as nil.
+    /// `destructor` runs with a thread's value when that thread exits with one set (and for values
+    /// still held when this object is deinitialised). Creating more keys than the system allows
+    /// (`PTHREAD_KEYS_MAX`) stops the process with a message.
     public init(destructor: (@Sendable (Value) -> Void)? = nil) {
         var key = pthread_key_t()
         let r = pthread_key_create(&key) { raw in
