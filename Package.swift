@@ -4,6 +4,23 @@
 // target for the handful of syscalls Swift cannot call directly. The `ThreadKit` product keeps
 // no package dependencies; `ThreadKitPostgres` (a distributed lock on PostgreSQL) is a separate
 // product built on vapor/postgres-nio.
+//
+// Layout (issue 27): what ships and what only tests use are apart, and PostgresNIO is built only
+// for the targets that name ThreadKitPostgres.
+//   Sources/ThreadKit, Sources/CThreadKit        the library (product ThreadKit)
+//   Sources/threadkit                            the CLI: `tour` and `trace` (product threadkit);
+//                                                ThreadKit only, so `swift run threadkit tour`
+//                                                builds no SwiftNIO; its scenarios' child
+//                                                processes are `threadkit tour --child ROLE`
+//   Sources/ThreadKitPostgres                    the PostgreSQL lock (product ThreadKitPostgres)
+//   Sources/threadkit-postgres                   the tour's PostgreSQL scenario (product
+//                                                threadkit-postgres: `swift run threadkit-postgres tour`)
+//   Tests/ThreadKitTestChild                     test-only executable, not a product: the child
+//                                                processes of ThreadKitTests (`ThreadKitTestChild ROLE`)
+//   Tests/ThreadKitPostgresTestChild             the same for ThreadKitPostgresTests
+//   Tests/ThreadKitTests, Tests/ThreadKitPostgresTests   the test targets
+// A test target's dependency on an executable target builds that executable beside the test bundle,
+// where the tests' ChildProcess / PostgresChild find it.
 import PackageDescription
 
 let exportSymbols: [LinkerSetting] = [.unsafeFlags(["-Xlinker", "--export-dynamic"])]
@@ -14,22 +31,35 @@ let package = Package(
         .library(name: "ThreadKit", targets: ["ThreadKit"]),
         .executable(name: "threadkit", targets: ["threadkit"]),
         .library(name: "ThreadKitPostgres", targets: ["ThreadKitPostgres"]),
+        .executable(name: "threadkit-postgres", targets: ["threadkit-postgres"]),
     ],
     dependencies: [
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // Documentation only: `swift package generate-documentation` (.ci/docs.sh). A plugin
+        // dependency no target uses, so no product of this package links anything from it (as
+        // SwiftNIO does).
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         .target(name: "CThreadKit"),
         .target(name: "ThreadKit", dependencies: ["CThreadKit"]),
         // Exported symbols let backtrace_symbols name the frames of diagnostics reports
         // (docs/Diagnostics.md §1, caveats).
-        .executableTarget(name: "threadkit", dependencies: ["ThreadKit", "ThreadKitPostgres"], linkerSettings: exportSymbols),
-        .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "threadkit"], linkerSettings: exportSymbols),
+        .executableTarget(name: "threadkit", dependencies: ["ThreadKit"], linkerSettings: exportSymbols),
+        // Test-only helper executables (no product names them): the tests' child processes.
+        .executableTarget(name: "ThreadKitTestChild", dependencies: ["ThreadKit", "CThreadKit"],
+                          path: "Tests/ThreadKitTestChild", linkerSettings: exportSymbols),
+        // ThreadKitTests also runs the shipped CLI (`threadkit tour NAME`, `threadkit trace`), which
+        // links ThreadKit only.
+        .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "ThreadKitTestChild", "threadkit"], linkerSettings: exportSymbols),
         .target(name: "ThreadKitPostgres", dependencies: [
             "ThreadKit",
             .product(name: "PostgresNIO", package: "postgres-nio"),
         ]),
-        .testTarget(name: "ThreadKitPostgresTests", dependencies: ["ThreadKitPostgres", "threadkit"]),
+        .executableTarget(name: "threadkit-postgres", dependencies: ["ThreadKit", "ThreadKitPostgres"]),
+        .executableTarget(name: "ThreadKitPostgresTestChild", dependencies: ["ThreadKit", "ThreadKitPostgres"],
+                          path: "Tests/ThreadKitPostgresTestChild"),
+        .testTarget(name: "ThreadKitPostgresTests", dependencies: ["ThreadKitPostgres", "ThreadKitPostgresTestChild"]),
     ],
     swiftLanguageModes: [.v6]
 )

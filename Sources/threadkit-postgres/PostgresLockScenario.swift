@@ -3,6 +3,8 @@
 // is free at once (the server ends the dead session). Then fencing: the lock is broken under a
 // holder, which is told, and its stale write is refused by a fenced store. Runs when
 // TK_POSTGRES_URL names a reachable server; otherwise says how to start one.
+// Run by `threadkit-postgres tour` (main.swift), not by `threadkit tour`, which lists it with that
+// command: this scenario links ThreadKitPostgres and PostgresNIO, the rest of the tour ThreadKit only.
 import Glibc
 import ThreadKit
 import ThreadKitPostgres
@@ -15,7 +17,7 @@ enum PostgresLockScenario {
         guard let pointer = getenv(TKPostgresConfiguration.environmentVariable) else {
             say.say("TK_POSTGRES_URL is not set, so there is no server to run against. To run this scenario:")
             say.say("  eval \"$(.ci/postgres-cluster.sh start)\" && export TK_POSTGRES_URL   # a throwaway cluster (needs initdb)")
-            say.say("  swift run threadkit tour distributed-lock-postgres")
+            say.say("  swift run threadkit-postgres tour")
             say.say("  .ci/postgres-cluster.sh stop \"$TK_POSTGRES_CLUSTER\"")
             return "not run: no server (TK_POSTGRES_URL unset); the lines above say how to start one"
         }

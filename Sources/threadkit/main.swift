@@ -1,11 +1,13 @@
-// threadkit: the command-line face of ThreadKit.
+// threadkit: the command-line face of ThreadKit. Links ThreadKit only.
 //   threadkit tour            narrated run of every scenario from the seed documents
 //   threadkit tour --list     the scenario names
 //   threadkit tour NAME...    run only those
 //   threadkit tour --counters NAME...  also count contention and print the counters at the end
 //   threadkit trace SCENARIO -o FILE.json [--html FILE.html]   a scenario under the trace recorder
-//   threadkit child ROLE ...  (internal) a child process role for tests and the tour: misuse
-//                             diagnostics that must stop a process, distributed-lock contenders
+// Hidden: `threadkit tour --child ROLE ...`, a tour scenario's child process (Tour/TourChildren.swift).
+// Layout (issue 27): the tests' child processes are Tests/ThreadKitTestChild and
+// Tests/ThreadKitPostgresTestChild (test-only executables, not products); the PostgreSQL scenario
+// is `threadkit-postgres tour` (Sources/threadkit-postgres), so that this tool builds no PostgresNIO.
 import Glibc
 
 let arguments = Array(CommandLine.arguments.dropFirst())
@@ -14,8 +16,6 @@ case "tour":
     exit(Tour.main(Array(arguments.dropFirst())))
 case "trace":
     exit(TraceScenario.main(Array(arguments.dropFirst())))
-case "child":
-    exit(ChildRoles.main(Array(arguments.dropFirst())))
 case "--help", "-h", "help", nil:
     Console.out("""
     usage: threadkit tour [--list] [--counters] [NAME...]

@@ -1,5 +1,8 @@
-// PostgresLockRoles: child processes contending for a TKPostgresLock, for ThreadKitPostgresTests,
-// the tour and the benchmarks. Each prints what it did on standard output, one line per event.
+// PostgresLockRoles: child processes contending for a TKPostgresLock, for ThreadKitPostgresTests
+// (started as `ThreadKitPostgresTestChild ROLE ...`, Tests/ThreadKitPostgresTests/Support/
+// PostgresChildren.swift). Each prints what it did on standard output, one line per event.
+// pglock-hold has a copy in `threadkit-postgres` (Sources/threadkit-postgres/main.swift), the
+// tour's PostgreSQL scenario; the benchmarks have their own (tkbench pglock-child).
 import Glibc
 import ThreadKit
 import ThreadKitPostgres

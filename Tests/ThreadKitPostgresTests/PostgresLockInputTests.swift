@@ -1,8 +1,8 @@
 // TKPostgresLock's inputs at their extremes: deadlines beyond PostgreSQL's longest lock_timeout
 // (30 days, `.now + .seconds(Int64.max)`) and waits in slices; a URL's connect_timeout and a
 // configuration's timeouts far out of range; livenessInterval out of range; canonically
-// equivalent spellings of one name. Whatever can trap runs in a `threadkit child` process; the
-// judges are pg_locks and threadkit_locks read through psql.
+// equivalent spellings of one name. Whatever can trap runs in a child process
+// (`ThreadKitPostgresTestChild`); the judges are pg_locks and threadkit_locks read through psql.
 import Foundation
 import ThreadKit
 @testable import ThreadKitPostgres

@@ -78,6 +78,8 @@ enum ConcurrencyRoles {
 }
 
 // MARK: The pool as the global executor
+// (global-executor and global-executor-too-late have a copy among the tour's children,
+// Sources/threadkit/Tour/TourChildren.swift; ExecutorTests judges these.)
 
 /// A counter on the standard library's atomics: the judge of the global-executor role.
 final class AtomicCounter: Sendable {

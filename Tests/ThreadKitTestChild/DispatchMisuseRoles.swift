@@ -1,6 +1,8 @@
 // DispatchMisuseRoles: child processes that commit one dispatch misuse each (SPEC §6) and must be
 // stopped by ThreadKit with a message naming the object, the call and the fix. Exit status 0 means
-// the misuse went unnoticed, which the tests treat as a failure.
+// the misuse went unnoticed, which the tests treat as a failure. dispatch-sync-current has a copy
+// among the tour's children (Sources/threadkit/Tour/TourChildren.swift); DispatchMisuseTests judges
+// this one.
 import Glibc
 import ThreadKit
 

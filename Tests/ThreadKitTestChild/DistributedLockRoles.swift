@@ -1,5 +1,6 @@
-// DistributedLockRoles: child processes contending for a TKDistributedLock, for the tests and the
-// tour. Each prints what it did on standard output, one line per event.
+// DistributedLockRoles: child processes contending for a TKDistributedLock, for the tests. Each
+// prints what it did on standard output, one line per event. dlock-hold has a copy among the
+// tour's children (Sources/threadkit/Tour/TourChildren.swift); the tests judge this one.
 import Glibc
 import ThreadKit
 

@@ -1,4 +1,4 @@
-// ExtremeCases: the cases of `threadkit child extreme CASE` (see ExtremeInputRoles.swift). Each
+// ExtremeCases: the cases of `ThreadKitTestChild extreme CASE` (see ExtremeInputRoles.swift). Each
 // drives one public call with extreme input and returns a line saying what ThreadKit did; a case
 // that sees wrong behaviour (rather than a crash) exits with status 1 through `fail`.
 import Glibc

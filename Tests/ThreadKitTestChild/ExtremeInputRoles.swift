@@ -1,9 +1,9 @@
-// ExtremeInputRoles: `threadkit child extreme CASE` feeds one public call an extreme value (Int.max,
+// ExtremeInputRoles: `ThreadKitTestChild extreme CASE` feeds one public call an extreme value (Int.max,
 // Int.min, Duration overflowing 64-bit seconds, deadlines far in the past or future, zero and
 // negative counts) in a process of its own, so a trap in ThreadKit's arithmetic shows as a crash
 // of that child only. Each case prints "ok CASE: what happened" and exits 0 when ThreadKit
 // behaved (a result, a thrown TKError, or nothing); the misuse cases stop the process with a
-// "ThreadKit misuse:" message instead. `threadkit child extreme list` prints the case names.
+// "ThreadKit misuse:" message instead. `ThreadKitTestChild extreme list` prints the case names.
 import Glibc
 import ThreadKit
 
@@ -32,7 +32,7 @@ enum ExtremeInputRoles {
     ]
 }
 
-/// `threadkit child dispatch-io-offsets`: each case makes a 20-byte file "0123456789abcdefghij",
+/// `ThreadKitTestChild dispatch-io-offsets`: each case makes a 20-byte file "0123456789abcdefghij",
 /// puts its descriptor at `pos`, runs one read or write (data "XY") on a TKDispatchIO channel of
 /// `type` at `off`, and prints
 ///   `case TYPE OP off=OFF len=LEN pos=POS => bytes=READ err=ERRNO left=UNWRITTEN position=P file=CONTENT`
@@ -117,7 +117,7 @@ enum DispatchIOOffsets {
     }
 }
 
-/// `threadkit child dispatch-data-extreme CASE`: one TKDispatchData call with a range or size at
+/// `ThreadKitTestChild dispatch-data-extreme CASE`: one TKDispatchData call with a range or size at
 /// the edge of Int; each must stop with a "ThreadKit misuse:" message, not a trap of Swift's
 /// arithmetic. `huge-append` appends a byte to a data claiming Int.max bytes (a region over
 /// memory never read: the count overflows).

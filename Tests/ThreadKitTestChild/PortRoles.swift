@@ -1,6 +1,7 @@
-// PortRoles: the other process of the socket-port tests, tour and benchmarks. Addresses are
-// written `tcp:PORT`, `tcp:HOST:PORT` or `unix:PATH`; a listener given `tcp:0` picks a free port.
-// Each role prints what it did on standard output, one line per event.
+// PortRoles: the other process of the socket-port tests. Addresses are written `tcp:PORT`,
+// `tcp:HOST:PORT` or `unix:PATH`; a listener given `tcp:0` picks a free port. Each role prints
+// what it did on standard output, one line per event. port-echo (with the address helpers) has a
+// copy among the tour's children (Sources/threadkit/Tour/TourChildren.swift); the tests judge this one.
 import Glibc
 import Synchronization
 import ThreadKit

@@ -3,6 +3,8 @@
 // performInBackground as the first thread), the default uncaught-error report, start() twice,
 // detaching after start, a joinable thread's value handed to nobody, priorities refused to an
 // unprivileged process, and a thread whose stack the OS cannot map (under a lowered RLIMIT_AS).
+// joinable-save is also one of the tour's children (Sources/threadkit/Tour/TourChildren.swift, which
+// adds the detached pitfall beside it); ThreadTests judges this copy.
 import Glibc
 import ThreadKit
 
@@ -15,18 +17,6 @@ enum ThreadRoles {
             saver.start()
             Console.out("    (child: main returns while the joinable saver writes)")
             return 0   // exit() runs the atexit handler, which joins the saver
-        },
-        ChildRole(name: "detached-pitfall", usage: "PATH (main returns while a detached thread is still writing PATH)") { args in
-            let path = args[0]
-            let started = TKCondition()
-            let running = SharedBox(false)   // guarded by started
-            TKThread.detachNewThread(name: "saver") {
-                started.withLock { running.value = true; started.signal() }
-                writeSlowly(path, chunks: 20)
-            }
-            started.withLock { while !running.value { started.wait() } }
-            Console.out("    (child: main returns while the detached saver writes)")
-            return 0   // the detached thread is not waited for: its file stays incomplete
         },
         ChildRole(name: "detached-blocked", usage: "(main returns while a detached thread blocks forever)") { _ in
             TKThread.detachNewThread { TKThread.sleep(for: .seconds(3600)) }

@@ -1,11 +1,11 @@
 // TraceRoles: child processes for the trace recorder (docs/DiagnosticsTrace.md).
 //
-// `threadkit child trace-from-launch FILE.json` — what a process started with
+// `ThreadKitTestChild trace-from-launch FILE.json` — what a process started with
 // TK_DIAGNOSTICS=trace records without calling TKTrace.start (§1). Prints "recording: true|false"
 // first, then, after five dispatch items on "launch.q" and a TKThread "launch-thread", writes the
 // Chrome JSON to FILE.json and prints "events N". Exit 0, or 1 when the file cannot be written.
 //
-// `threadkit child trace-export-bounded export|control FILE.json THREADS EVENTS CAPACITY TOTAL` —
+// `ThreadKitTestChild trace-export-bounded export|control FILE.json THREADS EVENTS CAPACITY TOTAL` —
 // an export's memory (§3): TKTrace.start(capacity: CAPACITY, totalCapacity: TOTAL); THREADS
 // TKThreads, all alive at once, each marks EVENTS events ("t<i>"), the last one "last <i>"; then
 // it prints "rss-before KB" (getrusage's peak), exports to FILE.json (mode export; nothing in mode

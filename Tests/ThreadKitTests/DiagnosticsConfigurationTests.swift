@@ -81,7 +81,7 @@ final class DiagnosticsConfigurationTests: XCTestCase {
     func testAChildProcessNamesEachRejectedItemOnceAndEnablesNothingOfIt() throws {
         let process = Process()
         process.executableURL = ChildProcess.executable
-        process.arguments = ["child", "diagnostics-config"]
+        process.arguments = ["diagnostics-config"]
         var environment = ProcessInfo.processInfo.environment
         environment["TK_DIAGNOSTICS"] = " Hangs:100ms , CONTENTION,lockorder:f, trace:x"
         environment["SWIFT_BACKTRACE"] = "enable=no"

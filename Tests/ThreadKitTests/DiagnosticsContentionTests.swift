@@ -85,11 +85,11 @@ final class DiagnosticsContentionTests: XCTestCase {
         XCTAssertEqual(counters.waits, 1)
     }
 
-    /// Runs `threadkit child diagnostics-config` with TK_DIAGNOSTICS set; returns its output.
+    /// Runs `ThreadKitTestChild diagnostics-config` with TK_DIAGNOSTICS set; returns its output.
     private func configuration(_ value: String) throws -> (status: Int32, stdout: String, stderr: String) {
         let process = Process()
         process.executableURL = ChildProcess.executable
-        process.arguments = ["child", "diagnostics-config"]
+        process.arguments = ["diagnostics-config"]
         var environment = ProcessInfo.processInfo.environment
         environment["TK_DIAGNOSTICS"] = value
         process.environment = environment

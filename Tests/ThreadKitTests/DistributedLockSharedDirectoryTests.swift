@@ -79,7 +79,7 @@ final class DistributedLockSharedDirectoryTests: XCTestCase {
     func testAHolderInAnotherPIDNamespaceIsNeverBroken() throws {
         let unshare = Process()
         unshare.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
-        unshare.arguments = ["--pid", "--fork", "--mount-proc", "--kill-child", ChildProcess.executable.path, "child", "dlock-hold", lockPath]
+        unshare.arguments = ["--pid", "--fork", "--mount-proc", "--kill-child", ChildProcess.executable.path, "dlock-hold", lockPath]
         var environment = ProcessInfo.processInfo.environment
         environment["SWIFT_BACKTRACE"] = "enable=no"
         unshare.environment = environment
@@ -113,7 +113,7 @@ final class DistributedLockSharedDirectoryTests: XCTestCase {
         XCTAssertTrue(visible.standardOutput.contains("dead=false verdict=process \(holder.processIdentifier) is alive"),
                       visible.standardOutput + visible.standardError)
         // With hidepid=2, nobody cannot see root's holder in /proc: it must not conclude it is dead.
-        let script = "mount -t proc -o hidepid=2 proc /proc && SWIFT_BACKTRACE=enable=no exec '\(exe)' child dlock-check '\(lockPath)' nobody"
+        let script = "mount -t proc -o hidepid=2 proc /proc && SWIFT_BACKTRACE=enable=no exec '\(exe)' dlock-check '\(lockPath)' nobody"
         let hidden = Process()
         hidden.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
         hidden.arguments = ["--mount", "--propagation", "private", "sh", "-c", script]

@@ -1,7 +1,7 @@
-// Extreme input (issue 15, item 7): every case of `threadkit child extreme` runs in a process of
+// Extreme input (issue 15, item 7): every case of `ThreadKitTestChild extreme` runs in a process of
 // its own and must end with ThreadKit's answer — a result, a thrown TKError, or a "ThreadKit
 // misuse:" message — never with a trap of Swift's arithmetic (which prints no ThreadKit message).
-// The cases (Sources/threadkit/Child/ExtremeCases.swift): stack sizes Int.max/Int.min/-1/0, a
+// The cases (Tests/ThreadKitTestChild/ExtremeCases.swift): stack sizes Int.max/Int.min/-1/0, a
 // thread that cannot be created, priorities NaN/±infinity, repeating run-loop and dispatch timers
 // whose first fire is more than Int.max intervals in the past, timer intervals of 0, negative and
 // 2^64 seconds, asyncAfter and perform(afterDelay:) far in the future and past, waits of every

@@ -393,10 +393,11 @@ final class RunLoopTests: XCTestCase {
     /// schedule callback registers it on the main thread (the secondary one waiting until done),
     /// commands go main → secondary → main through the buffers, a one-shot timer on the main loop
     /// sends each next round (never early), and a stop command cancels the secondary source, whose
-    /// loop then finishes.
+    /// loop then finishes. The demo is the tour's (Sources/threadkit/Tour/CustomSourceDemo.swift),
+    /// so its child is the tour's too: `threadkit tour --child custom-source-demo`.
     func testTheSeedsTwoSourceDemoTradesCommandsBetweenTheMainAndASecondaryThread() throws {
         let rounds = 3, intervalMicroseconds = 100_000
-        let result = try ChildProcess.run("custom-source-demo", ["\(rounds)", "\(intervalMicroseconds / 1_000)"])
+        let result = try ChildProcess.runCommand(["tour", "--child", "custom-source-demo", "\(rounds)", "\(intervalMicroseconds / 1_000)"])
         XCTAssertEqual(result.status, 0, result.standardError)
         struct Event: Equatable { let what: String; let round: Int; let main: Bool; let at: Int }
         let lines = result.standardOutput.split(separator: "\n").map(String.init)

@@ -3,7 +3,7 @@
 // message travels as segments, each verified before its data is kept; a verifying listener
 // reads at most a small first segment from a connection before it has verified one, and its
 // connections wait for the budget instead of being closed. Memory is measured in child
-// processes (`threadkit child port-auth-flood`, Sources/threadkit/Child/PortHardeningRoles.swift)
+// processes (`ThreadKitTestChild port-auth-flood`, Tests/ThreadKitTestChild/PortHardeningRoles.swift)
 // against a control run; what arrives is judged by the receiving delegate's own record, what was
 // verified by the authenticator's own counts.
 import Foundation

@@ -1,7 +1,7 @@
 // Socket ports against hostile peers, exhausted resources and other local users (issue 15,
 // items 1–4; docs/Ports.md, "What a peer can cost" and "Who may send"). Memory, descriptor limits,
-// the umask and another user are changed in child processes (`threadkit child port-…`,
-// Sources/threadkit/Child/PortHardeningRoles.swift); what arrives is judged by the receiving
+// the umask and another user are changed in child processes (`ThreadKitTestChild port-…`,
+// Tests/ThreadKitTestChild/PortHardeningRoles.swift); what arrives is judged by the receiving
 // delegate's own record, memory by /proc/self/status and malloc's statistics.
 import Foundation
 import XCTest

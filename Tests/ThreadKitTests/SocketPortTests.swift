@@ -1,5 +1,5 @@
 // TKSocketPort: messages between processes over loopback TCP and Unix sockets. The other process
-// is `threadkit child port-…`; malformed input is written with plain sockets. What arrives is
+// is `ThreadKitTestChild port-…`; malformed input is written with plain sockets. What arrives is
 // judged by the receiving delegate's own record (PortCollector), not by the port.
 import Foundation
 import Synchronization

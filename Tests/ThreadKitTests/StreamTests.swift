@@ -441,7 +441,7 @@ final class StreamTests: XCTestCase {
     private func runClients(port: UInt16, count: Int, half: Int, ends: JudgedCounter, worker: IOLoopThread) throws {
         let process = Process()
         process.executableURL = ChildProcess.executable
-        process.arguments = ["child", "io-clients", "\(port)", "\(count)", "\(half)"]
+        process.arguments = ["io-clients", "\(port)", "\(count)", "\(half)"]
         let stdin = Pipe(), stdout = Pipe()
         process.standardInput = stdin
         process.standardOutput = stdout

@@ -1,6 +1,6 @@
 // Thread starts refused by the OS (issue 15, item 6), in a child process that may create no
 // thread: it runs as user nobody with RLIMIT_NPROC at 0 (root ignores that limit; see
-// Sources/threadkit/Child/ThreadLimitRoles.swift). TKThread.startOrThrow() throws a TKError naming
+// Tests/ThreadKitTestChild/ThreadLimitRoles.swift). TKThread.startOrThrow() throws a TKError naming
 // EAGAIN; start() reports the same through the uncaught-error handler; the pool and the dispatch
 // manager each report once however often they fail; and once the limit is lifted, the work
 // queued meanwhile (pool blocks of two tiers and an asyncAfter) runs with nothing more submitted:

@@ -1,7 +1,7 @@
 // TKThread: the three forms, names (also as the OS sees them), scheduling, stack sizes, state,
 // current/main, notifications, sleeping, call stacks, uncaught errors, joining, exit-time joins.
 // A thread the OS cannot create is started in a child process whose address space is capped
-// (`threadkit child thread-stack-unmappable`). Each point that Foundation's Thread gets wrong on
+// (`ThreadKitTestChild thread-stack-unmappable`). Each point that Foundation's Thread gets wrong on
 // Linux is tested explicitly.
 @testable import ThreadKit
 import CThreadKit

@@ -1,5 +1,6 @@
-// `threadkit trace` and TK_DIAGNOSTICS=trace, in child processes (the CLI built beside the test
-// bundle): the files they write are judged like TKTrace's own (TraceJudge), by JSONSerialization.
+// `threadkit trace` and TK_DIAGNOSTICS=trace, in child processes (the CLI and ThreadKitTestChild,
+// built beside the test bundle): the files they write are judged like TKTrace's own (TraceJudge),
+// by JSONSerialization.
 import Foundation
 import XCTest
 
@@ -46,7 +47,7 @@ final class TraceCommandTests: XCTestCase {
         for setting in ["trace", "off"] {
             let process = Process()
             process.executableURL = ChildProcess.executable
-            process.arguments = ["child", "trace-from-launch", json]
+            process.arguments = ["trace-from-launch", json]
             var environment = ProcessInfo.processInfo.environment
             environment["TK_DIAGNOSTICS"] = setting
             environment["SWIFT_BACKTRACE"] = "enable=no"

@@ -1,5 +1,5 @@
 // An export's memory and size (docs/DiagnosticsTrace.md §1 budget, §3 streaming), in child
-// processes (`threadkit child trace-export-bounded`): 1,000 threads, all alive at once, each mark
+// processes (`ThreadKitTestChild trace-export-bounded`): 1,000 threads, all alive at once, each mark
 // 1,000 events into per-thread rings of 4,096 slots that share a budget of 65,536. The export
 // streams to a file: the child's peak RSS (getrusage, before and after the export) must grow by
 // at most the documented bound more than a control run that records the same and exports

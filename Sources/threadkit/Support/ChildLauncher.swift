@@ -1,5 +1,6 @@
-// ChildLauncher: starts this same executable (`/proc/self/exe child ROLE ...`) as a child
-// process for the tour's multi-process scenarios, and waits for it. Called from the tour's thread.
+// ChildLauncher: starts this same executable (`/proc/self/exe tour --child ROLE ...`, the roles in
+// Tour/TourChildren.swift) as a child process for the tour's multi-process scenarios, and waits
+// for it. Called from the tour's thread.
 // A child whose standard error is captured writes it into a pipe that only the launching thread
 // reads; its standard output stays the tour's.
 import Glibc
@@ -9,11 +10,11 @@ struct ChildLauncher {
     /// The read end of the child's standard error when captured; owned by the launching thread.
     private let errorPipe: Int32?
 
-    /// Starts `threadkit child role arguments…` with the tour's standard streams; with
+    /// Starts `threadkit tour --child role arguments…` with the tour's standard streams; with
     /// `captureStandardError`, standard error goes to a pipe read by `waitCapturingStandardError()`,
     /// and the child's Swift backtracer is turned off (a crash then reports its message only).
     init(_ role: String, _ arguments: [String], captureStandardError: Bool = false) throws {
-        let argv = ["threadkit", "child", role] + arguments
+        let argv = ["threadkit", "tour", "--child", role] + arguments
         var cArgs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
         defer { cArgs.forEach { free($0) } }
         var environment: [UnsafeMutablePointer<CChar>?] = []

@@ -178,7 +178,7 @@ enum PortScenarios {
                 listening = readLine(readyPath)
                 if listening == nil { TKThread.sleep(for: .milliseconds(2)) }
             }
-            guard let listening, let remote = PortRoles.remotePort(listening) else { throw ScenarioFailure("the echo process did not start") }
+            guard let listening, let remote = PortAddress.remote(listening) else { throw ScenarioFailure("the echo process did not start") }
             say.say("child process \(child.pid) listens on \(listening)")
             let replies = try TKSocketPort(tcpPort: 0)
             let delegate = Replies()

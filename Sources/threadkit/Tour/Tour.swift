@@ -1,6 +1,10 @@
 // Tour: the registry and runner of the narrated scenarios. Each scenario prints what happens as
 // it happens and ends with one verdict line; the tour exits non-zero if any verdict fails.
 // Scenarios run one after another on the main thread (they start their own threads).
+// `threadkit tour --child ROLE ...` (hidden) is a scenario's child process (TourChildren.swift).
+// The tour links ThreadKit only: a scenario that needs another library is an `Elsewhere` entry,
+// listed and announced in its place with the command that runs it (the PostgreSQL lock:
+// `swift run threadkit-postgres tour`, Sources/threadkit-postgres).
 import ThreadKit
 
 struct Scenario: Sendable {
@@ -39,17 +43,52 @@ final class Narrator: @unchecked Sendable {
     }
 }
 
+/// A scenario of the seeds that another executable runs, because it links more than ThreadKit.
+struct Elsewhere: Sendable {
+    let name: String
+    let title: String
+    /// The command that runs it.
+    let command: String
+
+    var line: String { "run with `\(command)` (\(title); its own executable, so that this tour builds ThreadKit only)" }
+}
+
 enum Tour {
-    /// Every scenario, in the order the tour runs them (the order of the seeds' chapters).
-    static let scenarios: [Scenario] = ThreadScenarios.all + RunLoopScenarios.all + PerformScenarios.all + PortScenarios.all + NetworkScenarios.all
+    /// One place in the tour: a scenario it runs, or one that runs elsewhere.
+    enum Entry: Sendable {
+        case scenario(Scenario)
+        case elsewhere(Elsewhere)
+
+        var name: String {
+            switch self {
+            case .scenario(let s): return s.name
+            case .elsewhere(let e): return e.name
+            }
+        }
+    }
+
+    /// The PostgreSQL lock (SPEC §9): Sources/threadkit-postgres/PostgresLockScenario.swift.
+    static let postgresLock = Elsewhere(name: "distributed-lock-postgres", title: "a lock on PostgreSQL: crash-safe, with fencing tokens",
+                                        command: "swift run threadkit-postgres tour")
+
+    /// Every entry, in the order the tour runs them (the order of the seeds' chapters).
+    static let entries: [Entry] = (ThreadScenarios.all + RunLoopScenarios.all + PerformScenarios.all + PortScenarios.all + NetworkScenarios.all
         + NotificationQueueScenarios.all + LockScenarios.all + [DistributedLockScenario.scenario] + DispatchScenarios.all
-        + OperationScenarios.all + ConcurrencyScenarios.all + [PostgresLockScenario.scenario]
-        + [TraceScenario.scenario]
-        + DiagnosticsScenarios.all
+        + OperationScenarios.all + ConcurrencyScenarios.all).map(Entry.scenario) + [.elsewhere(postgresLock)]
+        + ([TraceScenario.scenario] + DiagnosticsScenarios.all).map(Entry.scenario)
+
+    /// Every scenario this executable runs (`threadkit trace` records any of them).
+    static let scenarios: [Scenario] = entries.compactMap { if case .scenario(let s) = $0 { s } else { nil } }
 
     static func main(_ arguments: [String]) -> Int32 {
+        if arguments.first == "--child" { return TourChildren.main(Array(arguments.dropFirst())) }
         if arguments.contains("--list") {
-            for s in scenarios { Console.out("\(Console.padded(s.name, 24)) \(s.title)") }
+            for entry in entries {
+                switch entry {
+                case .scenario(let s): Console.out("\(Console.padded(s.name, 24)) \(s.title)")
+                case .elsewhere(let e): Console.out("\(Console.padded(e.name, 24)) \(e.title): run with `\(e.command)`")
+                }
+            }
             return 0
         }
         // --counters: count contention while the scenarios run and print the counters after them.
@@ -59,17 +98,25 @@ enum Tour {
             TKDiagnostics.resetContentionCounters()
             TKDiagnostics.enable(.contention)
         }
-        var selected = scenarios
+        var selectedEntries = entries
         if !arguments.isEmpty {
-            let unknown = arguments.filter { name in !scenarios.contains { $0.name == name } }
+            let unknown = arguments.filter { name in !entries.contains { $0.name == name } }
             if !unknown.isEmpty {
                 Console.err("threadkit tour: no scenario named \(unknown.joined(separator: ", ")). See `threadkit tour --list`.")
                 return 2
             }
-            selected = arguments.compactMap { name in scenarios.first { $0.name == name } }
+            selectedEntries = arguments.compactMap { name in entries.first { $0.name == name } }
         }
+        var selected: [Scenario] = []
         var failed: [String] = []
-        for (index, scenario) in selected.enumerated() {
+        for entry in selectedEntries {
+            let scenario: Scenario
+            switch entry {
+            case .scenario(let s): scenario = s
+            case .elsewhere(let e): Console.out("▶ \(e.name): \(e.line)\n"); continue
+            }
+            let index = selected.count
+            selected.append(scenario)
             Console.out("▶ \(scenario.name): \(scenario.title)")
             Console.out("  (\(scenario.source))")
             do {

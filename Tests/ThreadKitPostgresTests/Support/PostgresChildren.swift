@@ -1,6 +1,7 @@
-// PostgresChildren: starts `threadkit child ROLE …` (the CLI built beside this test bundle) for
-// the multi-process tests, with its standard output read line by line. A small cousin of
-// ThreadKitTests' ChildProcess, which lives in another test module and is not visible here.
+// PostgresChildren: starts `ThreadKitPostgresTestChild ROLE …` (the test-only helper executable
+// built beside this test bundle, Tests/ThreadKitPostgresTestChild) for the multi-process tests,
+// with its standard output read line by line. A small cousin of ThreadKitTests' ChildProcess,
+// which lives in another test module and is not visible here.
 // Foundation's Process is the independent judge; ThreadKit itself never uses it.
 import Foundation
 import XCTest
@@ -16,8 +17,8 @@ final class PostgresChild: @unchecked Sendable {
 
     init(_ role: String, _ arguments: [String]) throws {
         let bundle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        process.executableURL = bundle.appendingPathComponent("threadkit")
-        process.arguments = ["child", role] + arguments
+        process.executableURL = bundle.appendingPathComponent("ThreadKitPostgresTestChild")
+        process.arguments = [role] + arguments
         var environment = ProcessInfo.processInfo.environment
         environment["SWIFT_BACKTRACE"] = "enable=no"
         process.environment = environment

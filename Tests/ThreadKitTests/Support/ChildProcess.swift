@@ -1,5 +1,7 @@
-// ChildProcess: runs `threadkit child ROLE ...` (the CLI built beside this test bundle) as a real
-// process, for misuse diagnostics that must stop a process and for multi-process tests.
+// ChildProcess: runs `ThreadKitTestChild ROLE ...` (the test-only helper executable built beside
+// this test bundle, Tests/ThreadKitTestChild) as a real process, for misuse diagnostics that must
+// stop a process and for multi-process tests; and `threadkit COMMAND ...` (the shipped CLI, also
+// built beside it) for the tests of `threadkit tour` and `threadkit trace`.
 // Foundation's Process is used here as the independent judge; ThreadKit itself never uses it.
 import Foundation
 import XCTest
@@ -12,16 +14,21 @@ struct ChildResult {
 }
 
 enum ChildProcess {
-    /// The `threadkit` executable built with this test bundle (same build directory).
-    static var executable: URL {
-        let bundle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        return bundle.appendingPathComponent("threadkit")
+    /// The `ThreadKitTestChild` executable built with this test bundle (same build directory):
+    /// `ThreadKitTestChild ROLE ARGUMENT…` runs one role.
+    static var executable: URL { builtBesideTheBundle("ThreadKitTestChild") }
+
+    /// The shipped `threadkit` CLI built with this test bundle: `tour` and `trace`.
+    static var commandLineTool: URL { builtBesideTheBundle("threadkit") }
+
+    private static func builtBesideTheBundle(_ name: String) -> URL {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent(name)
     }
 
-    /// Starts `threadkit child role arguments…` without waiting for it.
+    /// Starts `ThreadKitTestChild role arguments…` without waiting for it.
     static func start(_ role: String, _ arguments: [String] = [],
                       stdout: Pipe = Pipe(), stderr: Pipe = Pipe()) throws -> Process {
-        try launch(["child", role] + arguments, stdout: stdout, stderr: stderr)
+        try launch(executable, [role] + arguments, stdout: stdout, stderr: stderr)
     }
 
     /// Starts `threadkit arguments…`. Unless `backtracer`, the Swift backtracer is off: a crashing
@@ -29,8 +36,13 @@ enum ChildProcess {
     /// ThreadSanitizer; the misuse message is printed before it runs.
     static func launch(_ arguments: [String], backtracer: Bool = false,
                        stdout: Pipe = Pipe(), stderr: Pipe = Pipe()) throws -> Process {
+        try launch(commandLineTool, arguments, backtracer: backtracer, stdout: stdout, stderr: stderr)
+    }
+
+    private static func launch(_ tool: URL, _ arguments: [String], backtracer: Bool = false,
+                               stdout: Pipe, stderr: Pipe) throws -> Process {
         let process = Process()
-        process.executableURL = executable
+        process.executableURL = tool
         process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         environment["SWIFT_BACKTRACE"] = backtracer ? nil : "enable=no"
@@ -41,15 +53,20 @@ enum ChildProcess {
         return process
     }
 
-    /// Runs the role to completion (at most `timeout`) and returns its status and output.
+    /// Runs the role (`ThreadKitTestChild role arguments…`) to completion (at most `timeout`) and
+    /// returns its status and output.
     static func run(_ role: String, _ arguments: [String] = [], timeout: Duration = .seconds(60)) throws -> ChildResult {
-        try runCommand(["child", role] + arguments, timeout: timeout)
+        try runToCompletion(executable, [role] + arguments, backtracer: false, timeout: timeout)
     }
 
     /// Runs `threadkit arguments…` to completion (at most `timeout`) and returns its status and output.
     static func runCommand(_ arguments: [String], backtracer: Bool = false, timeout: Duration = .seconds(60)) throws -> ChildResult {
+        try runToCompletion(commandLineTool, arguments, backtracer: backtracer, timeout: timeout)
+    }
+
+    private static func runToCompletion(_ tool: URL, _ arguments: [String], backtracer: Bool, timeout: Duration) throws -> ChildResult {
         let out = Pipe(), err = Pipe()
-        let process = try launch(arguments, backtracer: backtracer, stdout: out, stderr: err)
+        let process = try launch(tool, arguments, backtracer: backtracer, stdout: out, stderr: err)
         // Drain both pipes on other threads so a chatty child never blocks on a full pipe.
         let outData = DrainedPipe(out), errData = DrainedPipe(err)
         let deadline = ContinuousClock.now + timeout
@@ -59,7 +76,7 @@ enum ChildProcess {
         if process.isRunning {
             process.terminate()
             process.waitUntilExit()
-            XCTFail("threadkit \(arguments.joined(separator: " ")) did not finish within \(timeout)")
+            XCTFail("\(tool.lastPathComponent) \(arguments.joined(separator: " ")) did not finish within \(timeout)")
         }
         process.waitUntilExit()
         return ChildResult(status: process.terminationStatus,
