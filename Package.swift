@@ -47,18 +47,22 @@ let package = Package(
         // (docs/Diagnostics.md §1, caveats).
         .executableTarget(name: "threadkit", dependencies: ["ThreadKit"], linkerSettings: exportSymbols),
         // Test-only helper executables (no product names them): the tests' child processes.
-        .executableTarget(name: "ThreadKitTestChild", dependencies: ["ThreadKit", "CThreadKit"],
-                          path: "Tests/ThreadKitTestChild", linkerSettings: exportSymbols),
+        .executableTarget(
+            name: "ThreadKitTestChild", dependencies: ["ThreadKit", "CThreadKit"],
+            path: "Tests/ThreadKitTestChild", linkerSettings: exportSymbols),
         // ThreadKitTests also runs the shipped CLI (`threadkit tour NAME`, `threadkit trace`), which
         // links ThreadKit only.
         .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "ThreadKitTestChild", "threadkit"], linkerSettings: exportSymbols),
-        .target(name: "ThreadKitPostgres", dependencies: [
-            "ThreadKit",
-            .product(name: "PostgresNIO", package: "postgres-nio"),
-        ]),
+        .target(
+            name: "ThreadKitPostgres",
+            dependencies: [
+                "ThreadKit",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+            ]),
         .executableTarget(name: "threadkit-postgres", dependencies: ["ThreadKit", "ThreadKitPostgres"]),
-        .executableTarget(name: "ThreadKitPostgresTestChild", dependencies: ["ThreadKit", "ThreadKitPostgres"],
-                          path: "Tests/ThreadKitPostgresTestChild"),
+        .executableTarget(
+            name: "ThreadKitPostgresTestChild", dependencies: ["ThreadKit", "ThreadKitPostgres"],
+            path: "Tests/ThreadKitPostgresTestChild"),
         .testTarget(name: "ThreadKitPostgresTests", dependencies: ["ThreadKitPostgres", "ThreadKitPostgresTestChild"]),
     ],
     swiftLanguageModes: [.v6]

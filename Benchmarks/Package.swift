@@ -12,13 +12,15 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
-        .executableTarget(name: "tkbench", dependencies: [
-            .product(name: "ThreadKit", package: "ThreadKit"),
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "NIOPosix", package: "swift-nio"),
-            .product(name: "ThreadKitPostgres", package: "ThreadKit"),
-            .product(name: "PostgresNIO", package: "postgres-nio"),
-        ]),
+        .executableTarget(
+            name: "tkbench",
+            dependencies: [
+                .product(name: "ThreadKit", package: "ThreadKit"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "ThreadKitPostgres", package: "ThreadKit"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+            ])
     ],
     swiftLanguageModes: [.v6]
 )

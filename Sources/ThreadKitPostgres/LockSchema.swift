@@ -30,13 +30,15 @@ enum LockSchema {
 
     /// Creates the tables unless they exist.
     static func ensureTables(_ session: PostgresSession) throws {
-        let exists = try session.query("SELECT to_regclass('threadkit_locks') IS NOT NULL AND to_regclass('threadkit_fenced') IS NOT NULL",
-                                       what: "looking for ThreadKit's tables")
+        let exists = try session.query(
+            "SELECT to_regclass('threadkit_locks') IS NOT NULL AND to_regclass('threadkit_fenced') IS NOT NULL",
+            what: "looking for ThreadKit's tables")
         if try exists.first?.decode(Bool.self) == true { return }
         do {
             _ = try session.query("BEGIN", what: "creating ThreadKit's tables")
             _ = try session.query("SELECT pg_advisory_xact_lock(\(namespace), 0)", what: "creating ThreadKit's tables")
-            _ = try session.query("""
+            _ = try session.query(
+                """
                 CREATE TABLE IF NOT EXISTS threadkit_locks (
                     id integer GENERATED ALWAYS AS IDENTITY UNIQUE,
                     name text PRIMARY KEY,
@@ -45,7 +47,8 @@ enum LockSchema {
                     holder text,
                     acquired_at timestamptz)
                 """, what: "creating table threadkit_locks")
-            _ = try session.query("""
+            _ = try session.query(
+                """
                 CREATE TABLE IF NOT EXISTS threadkit_fenced (
                     resource text PRIMARY KEY,
                     token bigint NOT NULL,
@@ -56,8 +59,10 @@ enum LockSchema {
         } catch let error as TKError {
             _ = try? session.query("ROLLBACK", what: "abandoning the creation of ThreadKit's tables")
             if error.code == .protocolViolation {
-                throw TKError(.invalidArgument, error.message + " Fix: let the URL's user create tables in the database, "
-                              + "or create threadkit_locks and threadkit_fenced once as docs/DistributedLockPostgres.md shows.")
+                throw TKError(
+                    .invalidArgument,
+                    error.message + " Fix: let the URL's user create tables in the database, "
+                        + "or create threadkit_locks and threadkit_fenced once as docs/DistributedLockPostgres.md shows.")
             }
             throw error
         }
@@ -65,11 +70,14 @@ enum LockSchema {
 
     /// The advisory key (second int4) of `name`, adding its row on first use.
     static func key(of name: String, _ session: PostgresSession) throws -> Int32 {
-        _ = try session.query("INSERT INTO threadkit_locks (name) VALUES (\(name)) ON CONFLICT (name) DO NOTHING",
-                              what: "registering the lock's name")
+        _ = try session.query(
+            "INSERT INTO threadkit_locks (name) VALUES (\(name)) ON CONFLICT (name) DO NOTHING",
+            what: "registering the lock's name")
         let rows = try session.query("SELECT id FROM threadkit_locks WHERE name = \(name)", what: "looking up the lock's key")
         guard let id = try rows.first?.decode(Int32.self) else {
-            throw TKError(.protocolViolation, "\(session.owner): the lock's row vanished from threadkit_locks. Fix: do not delete rows of threadkit_locks.")
+            throw TKError(
+                .protocolViolation,
+                "\(session.owner): the lock's row vanished from threadkit_locks. Fix: do not delete rows of threadkit_locks.")
         }
         return id
     }
@@ -92,12 +100,16 @@ enum LockSchema {
             throw TKError(.invalidArgument, "TKPostgresLock(name: \"\"): the name is empty. Fix: name the resource the lock protects.")
         }
         if bytes > maximumNameBytes {
-            throw TKError(.invalidArgument, "TKPostgresLock(name: \"\(name.prefix(32))…\"): the name is \(bytes) UTF-8 bytes long; "
-                          + "the limit is \(maximumNameBytes). Fix: use a shorter name (a hash of a long one, if it must be derived).")
+            throw TKError(
+                .invalidArgument,
+                "TKPostgresLock(name: \"\(name.prefix(32))…\"): the name is \(bytes) UTF-8 bytes long; "
+                    + "the limit is \(maximumNameBytes). Fix: use a shorter name (a hash of a long one, if it must be derived).")
         }
         if name.utf8.contains(0) {
-            throw TKError(.invalidArgument, "TKPostgresLock(name:): the name contains a NUL character, which PostgreSQL text cannot hold. "
-                          + "Fix: remove it.")
+            throw TKError(
+                .invalidArgument,
+                "TKPostgresLock(name:): the name contains a NUL character, which PostgreSQL text cannot hold. "
+                    + "Fix: remove it.")
         }
     }
 

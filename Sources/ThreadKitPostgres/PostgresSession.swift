@@ -43,8 +43,10 @@ final class PostgresSession: @unchecked Sendable {
     var isClosed: Bool { stateLock.withLock { closedFlag } || connection.isClosed }
 
     /// Connects, giving up at `deadline` (bounded as well by the URL's connect_timeout).
-    static func connect(_ configuration: TKPostgresConfiguration, owner: String,
-                        deadline: ContinuousClock.Instant? = nil) throws -> PostgresSession {
+    static func connect(
+        _ configuration: TKPostgresConfiguration, owner: String,
+        deadline: ContinuousClock.Instant? = nil
+    ) throws -> PostgresSession {
         var nioConfiguration = try configuration.nioConfiguration(owner: owner)
         // Saturating: connectTimeout is a public var, and a deadline may be any instant.
         let timeout = min(max(configuration.connectTimeout, .milliseconds(1)), DeadlineArithmetic.longest)
@@ -55,7 +57,9 @@ final class PostgresSession: @unchecked Sendable {
         // The server may take a moment beyond the TCP connect to authenticate: allow it, bounded.
         let connection: PostgresConnection
         do {
-            connection = try block(on: future, until: DeadlineArithmetic.instant(limit + .seconds(5)), owner: owner, what: "connecting to \(configuration.serverDescription)")
+            connection = try block(
+                on: future, until: DeadlineArithmetic.instant(limit + .seconds(5)), owner: owner,
+                what: "connecting to \(configuration.serverDescription)")
         } catch let error as TKError {
             throw error
         } catch {
@@ -63,7 +67,9 @@ final class PostgresSession: @unchecked Sendable {
         }
         do {
             let pidFuture = connection.query("SELECT pg_backend_pid()", logger: logger)
-            let rows = try block(on: pidFuture, until: DeadlineArithmetic.instant(configuration.connectTimeout), owner: owner, what: "asking for the session id")
+            let rows = try block(
+                on: pidFuture, until: DeadlineArithmetic.instant(configuration.connectTimeout), owner: owner,
+                what: "asking for the session id")
             guard let pid = try rows.rows.first?.decode(Int32.self) else {
                 throw TKError(.protocolViolation, "\(owner): the server returned no pg_backend_pid().")
             }
@@ -80,7 +86,9 @@ final class PostgresSession: @unchecked Sendable {
     func query(_ query: PostgresQuery, what: String, until deadline: ContinuousClock.Instant? = nil) throws -> [PostgresRow] {
         let future = connection.query(query, logger: Self.logger)
         do {
-            return try Self.block(on: future, until: deadline ?? DeadlineArithmetic.instant(configuration.statementTimeout), owner: owner, what: what).rows
+            return try Self.block(
+                on: future, until: deadline ?? DeadlineArithmetic.instant(configuration.statementTimeout), owner: owner, what: what
+            ).rows
         } catch let error as TKError {
             if error.code == .systemCall && error.errno == ETIMEDOUT { close() }
             throw error
@@ -105,9 +113,13 @@ final class PostgresSession: @unchecked Sendable {
     /// Parks the calling thread until `future` completes or `deadline` passes (then throws
     /// `.systemCall` with ETIMEDOUT). Must not run on an event-loop thread: the future would need
     /// that very thread to complete.
-    static func block<T: Sendable>(on future: EventLoopFuture<T>, until deadline: ContinuousClock.Instant,
-                                   owner: String, what: String) throws -> T {
-        precondition(!future.eventLoop.inEventLoop, "ThreadKit misuse: \(owner): a blocking call ran on a SwiftNIO event-loop thread; call it from another thread.")
+    static func block<T: Sendable>(
+        on future: EventLoopFuture<T>, until deadline: ContinuousClock.Instant,
+        owner: String, what: String
+    ) throws -> T {
+        precondition(
+            !future.eventLoop.inEventLoop,
+            "ThreadKit misuse: \(owner): a blocking call ran on a SwiftNIO event-loop thread; call it from another thread.")
         let box = ResultBox<T>()
         let done = TKDispatchSemaphore(value: 0)
         future.whenComplete { result in
@@ -115,8 +127,10 @@ final class PostgresSession: @unchecked Sendable {
             done.signal()
         }
         if done.wait(until: deadline) == .timedOut {
-            throw TKError(.systemCall, "\(owner): no answer from the server while \(what) before the deadline. "
-                          + "Fix: check that the server is up and reachable, or allow a later deadline.", errno: ETIMEDOUT)
+            throw TKError(
+                .systemCall,
+                "\(owner): no answer from the server while \(what) before the deadline. "
+                    + "Fix: check that the server is up and reachable, or allow a later deadline.", errno: ETIMEDOUT)
         }
         return try box.get()
     }
@@ -130,7 +144,7 @@ final class PostgresSession: @unchecked Sendable {
 /// lock only keeps a late completion (after a timed-out wait) from racing the caller's read.
 private final class ResultBox<T: Sendable>: @unchecked Sendable {
     private let lock = TKLock()
-    private var result: Result<T, any Error>?   // guarded by `lock`
+    private var result: Result<T, any Error>? // guarded by `lock`
 
     func set(_ value: Result<T, any Error>) { lock.withLock { result = value } }
 

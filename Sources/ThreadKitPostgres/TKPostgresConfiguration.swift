@@ -70,18 +70,31 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
     /// Parses a connection URL. Throws `.invalidArgument` naming what is wrong with it.
     public init(url: String) throws {
         func bad(_ why: String) -> TKError {
-            TKError(.invalidArgument, "TKPostgresConfiguration(url: \"\(Self.redacted(url))\"): \(why). Fix: use "
+            TKError(
+                .invalidArgument,
+                "TKPostgresConfiguration(url: \"\(Self.redacted(url))\"): \(why). Fix: use "
                     + "postgres://USER:PASSWORD@HOST:PORT/DATABASE[?sslmode=require] (libpq's URI form).")
         }
         var rest = Substring(url)
-        if rest.hasPrefix("postgres://") { rest = rest.dropFirst("postgres://".count) }
-        else if rest.hasPrefix("postgresql://") { rest = rest.dropFirst("postgresql://".count) }
-        else { throw bad("the scheme is not postgres:// or postgresql://") }
+        if rest.hasPrefix("postgres://") {
+            rest = rest.dropFirst("postgres://".count)
+        } else if rest.hasPrefix("postgresql://") {
+            rest = rest.dropFirst("postgresql://".count)
+        } else {
+            throw bad("the scheme is not postgres:// or postgresql://")
+        }
         var query = Substring("")
-        if let mark = rest.firstIndex(of: "?") { query = rest[rest.index(after: mark)...]; rest = rest[..<mark] }
+        if let mark = rest.firstIndex(of: "?") {
+            query = rest[rest.index(after: mark)...]
+            rest = rest[..<mark]
+        }
         var path = Substring("")
-        if let slash = rest.firstIndex(of: "/") { path = rest[rest.index(after: slash)...]; rest = rest[..<slash] }
-        var user = "postgres", password: String? = nil
+        if let slash = rest.firstIndex(of: "/") {
+            path = rest[rest.index(after: slash)...]
+            rest = rest[..<slash]
+        }
+        var user = "postgres"
+        var password: String? = nil
         if let at = rest.lastIndex(of: "@") {
             let credentials = rest[..<at]
             rest = rest[rest.index(after: at)...]
@@ -92,13 +105,17 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
                 user = try Self.percentDecoded(credentials, bad)
             }
         }
-        var host = "localhost", port = 5432
-        if rest.hasPrefix("[") {   // [IPv6]:port
+        var host = "localhost"
+        var port = 5432
+        if rest.hasPrefix("[") { // [IPv6]:port
             guard let close = rest.firstIndex(of: "]") else { throw bad("an IPv6 address lacks its closing ]") }
             host = String(rest[rest.index(after: rest.startIndex)..<close])
             rest = rest[rest.index(after: close)...]
             if rest.hasPrefix(":") { rest = rest.dropFirst() } else { rest = "" }
-            if !rest.isEmpty { guard let p = Int(rest), (1...65535).contains(p) else { throw bad("the port \"\(rest)\" is not a number from 1 to 65535") }; port = p }
+            if !rest.isEmpty {
+                guard let p = Int(rest), (1...65535).contains(p) else { throw bad("the port \"\(rest)\" is not a number from 1 to 65535") }
+                port = p
+            }
         } else {
             if let colon = rest.lastIndex(of: ":") {
                 let text = rest[rest.index(after: colon)...]
@@ -117,7 +134,8 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
         self.connectTimeout = .seconds(5)
         for pair in query.split(separator: "&") where !pair.isEmpty {
             let parts = pair.split(separator: "=", maxSplits: 1)
-            let key = String(parts[0]), value = parts.count > 1 ? try Self.percentDecoded(parts[1], bad) : ""
+            let key = String(parts[0])
+            let value = parts.count > 1 ? try Self.percentDecoded(parts[1], bad) : ""
             switch key {
             case "sslmode":
                 switch value {
@@ -131,10 +149,13 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
                 guard value.hasPrefix("/") else { throw bad("host=\(value) is not a socket directory (an absolute path)") }
                 socketDirectory = value
             case "connect_timeout":
-                guard let seconds = Int(value), seconds > 0 else { throw bad("connect_timeout=\(value) is not a positive number of seconds") }
+                guard let seconds = Int(value), seconds > 0 else {
+                    throw bad("connect_timeout=\(value) is not a positive number of seconds")
+                }
                 guard seconds <= Self.maximumConnectTimeoutSeconds else {
-                    throw bad("connect_timeout=\(value) is more than \(Self.maximumConnectTimeoutSeconds) seconds (a day), the longest "
-                              + "accepted: a connection attempt that long is never noticed as failed")
+                    throw bad(
+                        "connect_timeout=\(value) is more than \(Self.maximumConnectTimeoutSeconds) seconds (a day), the longest "
+                            + "accepted: a connection attempt that long is never noticed as failed")
                 }
                 connectTimeout = .seconds(seconds)
             case "application_name":
@@ -149,23 +170,28 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
     /// when it is unset.
     public static func fromEnvironment() throws -> TKPostgresConfiguration {
         guard let pointer = getenv(environmentVariable) else {
-            throw TKError(.invalidArgument, "\(environmentVariable) is not set. Fix: export \(environmentVariable)="
-                          + "postgres://USER:PASSWORD@HOST:PORT/DATABASE, or pass the URL to the initializer "
-                          + "(a throwaway server: .ci/postgres-cluster.sh start).")
+            throw TKError(
+                .invalidArgument,
+                "\(environmentVariable) is not set. Fix: export \(environmentVariable)="
+                    + "postgres://USER:PASSWORD@HOST:PORT/DATABASE, or pass the URL to the initializer "
+                    + "(a throwaway server: .ci/postgres-cluster.sh start).")
         }
         return try TKPostgresConfiguration(url: String(cString: pointer))
     }
 
     /// host:port or the socket, for messages.
     var serverDescription: String {
-        if let socketDirectory { return "the server's socket in \(socketDirectory) (port \(port)), database \"\(database)\" as \"\(user)\"" }
+        if let socketDirectory {
+            return "the server's socket in \(socketDirectory) (port \(port)), database \"\(database)\" as \"\(user)\""
+        }
         return "\(host):\(port), database \"\(database)\" as \"\(user)\""
     }
 
     /// The URL with its password replaced by ***, for messages.
     static func redacted(_ url: String) -> String {
         guard let at = url.lastIndex(of: "@"), let scheme = url.range(of: "://"), scheme.upperBound < at,
-              let colon = url[scheme.upperBound..<at].firstIndex(of: ":") else { return url }
+            let colon = url[scheme.upperBound..<at].firstIndex(of: ":")
+        else { return url }
         return String(url[..<url.index(after: colon)]) + "***" + String(url[at...])
     }
 
@@ -178,7 +204,8 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
             if byte == UInt8(ascii: "%") {
                 let first = utf8.index(after: index)
                 guard first != utf8.endIndex, utf8.index(after: first) != utf8.endIndex,
-                      let value = UInt8(String(decoding: utf8[first...utf8.index(after: first)], as: UTF8.self), radix: 16) else {
+                    let value = UInt8(String(decoding: utf8[first...utf8.index(after: first)], as: UTF8.self), radix: 16)
+                else {
                     throw bad("\"\(text)\" has a % not followed by two hex digits")
                 }
                 bytes.append(value)
@@ -195,7 +222,8 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
     func nioConfiguration(owner: String) throws -> PostgresConnection.Configuration {
         var configuration: PostgresConnection.Configuration
         if let socketDirectory {
-            configuration = .init(unixSocketPath: "\(socketDirectory)/.s.PGSQL.\(port)", username: user, password: password, database: database)
+            configuration = .init(
+                unixSocketPath: "\(socketDirectory)/.s.PGSQL.\(port)", username: user, password: password, database: database)
         } else {
             let tlsSetting: PostgresConnection.Configuration.TLS
             do {
@@ -211,7 +239,9 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
                     tlsSetting = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
                 }
             } catch {
-                throw TKError(.invalidArgument, "\(owner): cannot set up TLS (\(error)). Fix: use sslmode=disable or install the system's CA certificates.")
+                throw TKError(
+                    .invalidArgument,
+                    "\(owner): cannot set up TLS (\(error)). Fix: use sslmode=disable or install the system's CA certificates.")
             }
             configuration = .init(host: host, port: port, username: user, password: password, database: database, tls: tlsSetting)
         }
@@ -225,33 +255,48 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
                 let message = psql.serverInfo?[.message] ?? ""
                 switch state {
                 case "28P01", "28000":
-                    return TKError(.invalidArgument, "\(owner): the server at \(serverDescription) refused the credentials "
-                                   + "(\(state): \(message)). Fix: correct the user and password in the URL (\(Self.environmentVariable)).")
+                    return TKError(
+                        .invalidArgument,
+                        "\(owner): the server at \(serverDescription) refused the credentials "
+                            + "(\(state): \(message)). Fix: correct the user and password in the URL (\(Self.environmentVariable)).")
                 case "3D000":
-                    return TKError(.invalidArgument, "\(owner): \(message) at \(serverDescription). Fix: create the database or name an existing one in the URL.")
+                    return TKError(
+                        .invalidArgument,
+                        "\(owner): \(message) at \(serverDescription). Fix: create the database or name an existing one in the URL.")
                 case "57P03":
-                    return TKError(.systemCall, "\(owner): \(serverDescription) is starting up or shutting down (\(message)). "
-                                   + "Fix: retry once it is up (lock(before:) retries until its deadline).", errno: EAGAIN)
+                    return TKError(
+                        .systemCall,
+                        "\(owner): \(serverDescription) is starting up or shutting down (\(message)). "
+                            + "Fix: retry once it is up (lock(before:) retries until its deadline).", errno: EAGAIN)
                 case "53300":
-                    return TKError(.systemCall, "\(owner): \(serverDescription) has no connection slots left (\(message)). "
-                                   + "Fix: raise max_connections or close idle sessions.", errno: EAGAIN)
+                    return TKError(
+                        .systemCall,
+                        "\(owner): \(serverDescription) has no connection slots left (\(message)). "
+                            + "Fix: raise max_connections or close idle sessions.", errno: EAGAIN)
                 default:
-                    return TKError(.protocolViolation, "\(owner): the server at \(serverDescription) refused the connection (\(state): \(message)).")
+                    return TKError(
+                        .protocolViolation, "\(owner): the server at \(serverDescription) refused the connection (\(state): \(message)).")
                 }
             }
             if psql.code == .sslUnsupported {
-                return TKError(.invalidArgument, "\(owner): the URL asks for TLS (sslmode=\(tls.rawValue)) but \(serverDescription) does not offer it. "
-                               + "Fix: turn ssl on in the server or use sslmode=prefer/disable.")
+                return TKError(
+                    .invalidArgument,
+                    "\(owner): the URL asks for TLS (sslmode=\(tls.rawValue)) but \(serverDescription) does not offer it. "
+                        + "Fix: turn ssl on in the server or use sslmode=prefer/disable.")
             }
             if psql.code == .authMechanismRequiresPassword {
-                return TKError(.invalidArgument, "\(owner): the server at \(serverDescription) asks for a password and the URL has none. "
-                               + "Fix: postgres://USER:PASSWORD@HOST:PORT/DATABASE.")
+                return TKError(
+                    .invalidArgument,
+                    "\(owner): the server at \(serverDescription) asks for a password and the URL has none. "
+                        + "Fix: postgres://USER:PASSWORD@HOST:PORT/DATABASE.")
             }
             if let underlying = psql.underlying { return connectError(underlying, owner: owner) }
         }
         let errno = Self.errno(of: error)
-        return TKError(.systemCall, "\(owner): cannot connect to \(serverDescription) (\(Self.describe(error))). "
-                       + "Fix: start the server or correct the host and port in the URL (\(Self.environmentVariable)).", errno: errno)
+        return TKError(
+            .systemCall,
+            "\(owner): cannot connect to \(serverDescription) (\(Self.describe(error))). "
+                + "Fix: start the server or correct the host and port in the URL (\(Self.environmentVariable)).", errno: errno)
     }
 
     /// A failed statement, as a TKError.
@@ -260,12 +305,14 @@ public struct TKPostgresConfiguration: Sendable, Equatable {
             if let state = psql.serverInfo?[.sqlState] {
                 let message = psql.serverInfo?[.message] ?? ""
                 if state.hasPrefix("57P") || state.hasPrefix("08") {
-                    return TKError(.systemCall, "\(owner): the server ended the session while \(what) (\(state): \(message)).", errno: ECONNRESET)
+                    return TKError(
+                        .systemCall, "\(owner): the server ended the session while \(what) (\(state): \(message)).", errno: ECONNRESET)
                 }
                 return TKError(.protocolViolation, "\(owner): the server refused \(what) (\(state): \(message)).")
             }
             if psql.code == .serverClosedConnection || psql.code == .clientClosedConnection || psql.code == .uncleanShutdown
-                || psql.code == .connectionError {
+                || psql.code == .connectionError
+            {
                 return TKError(.systemCall, "\(owner): the connection to \(serverDescription) was lost while \(what).", errno: ECONNRESET)
             }
         }

@@ -19,7 +19,7 @@ public final class TKPostgresFencedStore: @unchecked Sendable {
     /// The server the store keeps its value on.
     public let configuration: TKPostgresConfiguration
     private let callLock = TKLock()
-    private var session: PostgresSession?   // guarded by `callLock`
+    private var session: PostgresSession? // guarded by `callLock`
 
     /// `resource` is taken in Unicode NFC, as lock names are: canonically equivalent spellings
     /// name the same resource.
@@ -28,7 +28,10 @@ public final class TKPostgresFencedStore: @unchecked Sendable {
         self.resource = resource
         self.configuration = configuration
         let session = try PostgresSession.connect(configuration, owner: "TKPostgresFencedStore(\"\(resource)\")")
-        do { try LockSchema.ensureTables(session) } catch { session.close(); throw error }
+        do { try LockSchema.ensureTables(session) } catch {
+            session.close()
+            throw error
+        }
         self.session = session
     }
 
@@ -38,18 +41,22 @@ public final class TKPostgresFencedStore: @unchecked Sendable {
     /// `.notLockOwner` naming both tokens when it is lower: the writer lost the lock and must stop.
     public func write(_ value: String, token: Int64) throws {
         try callLock.withLock {
-            let rows = try liveSession().query("""
+            let rows = try liveSession().query(
+                """
                 INSERT INTO threadkit_fenced AS f (resource, token, value) VALUES (\(resource), \(token), \(value))
                 ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, value = EXCLUDED.value, written_at = clock_timestamp()
                 WHERE f.token <= EXCLUDED.token
                 RETURNING token
                 """, what: "writing with fencing token \(token)")
             if rows.isEmpty {
-                let highest = try liveSession().query("SELECT token FROM threadkit_fenced WHERE resource = \(resource)", what: "reading the highest token")
+                let highest = try liveSession().query(
+                    "SELECT token FROM threadkit_fenced WHERE resource = \(resource)", what: "reading the highest token")
                 let seen = try highest.first?.decode(Int64.self)
-                throw TKError(.notLockOwner, "TKPostgresFencedStore(\"\(resource)\").write: fencing token \(token) is older than "
-                              + "\(seen.map(String.init) ?? "the highest") already seen; the writer lost the lock since it took it. "
-                              + "Fix: stop, take the lock again, and redo the work from the current value.")
+                throw TKError(
+                    .notLockOwner,
+                    "TKPostgresFencedStore(\"\(resource)\").write: fencing token \(token) is older than "
+                        + "\(seen.map(String.init) ?? "the highest") already seen; the writer lost the lock since it took it. "
+                        + "Fix: stop, take the lock again, and redo the work from the current value.")
             }
         }
     }

@@ -46,14 +46,19 @@ extension TKPostgresLock {
             do {
                 rows = try session.query("SELECT pg_terminate_backend(\(holder.serverPID))", what: "ending the holder's session")
             } catch let error as TKError where error.message.contains("(42501:") {
-                throw TKError(.invalidArgument, "\(owner).breakLock(): the server refused to end the holder's session (server pid "
-                              + "\(holder.serverPID)): \(error.message) Fix: connect as the holder's role, or GRANT pg_signal_backend to this role.")
+                throw TKError(
+                    .invalidArgument,
+                    "\(owner).breakLock(): the server refused to end the holder's session (server pid "
+                        + "\(holder.serverPID)): \(error.message) Fix: connect as the holder's role, or GRANT pg_signal_backend to this role."
+                )
             } catch let error as TKError where Self.isConnectionFailure(error) && holder.serverPID == session.backendPID {
-                return holder   // it was this object's own session
+                return holder // it was this object's own session
             }
             guard try rows.first?.decode(Bool.self) == true else {
-                throw TKError(.invalidArgument, "\(owner).breakLock(): pg_terminate_backend(\(holder.serverPID)) did not end the "
-                              + "holder's session. Fix: connect as the holder's role, or GRANT pg_signal_backend to this role.")
+                throw TKError(
+                    .invalidArgument,
+                    "\(owner).breakLock(): pg_terminate_backend(\(holder.serverPID)) did not end the "
+                        + "holder's session. Fix: connect as the holder's role, or GRANT pg_signal_backend to this role.")
             }
             return holder
         }
@@ -62,7 +67,8 @@ extension TKPostgresLock {
     /// The holder, from pg_locks (the truth) joined with what it recorded. Caller holds `callLock`.
     private func holderLocked() throws -> Holder? {
         let session = try liveSession(until: DeadlineArithmetic.instant(configuration.connectTimeout))
-        let sql = "SELECT l.pid, t.holder_pid, t.holder, t.acquired_at, t.token FROM pg_locks l JOIN threadkit_locks t "
+        let sql =
+            "SELECT l.pid, t.holder_pid, t.holder, t.acquired_at, t.token FROM pg_locks l JOIN threadkit_locks t "
             + "ON t.id = $1 WHERE " + LockSchema.grantedCondition(key: "t.id")
         var binds = PostgresBindings()
         binds.append(key)

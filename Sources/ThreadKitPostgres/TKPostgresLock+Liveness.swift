@@ -25,9 +25,13 @@ extension TKPostgresLock {
                 return hold.generation
             }
             guard let generation else { return }
-            self.declareLost(generation: generation, TKError(.systemCall, "\(self.owner): the session holding the lock (server pid "
-                + "\(session.backendPID)) ended: the server restarted, the connection was cut, or someone called "
-                + "pg_terminate_backend (breakLock).", errno: ECONNRESET))
+            self.declareLost(
+                generation: generation,
+                TKError(
+                    .systemCall,
+                    "\(self.owner): the session holding the lock (server pid "
+                        + "\(session.backendPID)) ended: the server restarted, the connection was cut, or someone called "
+                        + "pg_terminate_backend (breakLock).", errno: ECONNRESET))
         }
     }
 
@@ -35,7 +39,10 @@ extension TKPostgresLock {
     func watch(_ session: PostgresSession, generation: UInt64) {
         let interval = TimeAmount.nanoseconds(DeadlineArithmetic.nanoseconds(livenessInterval))
         let task = session.connection.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { [weak self] task in
-            guard let self else { task.cancel(); return }
+            guard let self else {
+                task.cancel()
+                return
+            }
             self.check(session, generation: generation)
         }
         let stale = stateLock.withLock { () -> Bool in
@@ -58,13 +65,18 @@ extension TKPostgresLock {
         }
         guard let overdue else { return }
         if overdue {
-            declareLost(generation: generation, TKError(.systemCall, "\(owner): the session holding the lock (server pid "
-                + "\(session.backendPID)) has not answered for \(livenessInterval * 3); it is treated as lost (a network "
-                + "partition, or a server that stopped).", errno: ETIMEDOUT))
+            declareLost(
+                generation: generation,
+                TKError(
+                    .systemCall,
+                    "\(owner): the session holding the lock (server pid "
+                        + "\(session.backendPID)) has not answered for \(livenessInterval * 3); it is treated as lost (a network "
+                        + "partition, or a server that stopped).", errno: ETIMEDOUT))
             session.close()
             return
         }
-        let query: PostgresQuery = "SELECT count(*) FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.classid = \(Int64(UInt32(bitPattern: LockSchema.namespace)))::oid AND l.objid = \(Int64(key))::oid AND l.objsubid = 2 AND l.granted"
+        let query: PostgresQuery =
+            "SELECT count(*) FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.classid = \(Int64(UInt32(bitPattern: LockSchema.namespace)))::oid AND l.objid = \(Int64(key))::oid AND l.objsubid = 2 AND l.granted"
         session.connection.query(query, logger: PostgresSession.logger).whenComplete { [weak self] result in
             guard let self else { return }
             switch result {
@@ -73,11 +85,17 @@ extension TKPostgresLock {
                 if granted {
                     self.stateLock.withLock { self.state.checkInFlightSince = nil }
                 } else {
-                    self.declareLost(generation: generation, TKError(.notLockOwner, "\(self.owner): the session (server pid "
-                        + "\(session.backendPID)) no longer holds the advisory lock (pg_advisory_unlock_all or DISCARD ALL ran in it)."))
+                    self.declareLost(
+                        generation: generation,
+                        TKError(
+                            .notLockOwner,
+                            "\(self.owner): the session (server pid "
+                                + "\(session.backendPID)) no longer holds the advisory lock (pg_advisory_unlock_all or DISCARD ALL ran in it)."
+                        ))
                 }
             case .failure(let error):
-                self.declareLost(generation: generation, self.configuration.queryError(error, owner: self.owner, what: "checking that the lock is held"))
+                self.declareLost(
+                    generation: generation, self.configuration.queryError(error, owner: self.owner, what: "checking that the lock is held"))
                 session.close()
             }
         }

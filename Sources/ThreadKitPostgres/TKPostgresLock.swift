@@ -119,15 +119,19 @@ public final class TKPostgresLock: @unchecked Sendable {
     /// an unreachable server (within the URL's connect_timeout, 5 s by default), refused
     /// credentials, TLS asked for and not offered. `onLost` runs on a private serial queue when
     /// the session holding the lock dies.
-    public init(name: String, configuration: TKPostgresConfiguration, livenessInterval: Duration = .milliseconds(500),
-                onLost: (@Sendable (Loss) -> Void)? = nil) throws {
+    public init(
+        name: String, configuration: TKPostgresConfiguration, livenessInterval: Duration = .milliseconds(500),
+        onLost: (@Sendable (Loss) -> Void)? = nil
+    ) throws {
         let name = LockSchema.normalized(name)
         try LockSchema.validate(name)
         guard livenessInterval >= Self.minimumLivenessInterval && livenessInterval <= Self.maximumLivenessInterval else {
-            throw TKError(.invalidArgument, "TKPostgresLock(name: \"\(name.prefix(32))\", livenessInterval: \(livenessInterval)): the interval "
-                          + "is outside \(Self.minimumLivenessInterval)…\(Self.maximumLivenessInterval). Each check is a round trip to the "
-                          + "server and 3 unanswered intervals declare the lock lost, so a shorter interval reports healthy holds lost. "
-                          + "Fix: use at least 50 ms and at most a day (the default is 500 ms).")
+            throw TKError(
+                .invalidArgument,
+                "TKPostgresLock(name: \"\(name.prefix(32))\", livenessInterval: \(livenessInterval)): the interval "
+                    + "is outside \(Self.minimumLivenessInterval)…\(Self.maximumLivenessInterval). Each check is a round trip to the "
+                    + "server and 3 unanswered intervals declare the lock lost, so a shorter interval reports healthy holds lost. "
+                    + "Fix: use at least 50 ms and at most a day (the default is 500 ms).")
         }
         self.name = name
         self.configuration = configuration
@@ -147,8 +151,10 @@ public final class TKPostgresLock: @unchecked Sendable {
     }
 
     /// As `init(name:configuration:…)` with the URL given, or `TK_POSTGRES_URL` when `url` is nil.
-    public convenience init(name: String, url: String? = nil, livenessInterval: Duration = .milliseconds(500),
-                            onLost: (@Sendable (Loss) -> Void)? = nil) throws {
+    public convenience init(
+        name: String, url: String? = nil, livenessInterval: Duration = .milliseconds(500),
+        onLost: (@Sendable (Loss) -> Void)? = nil
+    ) throws {
         let configuration = try url.map { try TKPostgresConfiguration(url: $0) } ?? TKPostgresConfiguration.fromEnvironment()
         try self.init(name: name, configuration: configuration, livenessInterval: livenessInterval, onLost: onLost)
     }
@@ -180,15 +186,19 @@ public final class TKPostgresLock: @unchecked Sendable {
     public func lock(before deadline: ContinuousClock.Instant) throws -> Bool {
         try callLock.withLock {
             guard try startAcquisition() else {
-                throw TKError(.invalidArgument, "\(owner).lock(before:): this object already holds the lock; waiting for it "
-                              + "would wait for itself. Fix: unlock() first, or use a second TKPostgresLock object.")
+                throw TKError(
+                    .invalidArgument,
+                    "\(owner).lock(before:): this object already holds the lock; waiting for it "
+                        + "would wait for itself. Fix: unlock() first, or use a second TKPostgresLock object.")
             }
             var lastError: TKError?
             while true {
                 let now = ContinuousClock.now
                 if now >= deadline, let lastError {
-                    throw TKError(lastError.code, "\(owner).lock(before:): the deadline passed while the server could not be "
-                                  + "reached: \(lastError.message)", errno: lastError.errno)
+                    throw TKError(
+                        lastError.code,
+                        "\(owner).lock(before:): the deadline passed while the server could not be "
+                            + "reached: \(lastError.message)", errno: lastError.errno)
                 }
                 do {
                     let session = try liveSession(until: max(deadline, now + .milliseconds(1)))
@@ -201,14 +211,15 @@ public final class TKPostgresLock: @unchecked Sendable {
                     let milliseconds = max(1, DeadlineArithmetic.millisecondsRoundedUp(slice))
                     _ = try session.query("SELECT set_config('lock_timeout', \(String(milliseconds)), false)", what: "setting lock_timeout")
                     do {
-                        _ = try session.query("SELECT pg_advisory_lock(\(LockSchema.namespace), \(key))", what: "waiting for the lock",
-                                              until: DeadlineArithmetic.instant(configuration.statementTimeout, after: sliceStart + slice))
+                        _ = try session.query(
+                            "SELECT pg_advisory_lock(\(LockSchema.namespace), \(key))", what: "waiting for the lock",
+                            until: DeadlineArithmetic.instant(configuration.statementTimeout, after: sliceStart + slice))
                         try acquisitionFault?(.grant)
                     } catch let error as TKError where !Self.isConnectionFailure(error) {
                         if try completeAcquisition(session, granted: { try holdsLock(session) }) { return true }
                         guard error.message.contains("(55P03:") else { throw error }
                         if ContinuousClock.now >= deadline { return false }
-                        continue   // a slice ended before the deadline: wait again
+                        continue // a slice ended before the deadline: wait again
                     }
                     return try completeAcquisition(session) { true }
                 } catch let error as TKError where Self.isConnectionFailure(error) {
@@ -234,27 +245,36 @@ public final class TKPostgresLock: @unchecked Sendable {
             }
             switch holding {
             case .idle:
-                throw TKError(.notLockOwner, "\(owner).unlock(): this object does not hold the lock. Fix: unlock only after a "
-                              + "successful tryLock() or lock(before:), once.")
+                throw TKError(
+                    .notLockOwner,
+                    "\(owner).unlock(): this object does not hold the lock. Fix: unlock only after a "
+                        + "successful tryLock() or lock(before:), once.")
             case .lost(let hold, let error):
-                throw TKError(.notLockOwner, "\(owner).unlock(): the lock (token \(hold.token)) was lost before this unlock: "
-                              + "\(error.message) Fix: treat what it protected as possibly changed by another holder.")
+                throw TKError(
+                    .notLockOwner,
+                    "\(owner).unlock(): the lock (token \(hold.token)) was lost before this unlock: "
+                        + "\(error.message) Fix: treat what it protected as possibly changed by another holder.")
             case .held(let hold):
                 let released: Bool
                 do {
                     // Only the advisory lock: see the header for why release writes no row.
-                    let rows = try hold.session.query("SELECT pg_advisory_unlock(\(LockSchema.namespace), \(key))",
-                                                      what: "releasing the lock")
+                    let rows = try hold.session.query(
+                        "SELECT pg_advisory_unlock(\(LockSchema.namespace), \(key))",
+                        what: "releasing the lock")
                     released = try rows.first?.decode(Bool.self) == true
                 } catch let error as TKError where Self.isConnectionFailure(error) {
                     dropSession()
-                    throw TKError(.notLockOwner, "\(owner).unlock(): the session holding the lock (token \(hold.token)) was lost "
-                                  + "before the unlock reached the server: \(error.message) Fix: treat what it protected as possibly "
-                                  + "changed by another holder.")
+                    throw TKError(
+                        .notLockOwner,
+                        "\(owner).unlock(): the session holding the lock (token \(hold.token)) was lost "
+                            + "before the unlock reached the server: \(error.message) Fix: treat what it protected as possibly "
+                            + "changed by another holder.")
                 }
                 if !released {
-                    throw TKError(.notLockOwner, "\(owner).unlock(): the server says this session did not hold the lock (token "
-                                  + "\(hold.token)). Fix: treat what it protected as possibly changed by another holder.")
+                    throw TKError(
+                        .notLockOwner,
+                        "\(owner).unlock(): the server says this session did not hold the lock (token "
+                            + "\(hold.token)). Fix: treat what it protected as possibly changed by another holder.")
                 }
             }
         }
@@ -302,8 +322,10 @@ public final class TKPostgresLock: @unchecked Sendable {
             case .held: return false
             case .lost(let hold, let error):
                 state.holding = .idle
-                throw TKError(.notLockOwner, "\(owner): the lock (token \(hold.token)) was lost and never unlocked: \(error.message) "
-                              + "Fix: call unlock() (it reports the loss) before taking the lock again.")
+                throw TKError(
+                    .notLockOwner,
+                    "\(owner): the lock (token \(hold.token)) was lost and never unlocked: \(error.message) "
+                        + "Fix: call unlock() (it reports the loss) before taking the lock again.")
             }
         }
     }
@@ -315,7 +337,7 @@ public final class TKPostgresLock: @unchecked Sendable {
             rows = try session.query("SELECT pg_try_advisory_lock(\(LockSchema.namespace), \(key))", what: "trying the lock")
             try acquisitionFault?(.grant)
         } catch let error as TKError where Self.isConnectionFailure(error) {
-            dropSession()   // it may hold the lock: closing releases it (lock(before:)'s retry does the same)
+            dropSession() // it may hold the lock: closing releases it (lock(before:)'s retry does the same)
             throw error
         } catch let error as TKError {
             if try completeAcquisition(session, granted: { try holdsLock(session) }) { return true }
@@ -330,7 +352,8 @@ public final class TKPostgresLock: @unchecked Sendable {
     /// already pending and pg_advisory_lock reports 55P03 while the session holds the lock (seen
     /// with contenders whose deadlines are a few milliseconds away). Caller holds `callLock`.
     private func holdsLock(_ session: PostgresSession) throws -> Bool {
-        let rows = try session.query("""
+        let rows = try session.query(
+            """
             SELECT count(*) FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory'
             AND l.classid = \(Int64(UInt32(bitPattern: LockSchema.namespace)))::oid AND l.objid = \(Int64(key))::oid AND l.objsubid = 2 AND l.granted
             """, what: "asking whether the session holds the lock")
@@ -361,7 +384,8 @@ public final class TKPostgresLock: @unchecked Sendable {
         let holder = "\(Self.hostName) pid \(getpid())"
         let fault = acquisitionFault
         try fault?(.tokenUpdate)
-        let rows = try session.query("""
+        let rows = try session.query(
+            """
             UPDATE threadkit_locks SET token = token + 1, holder_pid = pg_backend_pid(), holder = \(holder), acquired_at = clock_timestamp()
             WHERE id = \(key) RETURNING token, acquired_at
             """, what: "recording the fencing token")
@@ -396,8 +420,9 @@ public final class TKPostgresLock: @unchecked Sendable {
         var how = "the lock was given back by closing the session"
         if !Self.isConnectionFailure(error) && !session.isClosed {
             do {
-                let rows = try session.query("SELECT pg_advisory_unlock(\(LockSchema.namespace), \(key))",
-                                             what: "giving back the lock after a failed acquisition")
+                let rows = try session.query(
+                    "SELECT pg_advisory_unlock(\(LockSchema.namespace), \(key))",
+                    what: "giving back the lock after a failed acquisition")
                 // false: the session did not hold it (the grant's own answer was unreadable).
                 _ = try rows.first?.decode(Bool.self)
                 released = true
@@ -409,11 +434,14 @@ public final class TKPostgresLock: @unchecked Sendable {
         if !released {
             if stateLock.withLock({ state.session === session }) { dropSession() } else { session.close() }
         }
-        let fix = error.message.contains("(55P03:")
+        let fix =
+            error.message.contains("(55P03:")
             ? " Fix: another session keeps threadkit_locks' row for this name locked (a long transaction that touched it); end it."
             : (Self.isConnectionFailure(error) ? "" : " Fix: retry; if it persists, check the server's log.")
-        return TKError(error.code, "\(error.message) The server had granted the lock; \(how), so nobody holds it "
-                       + "and this object does not.\(fix)", errno: error.errno)
+        return TKError(
+            error.code,
+            "\(error.message) The server had granted the lock; \(how), so nobody holds it "
+                + "and this object does not.\(fix)", errno: error.errno)
     }
 
     /// The live session, connecting a new one when there is none. Caller holds `callLock`.

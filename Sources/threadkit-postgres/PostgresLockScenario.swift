@@ -28,13 +28,15 @@ enum PostgresLockScenario {
         let child = try ChildLauncher("pglock-hold", [url, name])
         try say.check(pollUntil(.now + .seconds(30)) { (try? lock.currentHolder()) != nil }, "the child never took the lock")
         let holder = try lock.currentHolder()
-        say.say("tour process: tryLock() → \(try lock.tryLock()); holder: \(holder?.client ?? "?"), fencing token \(holder?.token ?? 0), "
+        say.say(
+            "tour process: tryLock() → \(try lock.tryLock()); holder: \(holder?.client ?? "?"), fencing token \(holder?.token ?? 0), "
                 + "server session \(holder?.serverPID ?? 0)")
         kill(child.pid, SIGKILL)
         _ = child.wait()
         let start = ContinuousClock.now
         let acquired = try lock.lock(before: .now + .seconds(10))
-        say.say("kill -9 the holder: lock(before:) → \(acquired) after \(ContinuousClock.now - start); the server ended the dead "
+        say.say(
+            "kill -9 the holder: lock(before:) → \(acquired) after \(ContinuousClock.now - start); the server ended the dead "
                 + "session, so there is no stale lock to break; token \(lock.fencingToken ?? 0) > \(holder?.token ?? 0)")
         try say.check(acquired && (lock.fencingToken ?? 0) > (holder?.token ?? .max), "the crashed holder's lock was not released")
 
@@ -47,13 +49,17 @@ enum PostgresLockScenario {
         try lock.unlock()
         // Written by onLost (the lock's notification queue) before `told` is signalled; read here after the wait.
         let lostBox = SharedBox<String>("")
-        let paused = try TKPostgresLock(name: name, url: url) { loss in lostBox.value = loss.error.message; told.signal() }
+        let paused = try TKPostgresLock(name: name, url: url) { loss in
+            lostBox.value = loss.error.message
+            told.signal()
+        }
         try say.check(try paused.tryLock(), "could not take the lock again")
         let pausedToken = paused.fencingToken ?? 0
         say.say("a holder takes the lock (token \(pausedToken)) and then stalls (think: a long GC pause)")
         let broken = try breaker.breakLock()
         let wasTold = told.wait(until: .now + .seconds(10)) == .success
-        say.say("breakLock() from another object ended session \(broken?.serverPID ?? 0) of \(broken?.client ?? "?"); "
+        say.say(
+            "breakLock() from another object ended session \(broken?.serverPID ?? 0) of \(broken?.client ?? "?"); "
                 + "the holder's onLost: \(wasTold ? lostBox.value : "(not called)")")
         try say.check(wasTold, "the holder was not told it lost the lock")
         try say.check(try other.lock(before: .now + .seconds(10)), "the next holder did not get the lock")

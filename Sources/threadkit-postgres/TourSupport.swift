@@ -42,7 +42,10 @@ enum Console {
             var offset = 0
             while offset < bytes.count {
                 let n = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
-                if n < 0 { if errno == EINTR { continue }; return }
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    return
+                }
                 offset += n
             }
         }

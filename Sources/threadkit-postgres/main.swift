@@ -59,13 +59,14 @@ switch arguments.first {
 case "tour":
     exit(tour(Array(arguments.dropFirst())))
 case "--help", "-h", "help", nil:
-    Console.out("""
-    usage: threadkit-postgres tour [--list]
-      tour            run the tour's PostgreSQL scenario (distributed-lock-postgres) against the server
-                      TK_POSTGRES_URL names; without it, say how to start a throwaway one
-      tour --list     the scenario's name
-    The rest of the tour: `swift run threadkit tour`.
-    """)
+    Console.out(
+        """
+        usage: threadkit-postgres tour [--list]
+          tour            run the tour's PostgreSQL scenario (distributed-lock-postgres) against the server
+                          TK_POSTGRES_URL names; without it, say how to start a throwaway one
+          tour --list     the scenario's name
+        The rest of the tour: `swift run threadkit tour`.
+        """)
     exit(0)
 default:
     Console.err("threadkit-postgres: unknown command '\(arguments[0])'. Try `threadkit-postgres --help`.")

@@ -17,16 +17,17 @@ case "tour":
 case "trace":
     exit(TraceScenario.main(Array(arguments.dropFirst())))
 case "--help", "-h", "help", nil:
-    Console.out("""
-    usage: threadkit tour [--list] [--counters] [NAME...]
-      tour            run every scenario of the seed documents, narrated, each ending with its verdict
-      tour --list     list the scenarios
-      tour NAME...    run the named scenarios only
-      tour --counters NAME...  count lock and queue contention meanwhile and print the counters after
-    usage: threadkit trace SCENARIO -o FILE.json [--html FILE.html]
-      trace           run a tour scenario under the trace recorder; write Chrome trace-event JSON
-                      (chrome://tracing, ui.perfetto.dev) and optionally a self-contained HTML timeline
-    """)
+    Console.out(
+        """
+        usage: threadkit tour [--list] [--counters] [NAME...]
+          tour            run every scenario of the seed documents, narrated, each ending with its verdict
+          tour --list     list the scenarios
+          tour NAME...    run the named scenarios only
+          tour --counters NAME...  count lock and queue contention meanwhile and print the counters after
+        usage: threadkit trace SCENARIO -o FILE.json [--html FILE.html]
+          trace           run a tour scenario under the trace recorder; write Chrome trace-event JSON
+                          (chrome://tracing, ui.perfetto.dev) and optionally a self-contained HTML timeline
+        """)
     exit(0)
 default:
     Console.err("threadkit: unknown command '\(arguments[0])'. Try `threadkit --help`.")

@@ -9,7 +9,9 @@ import ThreadKitPostgres
 
 enum PostgresLockRoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "pglock-loop", usage: "URL NAME LOG N (N times: lock, append \"enter PID TOKEN\" and \"exit PID TOKEN\" to LOG, unlock)") { args in
+        ChildRole(
+            name: "pglock-loop", usage: "URL NAME LOG N (N times: lock, append \"enter PID TOKEN\" and \"exit PID TOKEN\" to LOG, unlock)"
+        ) { args in
             guard args.count == 4, let n = Int(args[3]) else { return 2 }
             do {
                 let lock = try TKPostgresLock(name: args[1], url: args[0])
@@ -18,7 +20,8 @@ enum PostgresLockRoles {
                 defer { close(log) }
                 for _ in 0..<n {
                     guard try lock.lock(before: .now + .seconds(120)), let token = lock.fencingToken else {
-                        Console.err("pglock-loop: no lock within 120 s"); return 1
+                        Console.err("pglock-loop: no lock within 120 s")
+                        return 1
                     }
                     appendLine(log, "enter \(getpid()) \(token)")
                     appendLine(log, "exit \(getpid()) \(token)")
@@ -42,11 +45,15 @@ enum PostgresLockRoles {
                 return 1
             }
         },
-        ChildRole(name: "pglock-far-deadline", usage: "URL NAME 30d|max (lock(before: now + 30 days, or + Int64.max seconds): "
-                  + "once free, printing \"free TOKEN\"; then, after printing \"ready\", once held by another session, printing "
-                  + "\"acquired TOKEN\")", run: farDeadline),
-        ChildRole(name: "pglock-config-extremes", usage: "URL NAME (connect_timeout=10000000000 in the URL: print \"refused ERROR\"; "
-                  + "connectTimeout and statementTimeout of Int64.max seconds: lock, print \"locked TOKEN\", unlock)", run: configExtremes),
+        ChildRole(
+            name: "pglock-far-deadline",
+            usage: "URL NAME 30d|max (lock(before: now + 30 days, or + Int64.max seconds): "
+                + "once free, printing \"free TOKEN\"; then, after printing \"ready\", once held by another session, printing "
+                + "\"acquired TOKEN\")", run: farDeadline),
+        ChildRole(
+            name: "pglock-config-extremes",
+            usage: "URL NAME (connect_timeout=10000000000 in the URL: print \"refused ERROR\"; "
+                + "connectTimeout and statementTimeout of Int64.max seconds: lock, print \"locked TOKEN\", unlock)", run: configExtremes),
     ]
 
     /// pglock-far-deadline: far deadlines take a free lock and wait for a held one (they threw at
@@ -57,13 +64,19 @@ enum PostgresLockRoles {
         func far() -> ContinuousClock.Instant { thirtyDays ? .now + .seconds(30 * 86_400) : .now + .seconds(Int64.max) }
         do {
             let lock = try TKPostgresLock(name: args[1], url: args[0])
-            guard try lock.lock(before: far()), let free = lock.fencingToken else { Console.out("error: no free lock"); return 1 }
+            guard try lock.lock(before: far()), let free = lock.fencingToken else {
+                Console.out("error: no free lock")
+                return 1
+            }
             Console.out("free \(free)")
             try lock.unlock()
             Console.out("ready")
             // The parent takes the lock now; wait until it holds it (its own judge is pg_locks).
             while try lock.currentHolder() == nil { TKThread.sleep(for: .milliseconds(10)) }
-            guard try lock.lock(before: far()), let token = lock.fencingToken else { Console.out("error: lock(before:) returned false"); return 1 }
+            guard try lock.lock(before: far()), let token = lock.fencingToken else {
+                Console.out("error: lock(before:) returned false")
+                return 1
+            }
             Console.out("acquired \(token)")
             try lock.unlock()
             return 0
@@ -89,7 +102,10 @@ enum PostgresLockRoles {
             configuration.connectTimeout = .seconds(Int64.max)
             configuration.statementTimeout = .seconds(Int64.max)
             let lock = try TKPostgresLock(name: args[1], configuration: configuration)
-            guard try lock.lock(before: .now + .seconds(Int64.max)), let token = lock.fencingToken else { Console.out("error: not locked"); return 1 }
+            guard try lock.lock(before: .now + .seconds(Int64.max)), let token = lock.fencingToken else {
+                Console.out("error: not locked")
+                return 1
+            }
             Console.out("locked \(token)")
             try lock.unlock()
             return 0

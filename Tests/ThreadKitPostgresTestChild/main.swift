@@ -22,7 +22,10 @@ enum Console {
             var offset = 0
             while offset < bytes.count {
                 let n = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
-                if n < 0 { if errno == EINTR { continue }; return }
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    return
+                }
                 offset += n
             }
         }
@@ -31,8 +34,9 @@ enum Console {
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 guard let name = arguments.first, let role = PostgresLockRoles.all.first(where: { $0.name == name }) else {
-    Console.err("usage: ThreadKitPostgresTestChild ROLE [ARGUMENT...] (a test helper, started by ThreadKitPostgresTests). Roles:\n"
-                + PostgresLockRoles.all.map { "  \($0.name) \($0.usage)" }.joined(separator: "\n"))
+    Console.err(
+        "usage: ThreadKitPostgresTestChild ROLE [ARGUMENT...] (a test helper, started by ThreadKitPostgresTests). Roles:\n"
+            + PostgresLockRoles.all.map { "  \($0.name) \($0.usage)" }.joined(separator: "\n"))
     exit(2)
 }
 exit(role.run(Array(arguments.dropFirst())))

@@ -5,8 +5,9 @@
 // (pg_locks) and a second lock object, never by the failing object alone.
 import Foundation
 import ThreadKit
-@testable import ThreadKitPostgres
 import XCTest
+
+@testable import ThreadKitPostgres
 
 final class PostgresLockAcquisitionTests: XCTestCase {
     func uniqueName(_ function: String = #function) -> String { "\(function)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))" }
@@ -15,7 +16,8 @@ final class PostgresLockAcquisitionTests: XCTestCase {
     /// length of its commit; contenders with short deadlines and tryLocks must never see that as a
     /// failure, and never leave an advisory lock behind.
     func testGroupCommitNeverFailsAnAcquisitionNorLeavesALockBehind() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
         try PostgresTestServer.psqlAdmin("ALTER SYSTEM SET fsync = on")
         defer { _ = try? PostgresTestServer.psqlAdmin("ALTER SYSTEM RESET commit_delay") }
         defer { _ = try? PostgresTestServer.psqlAdmin("ALTER SYSTEM RESET commit_siblings") }
@@ -24,7 +26,8 @@ final class PostgresLockAcquisitionTests: XCTestCase {
         try PostgresTestServer.psqlAdmin("ALTER SYSTEM SET commit_delay = 20000")
         try PostgresTestServer.psqlAdmin("ALTER SYSTEM SET commit_siblings = 0")
         try PostgresTestServer.psqlAdmin("SELECT pg_reload_conf()")
-        let threads = 4, rounds = 100
+        let threads = 4
+        let rounds = 100
         let locks = try (0..<threads).map { _ in try TKPostgresLock(name: name, url: url) }
         let tally = Tally()
         let done = DispatchSemaphore(value: 0)
@@ -59,8 +62,10 @@ final class PostgresLockAcquisitionTests: XCTestCase {
     /// lock_timeout on the token row, 55P03), in tryLock and lock(before:): the call throws, says
     /// the lock was released, and it was — at once, on the same session.
     func testARefusalAfterTheGrantReleasesTheLock() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
-        let a = try TKPostgresLock(name: name, url: url), b = try TKPostgresLock(name: name, url: url)
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
+        let a = try TKPostgresLock(name: name, url: url)
+        let b = try TKPostgresLock(name: name, url: url)
         for step in Self.afterTheGrant {
             for call in ["tryLock", "lock(before:)"] {
                 a.injectAcquisitionFault(Self.fail(at: step, with: Self.refusal(step)))
@@ -79,8 +84,10 @@ final class PostgresLockAcquisitionTests: XCTestCase {
     /// reconnects and waits again — a persistent failure ends at its deadline with nothing held, a
     /// single one ends with exactly one acquisition.
     func testALostConnectionAfterTheGrantReleasesTheLock() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
-        let a = try TKPostgresLock(name: name, url: url), b = try TKPostgresLock(name: name, url: url)
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
+        let a = try TKPostgresLock(name: name, url: url)
+        let b = try TKPostgresLock(name: name, url: url)
         for step in Self.afterTheGrant {
             a.injectAcquisitionFault(Self.fail(at: step, with: Self.cut(step)))
             XCTAssertThrowsError(try a.tryLock()) { error in
@@ -113,8 +120,10 @@ final class PostgresLockAcquisitionTests: XCTestCase {
     /// token update waits for it under lock_timeout and the server cancels it (55P03) after
     /// granting the advisory lock. Both calls throw, release, and leave the lock usable.
     func testALockTimeoutOnTheTokenRowReleasesTheLock() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
-        let a = try TKPostgresLock(name: name, url: url), b = try TKPostgresLock(name: name, url: url)
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
+        let a = try TKPostgresLock(name: name, url: url)
+        let b = try TKPostgresLock(name: name, url: url)
         let locker = try RowLocker(url: url, name: name)
         defer { locker.end() }
         XCTAssertThrowsError(try a.lock(before: .now + .milliseconds(300))) { error in
@@ -141,8 +150,10 @@ final class PostgresLockAcquisitionTests: XCTestCase {
     /// throwing over a lock that nobody could then release. A lost connection there closes the
     /// session.
     func testAGrantStatementThatFailsAfterGrantingStillAcquires() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
-        let a = try TKPostgresLock(name: name, url: url), b = try TKPostgresLock(name: name, url: url)
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
+        let a = try TKPostgresLock(name: name, url: url)
+        let b = try TKPostgresLock(name: name, url: url)
         for call in ["tryLock", "lock(before:)"] {
             a.injectAcquisitionFault(Self.fail(at: .grant, with: Self.refusal(.grant)))
             XCTAssertTrue(try call == "tryLock" ? a.tryLock() : a.lock(before: .now + .seconds(10)), call)
@@ -168,8 +179,10 @@ final class PostgresLockAcquisitionTests: XCTestCase {
 
     /// After a failed acquisition: `a` says it does not hold the lock, another object takes it,
     /// and `a` can take and release it again leaving nothing behind (judged in pg_locks).
-    private func assertNobodyHolds(_ a: TKPostgresLock, _ name: String, other b: TKPostgresLock, _ what: String,
-                                   file: StaticString = #filePath, line: UInt = #line) throws {
+    private func assertNobodyHolds(
+        _ a: TKPostgresLock, _ name: String, other b: TKPostgresLock, _ what: String,
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws {
         a.injectAcquisitionFault(nil)
         XCTAssertFalse(a.isHeld, what, file: file, line: line)
         XCTAssertNil(a.fencingToken, what, file: file, line: line)
@@ -185,7 +198,9 @@ final class PostgresLockAcquisitionTests: XCTestCase {
     }
 
     static func refusal(_ step: TKPostgresLock.AcquisitionStep) -> TKError {
-        TKError(.protocolViolation, "injected at \(step): the server refused recording the fencing token (55P03: canceling statement due to lock timeout).")
+        TKError(
+            .protocolViolation,
+            "injected at \(step): the server refused recording the fencing token (55P03: canceling statement due to lock timeout).")
     }
 
     static func cut(_ step: TKPostgresLock.AcquisitionStep) -> TKError {
@@ -193,8 +208,10 @@ final class PostgresLockAcquisitionTests: XCTestCase {
     }
 
     /// A fault hook failing `step` with `error`, `times` times.
-    static func fail(at step: TKPostgresLock.AcquisitionStep, with error: TKError,
-                     times: Int = .max) -> @Sendable (TKPostgresLock.AcquisitionStep) throws -> Void {
+    static func fail(
+        at step: TKPostgresLock.AcquisitionStep, with error: TKError,
+        times: Int = .max
+    ) -> @Sendable (TKPostgresLock.AcquisitionStep) throws -> Void {
         let left = Tally()
         return { current in
             guard current == step, left.read().acquired < times else { return }
@@ -210,7 +227,7 @@ final class RowLocker: @unchecked Sendable {
     private let process = Process()
     private let input = Pipe(), output = Pipe()
     private let lock = NSLock()
-    private var ended = false   // guarded by `lock`
+    private var ended = false // guarded by `lock`
 
     init(url: String, name: String) throws {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
@@ -218,12 +235,14 @@ final class RowLocker: @unchecked Sendable {
         process.standardInput = input
         process.standardOutput = output
         try process.run()
-        input.fileHandleForWriting.write(Data("""
-            BEGIN;
-            SELECT id FROM threadkit_locks WHERE name = '\(name)' FOR UPDATE;
-            \\echo locked
+        input.fileHandleForWriting.write(
+            Data(
+                """
+                BEGIN;
+                SELECT id FROM threadkit_locks WHERE name = '\(name)' FOR UPDATE;
+                \\echo locked
 
-            """.utf8))
+                """.utf8))
         var seen = ""
         while !seen.contains("locked\n") {
             let data = output.fileHandleForReading.availableData
@@ -234,7 +253,12 @@ final class RowLocker: @unchecked Sendable {
 
     /// Ends the transaction (the row lock with it) and psql; idempotent.
     func end() {
-        guard lock.withLock({ defer { ended = true }; return !ended }) else { return }
+        guard
+            lock.withLock({
+                defer { ended = true }
+                return !ended
+            })
+        else { return }
         input.fileHandleForWriting.write(Data("ROLLBACK;\n".utf8))
         try? input.fileHandleForWriting.close()
         process.waitUntilExit()
@@ -244,7 +268,7 @@ final class RowLocker: @unchecked Sendable {
 /// Counts from several threads, under a Foundation lock.
 final class Tally: @unchecked Sendable {
     private let lock = NSLock()
-    private var acquired = 0            // guarded by `lock`
+    private var acquired = 0 // guarded by `lock`
     private var failures: [String] = [] // guarded by `lock`
 
     func add(acquired count: Int) { lock.withLock { acquired += count } }

@@ -5,8 +5,9 @@
 // (`ThreadKitPostgresTestChild`); the judges are pg_locks and threadkit_locks read through psql.
 import Foundation
 import ThreadKit
-@testable import ThreadKitPostgres
 import XCTest
+
+@testable import ThreadKitPostgres
 
 final class PostgresLockInputTests: XCTestCase {
     func uniqueName(_ function: String = #function) -> String { "\(function)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))" }
@@ -23,10 +24,14 @@ final class PostgresLockInputTests: XCTestCase {
     /// pg_advisory_lock while this process holds it (no trap, no immediate throw), and acquires
     /// once this process unlocks.
     private func farDeadline(_ mode: String) throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName() + "-" + mode
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName() + "-" + mode
         let child = try PostgresChild("pglock-far-deadline", [url, name, mode])
         defer { if child.process.isRunning { child.kill9() } }
-        func failure() -> String { child.waitForLine(startingWith: "error", timeout: 0) ?? "exit status \(child.waitForExit(timeout: 5).map(String.init) ?? "none")" }
+        func failure() -> String {
+            child.waitForLine(startingWith: "error", timeout: 0)
+                ?? "exit status \(child.waitForExit(timeout: 5).map(String.init) ?? "none")"
+        }
         guard child.waitForLine(startingWith: "free ") != nil else { return XCTFail("the free lock was not taken: \(failure())") }
         guard child.waitForLine(startingWith: "ready") != nil else { return XCTFail("the child stopped: \(failure())") }
         let holder = try TKPostgresLock(name: name, url: url)
@@ -45,8 +50,10 @@ final class PostgresLockInputTests: XCTestCase {
     /// wait at each slice's end and acquires when the holder unlocks; a deadline inside a later
     /// slice still returns false, never early.
     func testLockBeforeWaitsInSlicesUntilItsDeadline() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
-        let a = try TKPostgresLock(name: name, url: url), b = try TKPostgresLock(name: name, url: url)
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
+        let a = try TKPostgresLock(name: name, url: url)
+        let b = try TKPostgresLock(name: name, url: url)
         b.setWaitSlice(.milliseconds(100))
         XCTAssertTrue(try a.tryLock())
         let start = ContinuousClock.now
@@ -59,8 +66,14 @@ final class PostgresLockInputTests: XCTestCase {
             WHERE l.locktype = 'advisory' AND NOT l.granted AND t.name = '\(name)'
             """
         var first = ""
-        try waitUntil("b waits in pg_advisory_lock") { first = try PostgresTestServer.psql(waitStart); return !first.isEmpty }
-        try waitUntil("b starts a second slice") { let now = try PostgresTestServer.psql(waitStart); return !now.isEmpty && now != first }
+        try waitUntil("b waits in pg_advisory_lock") {
+            first = try PostgresTestServer.psql(waitStart)
+            return !first.isEmpty
+        }
+        try waitUntil("b starts a second slice") {
+            let now = try PostgresTestServer.psql(waitStart)
+            return !now.isEmpty && now != first
+        }
         XCTAssertNil(try call.result(), "b returned while the lock was held")
         try a.unlock()
         XCTAssertTrue(call.wait(timeout: 30))
@@ -86,12 +99,15 @@ final class PostgresLockInputTests: XCTestCase {
     /// TKError (it trapped while connecting), and a configuration whose connectTimeout and
     /// statementTimeout are Int64.max seconds connects and locks (taken as 100 years).
     func testExtremeTimeoutsNeverTrap() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
         let child = try PostgresChild("pglock-config-extremes", [url, name])
         defer { if child.process.isRunning { child.kill9() } }
         let refused = try XCTUnwrap(child.waitForLine(startingWith: "refused "), "no refusal line")
         XCTAssertTrue(refused.contains("invalidArgument") && refused.contains("connect_timeout=10000000000"), refused)
-        let locked = try XCTUnwrap(child.waitForLine(startingWith: "locked "), "no lock with extreme timeouts: \(child.waitForLine(startingWith: "error", timeout: 0) ?? "")")
+        let locked = try XCTUnwrap(
+            child.waitForLine(startingWith: "locked "),
+            "no lock with extreme timeouts: \(child.waitForLine(startingWith: "error", timeout: 0) ?? "")")
         XCTAssertNotNil(Int64(locked.dropFirst("locked ".count)), locked)
         XCTAssertEqual(child.waitForExit(timeout: 60), 0)
         XCTAssertEqual(try PgLocks.granted(name), 0)
@@ -100,13 +116,15 @@ final class PostgresLockInputTests: XCTestCase {
     /// livenessInterval outside 50 ms…1 day is refused before connecting, naming the range; the
     /// bounds themselves are accepted.
     func testAnOutOfRangeLivenessIntervalIsRefused() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
         let bad: [Duration] = [.zero, .milliseconds(-5), .nanoseconds(1), .microseconds(49_999), .seconds(86_401), .seconds(Int64.max)]
         for interval in bad {
             XCTAssertThrowsError(try TKPostgresLock(name: name, url: url, livenessInterval: interval)) { error in
                 let tk = error as? TKError
                 XCTAssertEqual(tk?.code, .invalidArgument, "\(interval): \(error)")
-                XCTAssertTrue(tk?.message.contains("livenessInterval") == true && tk?.message.contains("Fix:") == true, "\(interval): \(error)")
+                XCTAssertTrue(
+                    tk?.message.contains("livenessInterval") == true && tk?.message.contains("Fix:") == true, "\(interval): \(error)")
             }
         }
         XCTAssertEqual(TKPostgresLock.minimumLivenessInterval, .milliseconds(50))
@@ -122,9 +140,11 @@ final class PostgresLockInputTests: XCTestCase {
     func testCanonicallyEquivalentNamesAreOneLock() throws {
         let url = try PostgresTestServer.info().url
         let base = uniqueName()
-        let composed = "caf\u{E9}-" + base, decomposed = "cafe\u{301}-" + base
+        let composed = "caf\u{E9}-" + base
+        let decomposed = "cafe\u{301}-" + base
         XCTAssertNotEqual(Array(composed.utf8), Array(decomposed.utf8))
-        let a = try TKPostgresLock(name: composed, url: url), b = try TKPostgresLock(name: decomposed, url: url)
+        let a = try TKPostgresLock(name: composed, url: url)
+        let b = try TKPostgresLock(name: decomposed, url: url)
         XCTAssertEqual(Array(b.name.utf8), Array(composed.utf8), "the name is kept in NFC")
         XCTAssertTrue(try a.tryLock())
         XCTAssertFalse(try b.tryLock(), "the decomposed spelling took a lock of its own")

@@ -13,10 +13,13 @@ final class PostgresLockProcessTests: XCTestCase {
     /// 8 processes × 200 acquisitions (× TK_STRESS): the log never shows two holders at once and
     /// the fencing tokens grow strictly in log order.
     func testEightProcessesNeverOverlapAndTokensGrowInLogOrder() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
         let processes = 8
         let rounds = 200 * max(1, Int(ProcessInfo.processInfo.environment["TK_STRESS"] ?? "1") ?? 1)
-        let log = FileManager.default.temporaryDirectory.appendingPathComponent("tk-pglock-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).log").path
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "tk-pglock-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).log"
+        ).path
         defer { try? FileManager.default.removeItem(atPath: log) }
         let children = try (0..<processes).map { _ in try PostgresChild("pglock-loop", [url, name, log, String(rounds)]) }
         for child in children { XCTAssertEqual(child.waitForExit(timeout: 300), 0, "a pglock-loop child failed") }
@@ -48,7 +51,8 @@ final class PostgresLockProcessTests: XCTestCase {
     /// connection drops, and a waiter already in pg_advisory_lock acquires within 1 s (the issue's
     /// bound; the server sees the closed socket at once, so this is milliseconds in practice).
     func testKill9OfTheHolderLetsAWaiterAcquireWithinOneSecond() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
         let holder = try PostgresChild("pglock-hold", [url, name])
         let locked = try XCTUnwrap(holder.waitForLine(startingWith: "locked "), "the child never took the lock")
         let holderToken = try XCTUnwrap(Int64(locked.dropFirst("locked ".count)))
@@ -68,7 +72,8 @@ final class PostgresLockProcessTests: XCTestCase {
     /// pg_terminate_backend of the holder's session: the holder is told (onLost) and the write it
     /// then attempts with its old token is refused by the fenced store, which the new holder wrote.
     func testTerminatedHolderIsToldAndItsTokenIsRefused() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
         let store = try TKPostgresFencedStore(resource: name, configuration: TKPostgresConfiguration(url: url))
         let lost = DispatchSemaphore(value: 0)
         let lossBox = ResultBox()
@@ -79,7 +84,8 @@ final class PostgresLockProcessTests: XCTestCase {
         XCTAssertTrue(try holder.tryLock())
         let oldToken = try XCTUnwrap(holder.fencingToken)
         try store.write("first holder", token: oldToken)
-        let pid = try PostgresTestServer.psql("""
+        let pid = try PostgresTestServer.psql(
+            """
             SELECT l.pid FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid
             WHERE l.locktype = 'advisory' AND l.granted AND t.name = '\(name)'
             """)
@@ -107,7 +113,8 @@ final class PostgresLockProcessTests: XCTestCase {
     /// A server restart while one object holds the lock and another waits for it: the holder is
     /// told, and the waiter reconnects and acquires before its deadline, with a larger token.
     func testServerRestartDuringAWaitTheWaiterReconnectsAndAcquires() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
         let lost = DispatchSemaphore(value: 0)
         let holder = try TKPostgresLock(name: name, url: url) { _ in lost.signal() }
         let waiter = try TKPostgresLock(name: name, url: url)
@@ -126,7 +133,8 @@ final class PostgresLockProcessTests: XCTestCase {
     /// The server goes down during a wait and stays down past the deadline: the waiter fails with
     /// an error that says so, in bounded time after its deadline.
     func testServerDownPastTheDeadlineFailsWithAClearError() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
         let holder = try TKPostgresLock(name: name, url: url)
         let waiter = try TKPostgresLock(name: name, url: url)
         XCTAssertTrue(try holder.tryLock())

@@ -10,8 +10,10 @@ final class PostgresLockTests: XCTestCase {
     func uniqueName(_ function: String = #function) -> String { "\(function)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))" }
 
     func testTryLockExcludesAnotherSessionAndTokensGrow() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
-        let a = try TKPostgresLock(name: name, url: url), b = try TKPostgresLock(name: name, url: url)
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
+        let a = try TKPostgresLock(name: name, url: url)
+        let b = try TKPostgresLock(name: name, url: url)
         XCTAssertTrue(try a.tryLock())
         XCTAssertFalse(try a.tryLock(), "held by this object: false, not a second (re-entrant) acquisition")
         let first = try XCTUnwrap(a.fencingToken)
@@ -26,8 +28,10 @@ final class PostgresLockTests: XCTestCase {
     }
 
     func testLockBeforeDeadlineGivesUpNeverEarly() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
-        let a = try TKPostgresLock(name: name, url: url), b = try TKPostgresLock(name: name, url: url)
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
+        let a = try TKPostgresLock(name: name, url: url)
+        let b = try TKPostgresLock(name: name, url: url)
         XCTAssertTrue(try a.lock(before: .now + .seconds(10)))
         let start = ContinuousClock.now
         XCTAssertFalse(try b.lock(before: start + .milliseconds(300)))
@@ -40,8 +44,10 @@ final class PostgresLockTests: XCTestCase {
     }
 
     func testWaiterGetsTheLockWhenTheHolderUnlocks() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
-        let a = try TKPostgresLock(name: name, url: url), b = try TKPostgresLock(name: name, url: url)
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
+        let a = try TKPostgresLock(name: name, url: url)
+        let b = try TKPostgresLock(name: name, url: url)
         XCTAssertTrue(try a.tryLock())
         let call = BackgroundLockCall(b, before: .now + .seconds(30))
         try waitUntil("b waits in pg_advisory_lock") { try PgLocks.waiting(name) == 1 }
@@ -52,8 +58,10 @@ final class PostgresLockTests: XCTestCase {
     }
 
     func testLockDateAndHolderDescribeTheCurrentHolder() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
-        let a = try TKPostgresLock(name: name, url: url), b = try TKPostgresLock(name: name, url: url)
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
+        let a = try TKPostgresLock(name: name, url: url)
+        let b = try TKPostgresLock(name: name, url: url)
         XCTAssertNil(b.lockDate)
         XCTAssertNil(try b.currentHolder())
         let before = Date()
@@ -63,14 +71,18 @@ final class PostgresLockTests: XCTestCase {
         let holder = try XCTUnwrap(b.currentHolder())
         XCTAssertEqual(holder.client?.hasSuffix("pid \(getpid())"), true, "\(holder)")
         XCTAssertEqual(holder.token, a.fencingToken)
-        XCTAssertEqual(String(holder.serverPID), try PostgresTestServer.psql(
-            "SELECT l.pid FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid WHERE l.locktype = 'advisory' AND l.granted AND t.name = '\(name)'"))
+        XCTAssertEqual(
+            String(holder.serverPID),
+            try PostgresTestServer.psql(
+                "SELECT l.pid FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid WHERE l.locktype = 'advisory' AND l.granted AND t.name = '\(name)'"
+            ))
         try a.unlock()
         XCTAssertNil(b.lockDate)
     }
 
     func testBreakLockEndsTheHoldersSessionAndSaysWhoseItWas() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
         let lost = DispatchSemaphore(value: 0)
         let a = try TKPostgresLock(name: name, url: url) { _ in lost.signal() }
         let b = try TKPostgresLock(name: name, url: url)
@@ -92,20 +104,25 @@ final class PostgresLockTests: XCTestCase {
     }
 
     func testTheLivenessCheckKeepsAHealthyHoldAndDeclaresASilentSessionLost() throws {
-        let url = try PostgresTestServer.info().url, name = uniqueName()
+        let url = try PostgresTestServer.info().url
+        let name = uniqueName()
         let lost = DispatchSemaphore(value: 0)
         let lock = try TKPostgresLock(name: name, url: url, livenessInterval: .milliseconds(50)) { _ in lost.signal() }
         XCTAssertTrue(try lock.tryLock())
         // Many checks pass while the session is healthy.
-        XCTAssertEqual(lost.wait(timeout: .now() + 1), .timedOut, "a healthy hold was reported lost: \(lock.lossError.map { "\($0)" } ?? "")")
+        XCTAssertEqual(
+            lost.wait(timeout: .now() + 1), .timedOut, "a healthy hold was reported lost: \(lock.lossError.map { "\($0)" } ?? "")")
         XCTAssertTrue(lock.isHeld)
         try lock.unlock()
         // A server process that stops answering (SIGSTOP: a partition as the client sees it).
         XCTAssertTrue(try lock.tryLock())
-        let pid = try XCTUnwrap(Int32(PostgresTestServer.psql("""
-            SELECT l.pid FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid
-            WHERE l.locktype = 'advisory' AND l.granted AND t.name = '\(name)'
-            """)))
+        let pid = try XCTUnwrap(
+            Int32(
+                PostgresTestServer.psql(
+                    """
+                    SELECT l.pid FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid
+                    WHERE l.locktype = 'advisory' AND l.granted AND t.name = '\(name)'
+                    """)))
         XCTAssertEqual(kill(pid, SIGSTOP), 0, "the tests run as root or as the server's user, to stop its process")
         defer { kill(pid, SIGCONT) }
         XCTAssertEqual(lost.wait(timeout: .now() + 10), .success, "a session that stopped answering was not declared lost")
@@ -126,10 +143,12 @@ final class PostgresLockTests: XCTestCase {
         let names = (0..<20).map { "collide-\(getpid())-\($0)-\(String(repeating: "x", count: $0 * 40))" }
         let locks = try names.map { try TKPostgresLock(name: $0, url: url) }
         for lock in locks { XCTAssertTrue(try lock.tryLock(), lock.name) }
-        XCTAssertEqual(try PostgresTestServer.psql("""
-            SELECT count(DISTINCT l.objid) FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid
-            WHERE l.locktype = 'advisory' AND l.granted AND t.name LIKE 'collide-\(getpid())-%'
-            """), "20")
+        XCTAssertEqual(
+            try PostgresTestServer.psql(
+                """
+                SELECT count(DISTINCT l.objid) FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid
+                WHERE l.locktype = 'advisory' AND l.granted AND t.name LIKE 'collide-\(getpid())-%'
+                """), "20")
         for lock in locks { try lock.unlock() }
     }
 
@@ -139,10 +158,12 @@ final class PostgresLockTests: XCTestCase {
         let name = uniqueName()
         let lock = try TKPostgresLock(name: name, url: info.url + "?sslmode=require")
         XCTAssertTrue(try lock.tryLock())
-        XCTAssertEqual(try PostgresTestServer.psql("""
-            SELECT s.ssl FROM pg_stat_ssl s JOIN pg_locks l ON s.pid = l.pid JOIN threadkit_locks t ON l.objid = t.id::oid
-            WHERE l.locktype = 'advisory' AND l.granted AND t.name = '\(name)'
-            """), "t")
+        XCTAssertEqual(
+            try PostgresTestServer.psql(
+                """
+                SELECT s.ssl FROM pg_stat_ssl s JOIN pg_locks l ON s.pid = l.pid JOIN threadkit_locks t ON l.objid = t.id::oid
+                WHERE l.locktype = 'advisory' AND l.granted AND t.name = '\(name)'
+                """), "t")
         try lock.unlock()
     }
 
@@ -159,7 +180,9 @@ final class PostgresLockTests: XCTestCase {
             XCTAssertLessThan(Date().timeIntervalSince(start), seconds, "not within a bounded time")
         }
         // Nothing listens on port 1.
-        expect(.systemCall, "cannot connect") { _ = try TKPostgresLock(name: "x", url: "postgres://threadkit:threadkit@127.0.0.1:1/threadkit") }
+        expect(.systemCall, "cannot connect") {
+            _ = try TKPostgresLock(name: "x", url: "postgres://threadkit:threadkit@127.0.0.1:1/threadkit")
+        }
         expect(.invalidArgument, "refused the credentials") {
             _ = try TKPostgresLock(name: "x", url: "postgres://threadkit:wrong@127.0.0.1:\(info.port)/threadkit")
         }
@@ -204,7 +227,7 @@ func waitUntil(_ what: String, timeout: TimeInterval = 30, _ condition: () throw
 /// A result handed from a thread to the test, under a Foundation lock.
 final class ResultBox: @unchecked Sendable {
     private let lock = NSLock()
-    private var result: Result<Bool, any Error>?   // guarded by `lock`
+    private var result: Result<Bool, any Error>? // guarded by `lock`
 
     func set(_ value: Result<Bool, any Error>) { lock.withLock { result = value } }
     func get() throws -> Bool? { try lock.withLock { result }?.get() }

@@ -21,8 +21,10 @@ struct ChildRole: Sendable {
 }
 
 enum ChildRoles {
-    static let all: [ChildRole] = MisuseRoles.all + RunLoopMisuseRoles.all + ThreadRoles.all + DistributedLockRoles.all + PortRoles.all
-        + DispatchMisuseRoles.all + DispatchMainRoles.all + OperationMisuseRoles.all + ConcurrencyRoles.all + GlobalExecutorRoles.all + ExecutorMisuseRoles.all
+    static let all: [ChildRole] =
+        MisuseRoles.all + RunLoopMisuseRoles.all + ThreadRoles.all + DistributedLockRoles.all + PortRoles.all
+        + DispatchMisuseRoles.all + DispatchMainRoles.all + OperationMisuseRoles.all + ConcurrencyRoles.all + GlobalExecutorRoles.all
+        + ExecutorMisuseRoles.all
         + DispatchSurfaceRoles.all + DispatchTargetRoles.all + DispatchSourceKindRoles.all + DispatchDataRoles.all
         + RunLoopIORoles.all + PortHardeningRoles.all + ExtremeInputRoles.all + ThreadLimitRoles.all + DistributedLockUserRoles.all
         + TraceRoles.all
@@ -31,8 +33,9 @@ enum ChildRoles {
 
     static func main(_ arguments: [String]) -> Int32 {
         guard let name = arguments.first, let role = all.first(where: { $0.name == name }) else {
-            Console.err("usage: ThreadKitTestChild ROLE [ARGUMENT...] (a test helper, started by ThreadKitTests). Roles:\n"
-                        + all.map { "  \($0.name) \($0.usage)" }.joined(separator: "\n"))
+            Console.err(
+                "usage: ThreadKitTestChild ROLE [ARGUMENT...] (a test helper, started by ThreadKitTests). Roles:\n"
+                    + all.map { "  \($0.name) \($0.usage)" }.joined(separator: "\n"))
             return 2
         }
         return role.run(Array(arguments.dropFirst()))

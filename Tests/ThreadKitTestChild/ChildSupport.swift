@@ -16,7 +16,10 @@ enum Console {
             var offset = 0
             while offset < bytes.count {
                 let n = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
-                if n < 0 { if errno == EINTR { continue }; return }
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    return
+                }
                 offset += n
             }
         }
@@ -52,11 +55,13 @@ final class SpawnedThread {
     init(_ body: @escaping @Sendable () -> Void) {
         // safety: the retained box is released exactly once, by the new thread (takeRetainedValue).
         let box = Unmanaged.passRetained(Box(body)).toOpaque()
-        let r = pthread_create(&handle, nil, { raw in
-            let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
-            box.body()
-            return nil
-        }, box)
+        let r = pthread_create(
+            &handle, nil,
+            { raw in
+                let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+                box.body()
+                return nil
+            }, box)
         if r != 0 { fatalError("ThreadKitTestChild: pthread_create failed with \(r)") }
     }
 

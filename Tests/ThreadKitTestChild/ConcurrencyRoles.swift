@@ -12,7 +12,7 @@ enum ConcurrencyRoles {
     static let all: [ChildRole] = [
         ChildRole(name: "main-thread-mix", usage: "N (three paths to the main thread under TKRunLoop.main)") { args in
             mainThreadMix(perPath: args.first.flatMap(Int.init) ?? 1_000)
-        },
+        }
     ]
 
     /// One record per item: (submitter, path, sequence within that submitter's path, or within
@@ -34,9 +34,10 @@ enum ConcurrencyRoles {
         }
         // A timer callout on the main loop: the main actor's isolation holds there.
         let assumed = TKAtomicInt32(0)
-        TKRunLoop.main.add(TKTimer(fireAt: .now, interval: .zero, repeats: false) { _ in
-            MainActor.assumeIsolated { assumed.store(1) }
-        }, forMode: .default)
+        TKRunLoop.main.add(
+            TKTimer(fireAt: .now, interval: .zero, repeats: false) { _ in
+                MainActor.assumeIsolated { assumed.store(1) }
+            }, forMode: .default)
         // Work queued before the main loop ever ran is served too (and first: one FIFO).
         let early = TKAtomicInt32(0)
         DispatchQueue.main.async { early.increment() }
@@ -47,7 +48,8 @@ enum ConcurrencyRoles {
                 var fifo = 0
                 for i in 0..<perPath {
                     TKDispatchQueue.main.async { record(s, 0, i, -1) }
-                    let f1 = fifo, f2 = fifo + 1
+                    let f1 = fifo
+                    let f2 = fifo + 1
                     fifo += 2
                     DispatchQueue.main.async { record(s, 1, i, f1) }
                     Task { @MainActor in record(s, 2, i, f2) }
@@ -73,7 +75,8 @@ enum ConcurrencyRoles {
         Console.out("per submitter and path in order: \(ordered)")
         Console.out("Dispatch main queue + main actor one FIFO per submitter: \(fifoKept)")
         Console.out("MainActor.assumeIsolated in a TKRunLoop.main callout: \(assumed.load() == 1)")
-        return ledger.records.count == ledger.expected && ledger.offMain == 0 && ordered && fifoKept && assumed.load() == 1 && early.load() == 2 ? 0 : 1
+        return ledger.records.count == ledger.expected && ledger.offMain == 0 && ordered && fifoKept && assumed.load() == 1
+            && early.load() == 2 ? 0 : 1
     }
 }
 
@@ -99,7 +102,8 @@ enum GlobalExecutorRoles {
             }
             // Judged by the standard library's atomics (independent of ThreadKit, and cheap enough
             // not to become the contended thing being measured).
-            let ran = AtomicCounter(), onPool = AtomicCounter()
+            let ran = AtomicCounter()
+            let onPool = AtomicCounter()
             let done = TKDispatchSemaphore(value: 0)
             Task {
                 await withTaskGroup(of: Void.self) { group in
@@ -113,7 +117,9 @@ enum GlobalExecutorRoles {
                 // Blocked-worker compensation covers tasks: 8 tasks (more than the cores) each block
                 // in a ThreadKit wait until the last one arrives; without another worker started
                 // for each blocked one, they would never all arrive.
-                let arrived = TKAtomicInt32(0), gate = TKDispatchSemaphore(value: 0), parties: Int32 = 8
+                let arrived = TKAtomicInt32(0)
+                let gate = TKDispatchSemaphore(value: 0)
+                let parties: Int32 = 8
                 await withTaskGroup(of: Void.self) { group in
                     for _ in 0..<parties {
                         group.addTask {
@@ -130,7 +136,9 @@ enum GlobalExecutorRoles {
                 let before = ContinuousClock.now
                 try? await Task.sleep(for: .milliseconds(20))
                 let slept = ContinuousClock.now - before
-                Console.out("slept \(slept >= .milliseconds(20) ? "at least" : "LESS THAN") 20 ms; resumed on the pool: \(TKThread.current.name?.hasPrefix("tk.dispatch") == true)")
+                Console.out(
+                    "slept \(slept >= .milliseconds(20) ? "at least" : "LESS THAN") 20 ms; resumed on the pool: \(TKThread.current.name?.hasPrefix("tk.dispatch") == true)"
+                )
                 done.signal()
             }
             done.wait()
@@ -161,7 +169,10 @@ actor PinnedCounter {
     private(set) var count = 0
     init(_ executor: UnownedSerialExecutor) { self.executor = executor }
     nonisolated var unownedExecutor: UnownedSerialExecutor { executor }
-    func increment() -> Int { count += 1; return count }
+    func increment() -> Int {
+        count += 1
+        return count
+    }
 }
 
 enum ExecutorMisuseRoles {
@@ -170,7 +181,10 @@ enum ExecutorMisuseRoles {
             let queue = TKDispatchQueue(label: "parallel", attributes: .concurrent)
             let counter = PinnedCounter(queue.asUnownedSerialExecutor())
             let done = TKDispatchSemaphore(value: 0)
-            Task { _ = await counter.increment(); done.signal() }
+            Task {
+                _ = await counter.increment()
+                done.signal()
+            }
             done.wait()
             return 0
         },
@@ -179,11 +193,14 @@ enum ExecutorMisuseRoles {
             var thread: TKThread? = TKThread(name: "finished-loop") { box.value = TKRunLoop.current }
             thread?.isDetached = false
             thread?.start()
-            thread?.join()   // publishes box.value
-            thread = nil     // the thread's object is gone too: the message still names it
+            thread?.join() // publishes box.value
+            thread = nil // the thread's object is gone too: the message still names it
             let counter = PinnedCounter(box.value!.asUnownedSerialExecutor())
             let done = TKDispatchSemaphore(value: 0)
-            Task { _ = await counter.increment(); done.signal() }
+            Task {
+                _ = await counter.increment()
+                done.signal()
+            }
             // Stops at the enqueue; never past this deadline unless the job was silently dropped.
             guard done.wait(until: .now + .seconds(20)) == .success else {
                 Console.out("the actor call never finished")
@@ -191,11 +208,14 @@ enum ExecutorMisuseRoles {
             }
             return 0
         },
-        ChildRole(name: "executor-thread-ends-with-job", usage: "idle|other-mode|mode-executor (a loop's thread ends with an actor job queued: misuse)") { args in
+        ChildRole(
+            name: "executor-thread-ends-with-job",
+            usage: "idle|other-mode|mode-executor (a loop's thread ends with an actor job queued: misuse)"
+        ) { args in
             threadEndsWithJobQueued(args.first ?? "idle")
         },
         ChildRole(name: "executor-assume-off-loop", usage: "(assumeIsolated for a loop's actor on another thread: misuse)") { _ in
-            let loop = TKRunLoop.main   // this role runs on the main thread; the check runs elsewhere
+            let loop = TKRunLoop.main // this role runs on the main thread; the check runs elsewhere
             let counter = PinnedCounter(loop.asUnownedSerialExecutor())
             let t = TKThread { counter.assumeIsolated { _ = $0.count } }
             t.isDetached = false
@@ -207,17 +227,18 @@ enum ExecutorMisuseRoles {
             // Asked for before the first job: the delay is read once.
             setenv("TK_EXECUTOR_STALL_MS", "100", 1)
             let box = SharedBox<TKRunLoop?>(nil)
-            let ready = TKDispatchSemaphore(value: 0), release = TKDispatchSemaphore(value: 0)
+            let ready = TKDispatchSemaphore(value: 0)
+            let release = TKDispatchSemaphore(value: 0)
             let thread = TKThread(name: "idle-loop") {
                 box.value = TKRunLoop.current
                 ready.signal()
-                release.wait()   // never runs its loop
+                release.wait() // never runs its loop
             }
             thread.start()
             ready.wait()
             let counter = PinnedCounter(box.value!.asUnownedSerialExecutor())
             Task { _ = await counter.increment() }
-            TKThread.sleep(for: .seconds(2))   // the warning is due after 100 ms
+            TKThread.sleep(for: .seconds(2)) // the warning is due after 100 ms
             return 0
         },
     ]
@@ -238,9 +259,11 @@ extension ExecutorMisuseRoles {
         let done = TKDispatchSemaphore(value: 0)
         let thread = TKThread(name: "ending-loop") {
             let loop = TKRunLoop.current
-            let modeExecutor = loop.executor(forModes: [other])   // held below: actors hold executors unowned
-            let counter = PinnedCounter(variant == "mode-executor" ? modeExecutor.asUnownedSerialExecutor()
-                                                                   : loop.asUnownedSerialExecutor())
+            let modeExecutor = loop.executor(forModes: [other]) // held below: actors hold executors unowned
+            let counter = PinnedCounter(
+                variant == "mode-executor"
+                    ? modeExecutor.asUnownedSerialExecutor()
+                    : loop.asUnownedSerialExecutor())
             /// Queues one job of the actor on its executor, from this thread.
             @Sendable func queueJob() {
                 _ = counter.assumeIsolated { counter in

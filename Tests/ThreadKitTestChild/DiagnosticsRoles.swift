@@ -8,16 +8,29 @@ enum DiagnosticsRoles {
     static let all: [ChildRole] = [
         ChildRole(name: "lock-order-fatal", usage: "(lockorder:fatal, then a two-lock inversion: must stop the process)") { _ in
             TKDiagnostics.enable([.lockOrder, .lockOrderFatal])
-            let first = TKLock(), second = TKLock()
+            let first = TKLock()
+            let second = TKLock()
             first.name = "first"
             second.name = "second"
-            SpawnedThread { first.lock(); second.lock(); second.unlock(); first.unlock() }.join()
-            SpawnedThread { second.lock(); first.lock(); first.unlock(); second.unlock() }.join()
+            SpawnedThread {
+                first.lock()
+                second.lock()
+                second.unlock()
+                first.unlock()
+            }.join()
+            SpawnedThread {
+                second.lock()
+                first.lock()
+                first.unlock()
+                second.unlock()
+            }.join()
             return 0
         },
         ChildRole(name: "diagnostics-config", usage: "(prints the features and hang threshold TK_DIAGNOSTICS gave)") { _ in
             Console.out(TKDiagnostics.summary)
-            Console.out("threshold-ns \(TKDiagnostics.hangThreshold.components.seconds * 1_000_000_000 + TKDiagnostics.hangThreshold.components.attoseconds / 1_000_000_000)")
+            Console.out(
+                "threshold-ns \(TKDiagnostics.hangThreshold.components.seconds * 1_000_000_000 + TKDiagnostics.hangThreshold.components.attoseconds / 1_000_000_000)"
+            )
             return 0
         },
         ChildRole(name: "main-loop-hang", usage: "(hangs:100ms; a main-loop timer callback that runs 600 ms; prints the hang)") { _ in

@@ -17,14 +17,20 @@ enum DispatchMisuseRoles {
             let parent = TKDispatchQueue(label: "parent")
             let child = TKDispatchQueue(label: "child", target: parent)
             let done = TKDispatchSemaphore(value: 0)
-            parent.async { child.sync {}; done.signal() }
+            parent.async {
+                child.sync {}
+                done.signal()
+            }
             done.wait()
             return 0
         },
         ChildRole(name: "dispatch-sync-barrier-inside", usage: "(barrier sync onto the concurrent queue the caller runs on)") { _ in
             let queue = TKDispatchQueue(label: "store", attributes: .concurrent)
             let done = TKDispatchSemaphore(value: 0)
-            queue.async { queue.sync(flags: .barrier) {}; done.signal() }
+            queue.async {
+                queue.sync(flags: .barrier) {}
+                done.signal()
+            }
             done.wait()
             return 0
         },

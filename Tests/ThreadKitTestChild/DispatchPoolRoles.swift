@@ -16,9 +16,11 @@ import ThreadKit
 
 enum DispatchPoolRoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "dispatch-pool-submission-order",
-                  usage: "N (width 1: one job submits N items; print the inversions of their start order)") { arguments in
-            setenv("TK_CPU_BUDGET", "1", 1)   // before the pool reads it
+        ChildRole(
+            name: "dispatch-pool-submission-order",
+            usage: "N (width 1: one job submits N items; print the inversions of their start order)"
+        ) { arguments in
+            setenv("TK_CPU_BUDGET", "1", 1) // before the pool reads it
             let n = max(1, Int(arguments.first ?? "200000") ?? 200_000)
             // Start positions, written once each by the item (index k of the start sequence).
             let order = UnsafeMutablePointer<Int32>.allocate(capacity: n)
@@ -34,36 +36,52 @@ enum DispatchPoolRoles {
                     }
                 }
             }
-            guard done.wait(until: .now + .seconds(60)) == .success else { print("unfinished"); return 1 }
+            guard done.wait(until: .now + .seconds(60)) == .success else {
+                print("unfinished")
+                return 1
+            }
             // Inversions: pairs started in the other order than submitted (a Fenwick tree over
             // the indices, walking the start sequence from its end).
             var tree = [Int](repeating: 0, count: n + 1)
             var inversions = 0
             for k in stride(from: n - 1, through: 0, by: -1) {
                 var i = Int(order[k])
-                while i > 0 { inversions += tree[i]; i -= i & -i }
+                while i > 0 {
+                    inversions += tree[i]
+                    i -= i & -i
+                }
                 i = Int(order[k]) + 1
-                while i <= n { tree[i] += 1; i += i & -i }
+                while i <= n {
+                    tree[i] += 1
+                    i += i & -i
+                }
             }
             print("items \(n) inversions \(inversions)")
             return 0
         },
-        ChildRole(name: "dispatch-pool-width-affinity",
-                  usage: "N (restrict this process to its first N allowed CPUs, then print the global queue)") { arguments in
-            unsetenv("TK_CPU_BUDGET")   // before the pool reads it: the mask alone decides here
+        ChildRole(
+            name: "dispatch-pool-width-affinity",
+            usage: "N (restrict this process to its first N allowed CPUs, then print the global queue)"
+        ) { arguments in
+            unsetenv("TK_CPU_BUDGET") // before the pool reads it: the mask alone decides here
             let kept = tk_affinity_keep_first(Int32(max(1, Int(arguments.first ?? "1") ?? 1)))
             guard kept > 0 else { return 3 }
             print("kept \(kept)")
             print(TKDispatchQueue.global().debugDescription)
             return 0
         },
-        ChildRole(name: "dispatch-pool-normal-from-background",
-                  usage: "(a background item submits a default-QoS item to a pool with no normal worker yet; print its policy and nice)") { _ in
+        ChildRole(
+            name: "dispatch-pool-normal-from-background",
+            usage: "(a background item submits a default-QoS item to a pool with no normal worker yet; print its policy and nice)"
+        ) { _ in
             // Unprivileged, as most programs run: as root (CI) a thread may raise its own priority
             // back, which hides the inheritance. Dropped before the pool starts.
             if getuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0) { return 3 }
             let done = TKDispatchSemaphore(value: 0)
-            final class Seen: @unchecked Sendable { var policy: Int32 = -1; var nice: Int32 = 99 }
+            final class Seen: @unchecked Sendable {
+                var policy: Int32 = -1
+                var nice: Int32 = 99
+            }
             let seen = Seen()
             TKDispatchQueue.global(qos: .background).async {
                 TKDispatchQueue.global().async {

@@ -19,8 +19,10 @@ enum DispatchSurfaceRoles {
             source.activate()
             return 0
         },
-        ChildRole(name: "dispatch-read-source-closed-before-activate",
-                  usage: "(a read source whose descriptor is closed before activate())") { _ in
+        ChildRole(
+            name: "dispatch-read-source-closed-before-activate",
+            usage: "(a read source whose descriptor is closed before activate())"
+        ) { _ in
             var fds: [Int32] = [0, 0]
             _ = pipe(&fds)
             // A high number, so the descriptors ThreadKit opens meanwhile do not take it again.
@@ -55,8 +57,10 @@ enum DispatchTargetRoles {
 
 enum DispatchSourceKindRoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "dispatch-process-source-signal",
-                  usage: "(a process source on this process sees a SIGUSR2 that a signal source catches; exit 0)") { _ in
+        ChildRole(
+            name: "dispatch-process-source-signal",
+            usage: "(a process source on this process sees a SIGUSR2 that a signal source catches; exit 0)"
+        ) { _ in
             let catcher = TKDispatchSource.makeSignalSource(signal: SIGUSR2, queue: .global())
             catcher.setEventHandler {}
             catcher.activate()
@@ -78,7 +82,7 @@ enum DispatchSourceKindRoles {
             let ok = got.wait(until: .now + .seconds(20)) == .success && seen.load() == 1
             Console.out(ok ? "process source saw the signal" : "no signal event")
             return ok ? 0 : 1
-        },
+        }
     ]
 }
 
@@ -88,6 +92,6 @@ enum DispatchDataRoles {
             let data = TKDispatchData(copying: [UInt8](repeating: 1, count: 10))
             _ = data.subdata(in: 5..<20)
             return 0
-        },
+        }
     ]
 }

@@ -12,8 +12,10 @@ enum DistributedLockRoles {
             Console.out("    child \(getpid()): locked")
             while true { TKThread.sleep(for: .seconds(3600)) }
         },
-        ChildRole(name: "dlock-break-race",
-                  usage: "PATH GO DONE (when GO exists: breakLockIfHolderIsDead, tryLock, report; stay alive until DONE exists)") { args in
+        ChildRole(
+            name: "dlock-break-race",
+            usage: "PATH GO DONE (when GO exists: breakLockIfHolderIsDead, tryLock, report; stay alive until DONE exists)"
+        ) { args in
             guard args.count == 3, let lock = try? TKDistributedLock(path: args[0]) else { return 2 }
             while access(args[1], F_OK) != 0 { TKThread.sleep(for: .microseconds(200)) }
             do {
@@ -45,7 +47,10 @@ enum DistributedLockRoles {
                 }
                 append("enter \(getpid())")
                 append("exit \(getpid())")
-                do { try lock.unlock() } catch { Console.err("\(error)"); return 1 }
+                do { try lock.unlock() } catch {
+                    Console.err("\(error)")
+                    return 1
+                }
             }
             return 0
         },
@@ -55,7 +60,9 @@ enum DistributedLockRoles {
 /// Child processes for the distributed lock shared with another user (issue 15, items 9–11).
 enum DistributedLockUserRoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "dlock-check", usage: "PATH [nobody] (print the holder's liveness and try breakLockIfHolderIsDead, as nobody if asked)") { args in
+        ChildRole(
+            name: "dlock-check", usage: "PATH [nobody] (print the holder's liveness and try breakLockIfHolderIsDead, as nobody if asked)"
+        ) { args in
             if args.count > 1 && args[1] == "nobody" && !becomeNobody() { return 3 }
             guard let lock = try? TKDistributedLock(path: args[0]) else { return 2 }
             let holder = lock.holder
@@ -63,9 +70,12 @@ enum DistributedLockUserRoles {
             do { Console.out("broke=\(try lock.breakLockIfHolderIsDead())") } catch { Console.out("threw \(error)") }
             return 0
         },
-        ChildRole(name: "dlock-readonly", usage: "PATH (as nobody: tryLock, lastError, tryLockOrThrow in a directory nobody may not write)") { args in
+        ChildRole(name: "dlock-readonly", usage: "PATH (as nobody: tryLock, lastError, tryLockOrThrow in a directory nobody may not write)")
+        { args in
             guard becomeNobody(), let lock = try? TKDistributedLock(path: args[0]) else { return 3 }
-            Console.out("tryLock=\(lock.tryLock()) holder=\(lock.holder.map { "\($0.pid)" } ?? "nil") lastError=\(lock.lastError.map { "\($0)" } ?? "nil")")
+            Console.out(
+                "tryLock=\(lock.tryLock()) holder=\(lock.holder.map { "\($0.pid)" } ?? "nil") lastError=\(lock.lastError.map { "\($0)" } ?? "nil")"
+            )
             do { Console.out("tryLockOrThrow=\(try lock.tryLockOrThrow())") } catch { Console.out("threw \(error)") }
             return 0
         },

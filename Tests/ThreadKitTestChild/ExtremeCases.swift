@@ -19,7 +19,7 @@ enum ExtremeCases {
             var thrown: [String] = []
             for bytes in [Int.max, Int.min, -1, 0, Int.max - 4096, 16_383] {
                 do {
-                    try TKThread { }.setStackSize(bytes)
+                    try TKThread {}.setStackSize(bytes)
                     fail("setStackSize(\(bytes)) was accepted")
                 } catch let error as TKError {
                     thrown.append("\(bytes): \(error.code)")
@@ -29,7 +29,7 @@ enum ExtremeCases {
         },
         ExtremeCase(name: "stack-size-huge-start") {
             // A multiple of 4 KiB no OS can map: start fails, start(throwing) says so.
-            let thread = TKThread { }
+            let thread = TKThread {}
             do { try thread.setStackSize(Int.max & ~4095) } catch { return "refused at setStackSize: \(error)" }
             do {
                 try thread.startOrThrow()
@@ -123,7 +123,10 @@ enum ExtremeCases {
             let source = TKDispatchSource.makeTimerSource(queue: .global())
             source.schedule(deadline: Extreme.farPast, repeating: .microseconds(100))
             source.setEventHandler {
-                if fires.increment() == 3 { source.cancel(); done.signal() }
+                if fires.increment() == 3 {
+                    source.cancel()
+                    done.signal()
+                }
             }
             source.activate()
             guard done.wait(until: .now + .seconds(30)) == .success else { fail("fired \(fires.value) times") }
@@ -172,7 +175,7 @@ enum ExtremeCases {
         },
         ExtremeCase(name: "semaphore-overflow") {
             let s = TKDispatchSemaphore(value: Int.max)
-            s.signal()   // misuse: one more than Int.max units
+            s.signal() // misuse: one more than Int.max units
             fail("signal() past Int.max units was accepted")
         },
         ExtremeCase(name: "operation-queue-limits") {
@@ -247,12 +250,18 @@ enum ExtremeCases {
             guard semaphore.wait(until: Extreme.farFuture) == .success else { fail("semaphore wait timed out") }
             let condition = TKCondition()
             let flag = SharedCount()
-            Extreme.whenAsleep(tid) { condition.withLock { _ = flag.increment(); condition.signal() } }
+            Extreme.whenAsleep(tid) {
+                condition.withLock {
+                    _ = flag.increment()
+                    condition.signal()
+                }
+            }
             condition.lock()
             while flag.value == 0 { _ = condition.wait(until: Extreme.farFuture) }
             condition.unlock()
             let lock = TKLock()
-            let held = TKDispatchSemaphore(value: 0), release = TKDispatchSemaphore(value: 0)
+            let held = TKDispatchSemaphore(value: 0)
+            let release = TKDispatchSemaphore(value: 0)
             let thread = TKThread {
                 lock.lock()
                 held.signal()
@@ -306,13 +315,15 @@ enum ExtremeCases {
             var notes: [String] = []
             for size in [1, Int.max] {
                 let (input, output) = TKStream.getBoundStreams(withBufferSize: size)
-                input.open(); output.open()
+                input.open()
+                output.open()
                 var byte: UInt8 = 7
                 let wrote = output.write(&byte, maxLength: 1)
                 var back: UInt8 = 0
                 let read = input.read(&back, maxLength: Int.max)
                 notes.append("\(size): wrote \(wrote) read \(read)")
-                input.close(); output.close()
+                input.close()
+                output.close()
             }
             return notes.joined(separator: "; ")
         },
@@ -329,8 +340,13 @@ enum ExtremeCases {
 /// A counter shared by threads (a TKLock-guarded Int), for the cases' own bookkeeping.
 final class SharedCount: @unchecked Sendable {
     private let lock = TKLock()
-    private var count = 0   // guarded by lock
+    private var count = 0 // guarded by lock
     var value: Int { lock.withLock { count } }
     @discardableResult func increment() -> Int { add(1) }
-    @discardableResult func add(_ n: Int) -> Int { lock.withLock { count += n; return count } }
+    @discardableResult func add(_ n: Int) -> Int {
+        lock.withLock {
+            count += n
+            return count
+        }
+    }
 }

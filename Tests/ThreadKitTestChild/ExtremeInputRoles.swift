@@ -23,7 +23,8 @@ enum ExtremeInputRoles {
             Console.out("ok \(name): \(outcome)")
             return 0
         },
-        ChildRole(name: "dispatch-io-offsets", usage: "(TKDispatchIO reads and writes at extreme offsets and lengths; one line per case)") { _ in
+        ChildRole(name: "dispatch-io-offsets", usage: "(TKDispatchIO reads and writes at extreme offsets and lengths; one line per case)") {
+            _ in
             DispatchIOOffsets.run()
         },
         ChildRole(name: "dispatch-data-extreme", usage: "CASE (a TKDispatchData call with an extreme range or size: misuse)") { args in
@@ -91,7 +92,8 @@ enum DispatchIOOffsets {
         _ = content.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         lseek(fd, off_t(c.pos), SEEK_SET)
         let queue = TKDispatchQueue(label: "io-offsets")
-        let done = TKDispatchSemaphore(value: 0), cleaned = TKDispatchSemaphore(value: 0)
+        let done = TKDispatchSemaphore(value: 0)
+        let cleaned = TKDispatchSemaphore(value: 0)
         let io = TKDispatchIO(type: c.random ? .random : .stream, fileDescriptor: fd, queue: queue) { _ in cleaned.signal() }
         let collected = Collected()
         let handler: TKDispatchIO.IOHandler = { isDone, data, error in
@@ -165,7 +167,8 @@ enum Extreme {
         TKThread.detachNewThread {
             while true {
                 if let stat = readText("/proc/self/task/\(tid)/stat"), let close = stat.lastIndex(of: ")"),
-                   stat[stat.index(after: close)...].dropFirst().first == "S" {
+                    stat[stat.index(after: close)...].dropFirst().first == "S"
+                {
                     break
                 }
                 TKThread.sleep(for: .milliseconds(1))

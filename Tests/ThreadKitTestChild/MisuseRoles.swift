@@ -78,22 +78,34 @@ enum RunLoopMisuseRoles {
             t.join()
             return 0
         },
-        ChildRole(name: "runloop-foreign-run-named", usage: "current|perform (the main thread runs the loop of a thread named "
-                  + "\"loop-owner\", made as early as it can be: by the thread's first statement, or by a perform request "
-                  + "sent right after start(), before the thread ran anything)") { args in
+        ChildRole(
+            name: "runloop-foreign-run-named",
+            usage: "current|perform (the main thread runs the loop of a thread named "
+                + "\"loop-owner\", made as early as it can be: by the thread's first statement, or by a perform request "
+                + "sent right after start(), before the thread ran anything)"
+        ) { args in
             let byPerform = args.first == "perform"
             let gate = TKCondition()
-            let state = SharedBox<(go: Bool, loop: TKRunLoop?)>((!byPerform, nil))   // guarded by gate
+            let state = SharedBox<(go: Bool, loop: TKRunLoop?)>((!byPerform, nil)) // guarded by gate
             let owner = TKThread(name: "loop-owner") {
                 gate.withLock { while !state.value.go { gate.wait() } }
                 let loop = TKRunLoop.current
-                gate.withLock { state.value.loop = loop; gate.broadcast() }
+                gate.withLock {
+                    state.value.loop = loop
+                    gate.broadcast()
+                }
                 TKThread.sleep(for: .seconds(3600))
             }
             owner.start()
             if byPerform {
-                do { try owner.perform {} } catch { Console.err("perform failed: \(error)"); return 3 }
-                gate.withLock { state.value.go = true; gate.broadcast() }
+                do { try owner.perform {} } catch {
+                    Console.err("perform failed: \(error)")
+                    return 3
+                }
+                gate.withLock {
+                    state.value.go = true
+                    gate.broadcast()
+                }
             }
             let loop = gate.withLock { () -> TKRunLoop in
                 while state.value.loop == nil { gate.wait() }

@@ -19,14 +19,17 @@ enum OperationMisuseRoles {
 
     static let all: [ChildRole] = [
         ChildRole(name: "operation-add-twice", usage: "(add one operation to the same queue twice)") { _ in
-            let q = queue("uploads"), op = named("upload")
+            let q = queue("uploads")
+            let op = named("upload")
             q.isSuspended = true
             q.addOperation(op)
             q.addOperation(op)
             return 0
         },
         ChildRole(name: "operation-two-queues", usage: "(add one operation to two queues)") { _ in
-            let a = queue("uploads"), b = queue("thumbnails"), op = named("resize")
+            let a = queue("uploads")
+            let b = queue("thumbnails")
+            let op = named("resize")
             a.isSuspended = true
             a.addOperation(op)
             b.addOperation(op)
@@ -45,13 +48,15 @@ enum OperationMisuseRoles {
             return 0
         },
         ChildRole(name: "operation-start-not-ready", usage: "(start an operation whose dependency has not finished)") { _ in
-            let op = named("decode"), download = named("download")
+            let op = named("decode")
+            let download = named("download")
             try? op.addDependency(download)
             op.start()
             return 0
         },
         ChildRole(name: "operation-start-queued", usage: "(start by hand an operation added to a queue)") { _ in
-            let q = queue("parsers"), op = named("parse")
+            let q = queue("parsers")
+            let op = named("parse")
             q.isSuspended = true
             q.addOperation(op)
             op.start()
@@ -76,7 +81,7 @@ enum OperationMisuseRoles {
             let q = queue("serial-db")
             q.maxConcurrentOperationCount = 1
             let later = named("later")
-            q.isSuspended = true   // both in the queue before the first one waits
+            q.isSuspended = true // both in the queue before the first one waits
             q.addOperation { later.waitUntilFinished() }
             q.addOperation(later)
             q.isSuspended = false
@@ -91,7 +96,10 @@ enum OperationMisuseRoles {
         ChildRole(name: "operation-finish-twice", usage: "(an asynchronous operation calls finish() twice)") { _ in
             final class Twice: TKOperation, @unchecked Sendable {
                 override var isAsynchronous: Bool { true }
-                override func start() { finish(); finish() }
+                override func start() {
+                    finish()
+                    finish()
+                }
             }
             let op = Twice()
             op.name = "fetch"

@@ -20,14 +20,21 @@ import ThreadKit
 
 enum PortHardeningRoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "port-component-flood", usage: "COUNT (stream one frame of COUNT port components at a listener; print what it refused and the memory used)") { args in
+        ChildRole(
+            name: "port-component-flood",
+            usage: "COUNT (stream one frame of COUNT port components at a listener; print what it refused and the memory used)"
+        ) { args in
             componentFlood(count: args.first.flatMap(Int.init) ?? 1_000_000)
         },
-        ChildRole(name: "port-frame-budget", usage: "MIB N EACH (budget MIB; N connections each send EACH MiB of a 60 MiB frame; print shed, max-held, rss growth)") { args in
+        ChildRole(
+            name: "port-frame-budget",
+            usage: "MIB N EACH (budget MIB; N connections each send EACH MiB of a 60 MiB frame; print shed, max-held, rss growth)"
+        ) { args in
             guard args.count == 3, let budget = Int(args[0]), let clients = Int(args[1]), let each = Int(args[2]) else { return 2 }
             return frameBudget(budgetMiB: budget, clients: clients, eachMiB: each)
         },
-        ChildRole(name: "port-listener-emfile", usage: "(a listening port out of descriptors: print \"received 3 while-full 0 cpu-ms N\")") { _ in
+        ChildRole(name: "port-listener-emfile", usage: "(a listening port out of descriptors: print \"received 3 while-full 0 cpu-ms N\")")
+        { _ in
             listenerOutOfDescriptors()
         },
         ChildRole(name: "port-unix-mode", usage: "PATH (umask 0, listen at PATH, print \"mode OCTAL\")") { args in
@@ -44,10 +51,16 @@ enum PortHardeningRoles {
             TKSocketPort.unfinishedFrameBudget = -1
             return 0
         },
-        ChildRole(name: "port-remote-cost", usage: "N (hold N remote ports, then N untouched 64 KiB buffers; print the resident kB each costs)") { args in
+        ChildRole(
+            name: "port-remote-cost", usage: "N (hold N remote ports, then N untouched 64 KiB buffers; print the resident kB each costs)"
+        ) { args in
             remoteCost(count: args.first.flatMap(Int.init) ?? 20_000)
         },
-        ChildRole(name: "port-auth-flood", usage: "MODE N (attack|control: a key holder sends N 1 MiB messages to a shared-key listener, with or without 6 keyless 60 MiB frames streaming; print delivered, refused, maxrss-kb)") { args in
+        ChildRole(
+            name: "port-auth-flood",
+            usage:
+                "MODE N (attack|control: a key holder sends N 1 MiB messages to a shared-key listener, with or without 6 keyless 60 MiB frames streaming; print delivered, refused, maxrss-kb)"
+        ) { args in
             guard args.count == 2, ["attack", "control"].contains(args[0]), let count = Int(args[1]) else { return 2 }
             return authFlood(attack: args[0] == "attack", messages: count)
         },
@@ -69,7 +82,7 @@ enum PortHardeningRoles {
         let received = Atomic<Int>(0)
         let refusalCount = Atomic<Int>(0)
         private let lock = TKLock()
-        private var reasons: [String] = []   // guarded by lock
+        private var reasons: [String] = [] // guarded by lock
         private let stop = Atomic<Bool>(false)
         private var thread: TKThread?
 
@@ -171,7 +184,9 @@ enum PortHardeningRoles {
         close(fd)
     }
 
-    static func u32(_ value: Int) -> [UInt8] { [UInt8(value >> 24 & 0xFF), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)] }
+    static func u32(_ value: Int) -> [UInt8] {
+        [UInt8(value >> 24 & 0xFF), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
+    }
     static func u16(_ value: Int) -> [UInt8] { [UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)] }
 
     /// Writes all of `bytes` (blocking socket): false once the listener closed the connection.
@@ -226,7 +241,9 @@ enum PortHardeningRoles {
         let sentGood = message.send(before: .now + .seconds(30))
         let delivered = sentGood && wait { receiver.received.load(ordering: .acquiring) >= 1 }
         let reason = receiver.refusals.first ?? "none"
-        Console.out("refused \(refused) sent-kb \(sent / 1024) of-kb \((bodyLength + 4) / 1024) hwm-growth-kb \(growth) delivered \(delivered ? 1 : 0)")
+        Console.out(
+            "refused \(refused) sent-kb \(sent / 1024) of-kb \((bodyLength + 4) / 1024) hwm-growth-kb \(growth) delivered \(delivered ? 1 : 0)"
+        )
         Console.out("reason \(reason)")
         return 0
     }
@@ -277,8 +294,9 @@ enum PortHardeningRoles {
         let delivered = message.send(before: .now + .seconds(30)) && wait { receiver.received.load(ordering: .acquiring) >= 1 }
         sampling.store(false, ordering: .releasing)
         sampler.join()
-        Console.out("shed \(shed) must-shed \(mustShed) shed-enough \(shedEnough) budget-reasons \(budgetReasons) max-held \(maxHeld.load(ordering: .relaxed)) "
-                    + "budget \(budgetMiB << 20) hwm-growth-kb \(growth) released \(released) delivered \(delivered ? 1 : 0)")
+        Console.out(
+            "shed \(shed) must-shed \(mustShed) shed-enough \(shedEnough) budget-reasons \(budgetReasons) max-held \(maxHeld.load(ordering: .relaxed)) "
+                + "budget \(budgetMiB << 20) hwm-growth-kb \(growth) released \(released) delivered \(delivered ? 1 : 0)")
         return 0
     }
 
@@ -295,18 +313,21 @@ enum PortHardeningRoles {
     private static func authFlood(attack: Bool, messages: Int) -> Int32 {
         let key = Array("the flood test's shared key, 32B".utf8)
         guard let port = try? TKSocketPort(tcpPort: 0), let number = port.localPort,
-              let listenerKey = try? TKSocketPortAuthenticator.sharedKey(key),
-              let holderKey = try? TKSocketPortAuthenticator.sharedKey(key) else { return 1 }
+            let listenerKey = try? TKSocketPortAuthenticator.sharedKey(key),
+            let holderKey = try? TKSocketPortAuthenticator.sharedKey(key)
+        else { return 1 }
         port.authenticator = listenerKey
         let receiver = Receiver(port)
         receiver.start()
         defer { receiver.finish() }
         let chunk = [UInt8](repeating: 0xAB, count: 1 << 20)
         let frameBody = 60 << 20
-        let envelopeHead = u32(frameBody) + Array("TKPA".utf8) + Array("TKPM".utf8) + [1] + u32(1) + [0] + u32(1) + [0] + u32(frameBody - 27)
+        let envelopeHead =
+            u32(frameBody) + Array("TKPA".utf8) + Array("TKPM".utf8) + [1] + u32(1) + [0] + u32(1) + [0] + u32(frameBody - 27)
         // segment := "TKPS" 2 message:u64 index:u32 total:u32 data auth n:u16 (docs/Ports.md).
         func segment(_ index: Int, _ data: Int) -> [UInt8] {
-            let body = Array("TKPS".utf8) + [2] + u32(0x0BAD) + u32(0xF00D) + u32(index) + u32(frameBody) + [UInt8](repeating: 0xCD, count: data)
+            let body =
+                Array("TKPS".utf8) + [2] + u32(0x0BAD) + u32(0xF00D) + u32(index) + u32(frameBody) + [UInt8](repeating: 0xCD, count: data)
                 + [UInt8](repeating: 0xEE, count: 32) + u16(32)
             return u32(body.count) + body
         }
@@ -352,9 +373,10 @@ enum PortHardeningRoles {
         _ = wait { receiver.refusalCount.load(ordering: .acquiring) >= attackers }
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
-        Console.out("sent-true \(sentTrue) sent-false \(sentFalse) delivered \(receiver.received.load(ordering: .acquiring)) "
-                    + "refused \(receiver.refusalCount.load(ordering: .acquiring)) attackers-cut-off \(cutOff.load(ordering: .relaxed)) "
-                    + "attacker-max-kb \(attackerMaxKB.load(ordering: .relaxed)) maxrss-kb \(usage.ru_maxrss)")
+        Console.out(
+            "sent-true \(sentTrue) sent-false \(sentFalse) delivered \(receiver.received.load(ordering: .acquiring)) "
+                + "refused \(receiver.refusalCount.load(ordering: .acquiring)) attackers-cut-off \(cutOff.load(ordering: .relaxed)) "
+                + "attacker-max-kb \(attackerMaxKB.load(ordering: .relaxed)) maxrss-kb \(usage.ru_maxrss)")
         for reason in receiver.refusals { Console.out("reason \(reason)") }
         holder.invalidate()
         return 0

@@ -8,7 +8,9 @@ import ThreadKit
 
 enum PortRoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "port-send", usage: "ADDRESS COUNT [BYTES] (send COUNT messages, msgid 0…COUNT-1, to a listener; print \"sent COUNT\")") { args in
+        ChildRole(
+            name: "port-send", usage: "ADDRESS COUNT [BYTES] (send COUNT messages, msgid 0…COUNT-1, to a listener; print \"sent COUNT\")"
+        ) { args in
             guard args.count >= 2, let count = Int(args[1]), let port = remotePort(args[0]) else { return 2 }
             let payload = [UInt8](repeating: 7, count: args.count > 2 ? Int(args[2]) ?? 0 : 0)
             for i in 0..<count {
@@ -22,7 +24,11 @@ enum PortRoles {
             Console.out("sent \(count)")
             return 0
         },
-        ChildRole(name: "port-echo", usage: "ADDRESS [FILE] (listen; print \"listening ADDRESS\" (and write ADDRESS to FILE); answer each message through its reply port with msgid+1 and the same components; exit on msgid 0xFFFFFFFF)") { args in
+        ChildRole(
+            name: "port-echo",
+            usage:
+                "ADDRESS [FILE] (listen; print \"listening ADDRESS\" (and write ADDRESS to FILE); answer each message through its reply port with msgid+1 and the same components; exit on msgid 0xFFFFFFFF)"
+        ) { args in
             guard let port = listeningPort(args.first ?? "tcp:0") else { return 2 }
             let echo = Echo()
             port.delegate = echo
@@ -41,7 +47,10 @@ enum PortRoles {
     final class Echo: TKPortDelegate {
         let finished = Atomic<Bool>(false)
         func handlePortMessage(_ message: TKPortMessage) {
-            if message.msgid == UInt32.max { finished.store(true, ordering: .releasing); return }
+            if message.msgid == UInt32.max {
+                finished.store(true, ordering: .releasing)
+                return
+            }
             guard let reply = message.sendPort else { return }
             let answer = TKPortMessage(sendPort: reply, receivePort: nil, components: message.components)
             answer.msgid = message.msgid &+ 1

@@ -7,7 +7,11 @@ import ThreadKit
 
 enum RunLoopIORoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "io-clients", usage: "PORT COUNT HALF (open COUNT TCP connections to 127.0.0.1:PORT, shut down the sending side of the first HALF, print \"connected COUNT\", then exit when standard input ends)") { args in
+        ChildRole(
+            name: "io-clients",
+            usage:
+                "PORT COUNT HALF (open COUNT TCP connections to 127.0.0.1:PORT, shut down the sending side of the first HALF, print \"connected COUNT\", then exit when standard input ends)"
+        ) { args in
             guard args.count == 3, let port = UInt16(args[0]), let count = Int(args[1]), let half = Int(args[2]) else { return 2 }
             var fds: [Int32] = []
             for i in 0..<count {
@@ -24,10 +28,16 @@ enum RunLoopIORoles {
             while read(0, &byte, 1) > 0 {}
             return 0
         },
-        ChildRole(name: "io-fd-reuse-reenable", usage: "(close a TKFileDescriptorSource's descriptor under it, reuse the number for another source on the loop, re-enable the old one: a misuse; without the check, print which source heard the new pipe's byte)") { _ in
+        ChildRole(
+            name: "io-fd-reuse-reenable",
+            usage:
+                "(close a TKFileDescriptorSource's descriptor under it, reuse the number for another source on the loop, re-enable the old one: a misuse; without the check, print which source heard the new pipe's byte)"
+        ) { _ in
             reenableStaleSource()
         },
-        ChildRole(name: "io-listener-emfile", usage: "(a listener out of descriptors: print \"accepted 3 cpu-ms N\" after descriptors come back)") { _ in
+        ChildRole(
+            name: "io-listener-emfile", usage: "(a listener out of descriptors: print \"accepted 3 cpu-ms N\" after descriptors come back)"
+        ) { _ in
             listenerOutOfDescriptors()
         },
     ]
@@ -38,24 +48,24 @@ enum RunLoopIORoles {
     /// source's events. All on this thread's loop.
     static func reenableStaleSource() -> Int32 {
         let loop = TKRunLoop.current
-        let heard = SharedBox(0)   // 1: the old source, 2: the new one; this thread only (callbacks run on its loop)
+        let heard = SharedBox(0) // 1: the old source, 2: the new one; this thread only (callbacks run on its loop)
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { return 1 }
         let number = fds[0]
         let old = TKFileDescriptorSource(fileDescriptor: number) { _, _ in heard.value = 1 }
         loop.add(old, forMode: .default)
         old.enableCallBacks(.read)
-        close(number)   // under the source
+        close(number) // under the source
         var second: [Int32] = [0, 0]
         guard pipe(&second) == 0 else { return 1 }
-        if second[0] != number {   // the kernel usually hands out the freed number itself
+        if second[0] != number { // the kernel usually hands out the freed number itself
             guard dup2(second[0], number) == number else { return 1 }
             close(second[0])
         }
         let new = TKFileDescriptorSource(fileDescriptor: number) { _, _ in heard.value = 2 }
         loop.add(new, forMode: .default)
         new.enableCallBacks(.read)
-        old.enableCallBacks(.read)   // the misuse
+        old.enableCallBacks(.read) // the misuse
         var byte: UInt8 = 7
         _ = write(second[1], &byte, 1)
         let deadline = ContinuousClock.now + .seconds(10)

@@ -16,14 +16,14 @@ enum ThreadRoles {
             saver.isDetached = false
             saver.start()
             Console.out("    (child: main returns while the joinable saver writes)")
-            return 0   // exit() runs the atexit handler, which joins the saver
+            return 0 // exit() runs the atexit handler, which joins the saver
         },
         ChildRole(name: "detached-blocked", usage: "(main returns while a detached thread blocks forever)") { _ in
             TKThread.detachNewThread { TKThread.sleep(for: .seconds(3600)) }
             return 0
         },
         ChildRole(name: "multithreaded", usage: "(prints when willBecomeMultiThreaded is posted, relative to thread starts)") { _ in
-            let log = SharedBox<[String]>([])   // guarded by lock
+            let log = SharedBox<[String]>([]) // guarded by lock
             let lock = TKLock()
             TKNotificationCenter.default.addObserver(forName: TKThread.willBecomeMultiThreadedNotification, object: nil) { _ in
                 lock.withLock { log.value.append("notification multithreaded=\(TKThread.isMultiThreaded())") }
@@ -36,14 +36,20 @@ enum ThreadRoles {
             for line in log.value { Console.out(line) }
             return 0
         },
-        ChildRole(name: "perform-in-background", usage: "(performInBackground as the process's first thread; prints isMultiThreaded before and after)") { _ in
+        ChildRole(
+            name: "perform-in-background",
+            usage: "(performInBackground as the process's first thread; prints isMultiThreaded before and after)"
+        ) { _ in
             let mainThread = pthread_self()
             let ran = TKCondition()
-            let seen = SharedBox<String?>(nil)   // guarded by ran
+            let seen = SharedBox<String?>(nil) // guarded by ran
             Console.out("before multithreaded=\(TKThread.isMultiThreaded())")
             let thread = TKThread.performInBackground {
                 let line = "background onMainPthread=\(pthread_equal(pthread_self(), mainThread) != 0) name=\(TKThread.current.name ?? "-")"
-                ran.withLock { seen.value = line; ran.signal() }
+                ran.withLock {
+                    seen.value = line
+                    ran.signal()
+                }
             }
             let line = ran.withLock { () -> String in
                 while seen.value == nil { ran.wait() }
@@ -68,11 +74,12 @@ enum ThreadRoles {
             worker.start()
             return 0
         },
-        ChildRole(name: "thread-detach-after-start", usage: "(a joinable thread blocking forever is detached after start; main returns)") { _ in
+        ChildRole(name: "thread-detach-after-start", usage: "(a joinable thread blocking forever is detached after start; main returns)") {
+            _ in
             let blocked = TKThread(name: "blocked") { TKThread.sleep(for: .seconds(3600)) }
             blocked.isDetached = false
             blocked.start()
-            blocked.isDetached = true   // pthread_detach: exit no longer waits for it
+            blocked.isDetached = true // pthread_detach: exit no longer waits for it
             Console.out("detached=\(blocked.isDetached)")
             return 0
         },
@@ -87,10 +94,13 @@ enum ThreadRoles {
         },
         ChildRole(name: "thread-priority-unprivileged", usage: "(drops privilege, then raises and lowers a thread's priority)") { _ in
             // Without CAP_SYS_NICE (leave root) and without RLIMIT_NICE headroom, raising is refused.
-            if geteuid() == 0 && setuid(65534) != 0 { Console.err("setuid failed"); return 3 }
+            if geteuid() == 0 && setuid(65534) != 0 {
+                Console.err("setuid failed")
+                return 3
+            }
             var none = rlimit(rlim_cur: 0, rlim_max: 0)
             _ = setrlimit(__rlimit_resource_t(__RLIMIT_NICE.rawValue), &none)
-            let lines = SharedBox<[String]>([])   // written by the thread, read after join
+            let lines = SharedBox<[String]>([]) // written by the thread, read after join
             let thread = TKThread(name: "prio") {
                 func line(_ what: String, _ ok: Bool) {
                     let nice = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
@@ -107,26 +117,38 @@ enum ThreadRoles {
             for l in lines.value { Console.out(l) }
             return 0
         },
-        ChildRole(name: "thread-stack-unmappable", usage: "(address space capped 1 GiB above what is mapped; a thread asking for a "
-                  + "64 TiB stack: print what start() reported, one `key value` per line)") { _ in
+        ChildRole(
+            name: "thread-stack-unmappable",
+            usage: "(address space capped 1 GiB above what is mapped; a thread asking for a "
+                + "64 TiB stack: print what start() reported, one `key value` per line)"
+        ) { _ in
             // Whether a 64 TiB mapping fits depends on the machine (47- or 56-bit user address
             // space) and on overcommit; under an RLIMIT_AS just above what the process maps now it
             // fits nowhere. Checked first with a plain mmap of the same size (the premise).
-            guard let mapped = virtualSizeBytes() else { Console.err("cannot read VmSize"); return 3 }
+            guard let mapped = virtualSizeBytes() else {
+                Console.err("cannot read VmSize")
+                return 3
+            }
             var limit = rlimit()
             _ = getrlimit(__rlimit_resource_t(RLIMIT_AS.rawValue), &limit)
             limit.rlim_cur = min(rlim_t(mapped + (1 << 30)), limit.rlim_max)
-            guard setrlimit(__rlimit_resource_t(RLIMIT_AS.rawValue), &limit) == 0 else { Console.err("setrlimit failed"); return 3 }
+            guard setrlimit(__rlimit_resource_t(RLIMIT_AS.rawValue), &limit) == 0 else {
+                Console.err("setrlimit failed")
+                return 3
+            }
             let stack = 1 << 46
             let probe = mmap(nil, stack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
             let premise = probe == UnsafeMutableRawPointer(bitPattern: -1)
             if !premise { _ = munmap(probe, stack) }
             Console.out("premise-mmap-refused \(premise)")
-            let reported = SharedBox<(TKThread, any Error)?>(nil)   // set by start() on this thread
+            let reported = SharedBox<(TKThread, any Error)?>(nil) // set by start() on this thread
             TKThread.uncaughtErrorHandler = { thread, error in reported.value = (thread, error) }
-            let ran = SharedBox(false)   // read after the thread is known to have ended
+            let ran = SharedBox(false) // read after the thread is known to have ended
             let huge = TKThread(name: "huge") { ran.value = true }
-            do { try huge.setStackSize(stack) } catch { Console.out("setStackSize-threw \(error)"); return 1 }
+            do { try huge.setStackSize(stack) } catch {
+                Console.out("setStackSize-threw \(error)")
+                return 1
+            }
             huge.start()
             let error = reported.value?.1 as? TKError
             Console.out("reported-for-this-thread \(reported.value?.0 === huge)")

@@ -38,16 +38,18 @@ enum TraceRoles {
         },
         ChildRole(name: "trace-export-bounded", usage: "export|control FILE.json THREADS EVENTS CAPACITY TOTAL") { arguments in
             guard arguments.count == 6, let threads = Int(arguments[2]), let events = Int(arguments[3]),
-                  let capacity = Int(arguments[4]), let total = Int(arguments[5]), threads > 0, events > 0 else { return 2 }
+                let capacity = Int(arguments[4]), let total = Int(arguments[5]), threads > 0, events > 0
+            else { return 2 }
             TKTrace.start(capacity: capacity, totalCapacity: total)
-            let recorded = TKDispatchSemaphore(value: 0), release = TKDispatchSemaphore(value: 0)
+            let recorded = TKDispatchSemaphore(value: 0)
+            let release = TKDispatchSemaphore(value: 0)
             var started: [TKThread] = []
             for index in 0..<threads {
                 let thread = TKThread(name: "exporter-\(index)") {
                     for _ in 1..<events { TKTrace.mark("t\(index)") }
                     TKTrace.mark("last \(index)")
                     _ = recorded.signal()
-                    release.wait()   // alive until every thread has recorded: no ring is recycled
+                    release.wait() // alive until every thread has recorded: no ring is recycled
                 }
                 thread.isDetached = false
                 try? thread.setStackSize(128 * 1024)

@@ -6,6 +6,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import ThreadKit
 
 final class AsyncSemaphoreTests: XCTestCase {
@@ -40,10 +41,11 @@ final class AsyncSemaphoreTests: XCTestCase {
         let order = Guarded<[Int]>([])
         var tasks: [Task<Void, any Error>] = []
         for i in 0..<count {
-            tasks.append(Task {
-                try await s.acquire()
-                order.withLock { $0.append(i) }
-            })
+            tasks.append(
+                Task {
+                    try await s.acquire()
+                    order.withLock { $0.append(i) }
+                })
             // Sequenced: task i is registered before task i + 1 starts.
             let registered = await eventually { s.asyncWaiterCount == i + 1 }
             XCTAssertTrue(registered)
@@ -131,7 +133,8 @@ final class AsyncSemaphoreTests: XCTestCase {
         let units = 2
         let s = TKDispatchSemaphore(value: units)
         let meter = ConcurrencyMeter()
-        let taskWorkers = 4, threadWorkers = 2
+        let taskWorkers = 4
+        let threadWorkers = 2
         let perWorker = stress(2_500)
         let completed = JudgedCounter()
         let timeouts = JudgedCounter()
@@ -182,12 +185,13 @@ final class AsyncSemaphoreTests: XCTestCase {
         let quitOutcomes = JudgedCounter()
         var quitters: [Task<Void, any Error>] = []
         for q in 0..<quitterCount {
-            quitters.append(Task {
-                defer { quitOutcomes.add() }
-                try await s.acquire()
-                await holdInTask()
-                s.signal()
-            })
+            quitters.append(
+                Task {
+                    defer { quitOutcomes.add() }
+                    try await s.acquire()
+                    await holdInTask()
+                    s.signal()
+                })
             // Every other one is cancelled a few creations later: before it ran, while it waits,
             // as it is handed a unit, or after it finished.
             if q >= 6 && q % 2 == 0 { quitters[q - 6].cancel() }

@@ -8,6 +8,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import ThreadKit
 
 final class AsyncSequenceTests: XCTestCase {
@@ -56,7 +57,7 @@ final class AsyncSequenceTests: XCTestCase {
                 XCTAssertEqual(message?.msgid, id)
             }
             XCTAssertEqual(collector.ids, [1], "the delegate got messages while an iteration was active")
-            _ = iterator   // dropped here: the iteration ends with 4 and 5 untaken
+            _ = iterator // dropped here: the iteration ends with 4 and 5 untaken
         }
         XCTAssertEqual(port.inbox.consumerCount, 0)
         for _ in 0..<2 { XCTAssertEqual(collector.arrivals.wait(timeout: .now() + 30), .success, "left messages were lost") }
@@ -127,7 +128,7 @@ final class AsyncSequenceTests: XCTestCase {
                 previous = fire
             }
             XCTAssertTrue(timer.isValid)
-            _ = iterator   // dropped here
+            _ = iterator // dropped here
         }
         XCTAssertFalse(timer.isValid, "the timer outlived its iteration")
         XCTAssertNil(worker.loop.nextTimerFireDate(forMode: .default))
@@ -200,7 +201,8 @@ final class AsyncSequenceTests: XCTestCase {
     func testNotificationsFilterBySenderAndKeepPostsMadeBeforeIterating() async {
         let center = TKNotificationCenter()
         final class Sender: Sendable {}
-        let mine = Sender(), other = Sender()
+        let mine = Sender()
+        let other = Sender()
         let sequence = center.notifications(named: "n", object: mine)
         center.post(name: "n", object: other, userInfo: ["i": 0])
         center.post(name: "n", object: mine, userInfo: ["i": 1])

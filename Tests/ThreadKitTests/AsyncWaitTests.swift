@@ -7,6 +7,7 @@
 import Dispatch
 import Foundation
 import XCTest
+
 @testable import ThreadKit
 
 final class AsyncWaitTests: XCTestCase {
@@ -28,7 +29,10 @@ final class AsyncWaitTests: XCTestCase {
     func testThreadFinishedResumesWhenTheThreadEnds() async {
         for joinable in [false, true] {
             let (thread, gate, ran) = blockedThread(joinable: joinable)
-            let waiter = Task { try await thread.finished(); XCTAssertTrue(ran.isSet, "resumed before the thread's end") }
+            let waiter = Task {
+                try await thread.finished()
+                XCTAssertTrue(ran.isSet, "resumed before the thread's end")
+            }
             let suspended = await eventually { thread.asyncWaiterCount == 1 }
             XCTAssertTrue(suspended, "the task never suspended")
             gate.signal()
@@ -84,7 +88,10 @@ final class AsyncWaitTests: XCTestCase {
         let operation = TKBlockOperation { gate.wait() }
         operation.completionBlock = { completed.set() }
         queue.addOperation(operation)
-        let waiter = Task { try await operation.finished(); XCTAssertTrue(completed.isSet, "resumed before the completion block ran") }
+        let waiter = Task {
+            try await operation.finished()
+            XCTAssertTrue(completed.isSet, "resumed before the completion block ran")
+        }
         let suspended = await eventually { operation.asyncWaiterCount == 1 }
         XCTAssertTrue(suspended)
         gate.signal()
@@ -111,7 +118,7 @@ final class AsyncWaitTests: XCTestCase {
         let waiter = Task { try await dependent.finished() }
         let suspended = await eventually { dependent.asyncWaiterCount == 1 }
         XCTAssertTrue(suspended)
-        dependent.cancel()   // ready at once: its queue finishes it without running it
+        dependent.cancel() // ready at once: its queue finishes it without running it
         assertSucceeded(await outcome(of: waiter), "finished() of a cancelled operation")
         XCTAssertFalse(ran.isSet)
         XCTAssertFalse(blocker.isFinished, "the dependency is still blocked")
@@ -148,7 +155,10 @@ final class AsyncWaitTests: XCTestCase {
             ran.set()
         }
         TKDispatchQueue.global().async(execute: item)
-        let waiter = Task { try await item.finished(); XCTAssertTrue(ran.isSet, "resumed before the block ended") }
+        let waiter = Task {
+            try await item.finished()
+            XCTAssertTrue(ran.isSet, "resumed before the block ended")
+        }
         let suspended = await eventually { item.asyncWaiterCount == 1 }
         XCTAssertTrue(suspended)
         gate.signal()
@@ -197,7 +207,8 @@ final class AsyncWaitTests: XCTestCase {
     /// (it completes, with success or CancellationError), and no waiter is left.
     func testCancellationRacingTheFinishResumesExactlyOnce() async {
         let rounds = stress(1_000)
-        var successes = 0, cancellations = 0
+        var successes = 0
+        var cancellations = 0
         for _ in 0..<rounds {
             let item = TKDispatchWorkItem {}
             let waiter = Task { try await item.finished() }
@@ -209,7 +220,9 @@ final class AsyncWaitTests: XCTestCase {
             gate.arriveAndWait()
             waiter.cancel()
             switch await outcome(of: waiter) {
-            case nil: XCTFail("a waiter was never resumed"); return
+            case nil:
+                XCTFail("a waiter was never resumed")
+                return
             case .success?: successes += 1
             case .failure(let error)?:
                 XCTAssertTrue(error is CancellationError)
@@ -252,7 +265,10 @@ final class AsyncWaitTests: XCTestCase {
         let queue = TKDispatchQueue.global()
         queue.async(group: group) { gate.wait() }
         for _ in 0..<count { queue.async(group: group) { done.add() } }
-        let waiter = Task { try await group.finished(); XCTAssertEqual(done.count, count, "resumed before every block ran") }
+        let waiter = Task {
+            try await group.finished()
+            XCTAssertEqual(done.count, count, "resumed before every block ran")
+        }
         let suspended = await eventually { group.asyncWaiterCount == 1 }
         XCTAssertTrue(suspended)
         gate.signal()

@@ -83,8 +83,12 @@ final class AtomicTests: XCTestCase {
     // MARK: Pointers (OSAtomicCompareAndSwapPtr)
 
     func testPointerCompareAndSwap() {
-        let a = UnsafeMutablePointer<Int>.allocate(capacity: 1), b = UnsafeMutablePointer<Int>.allocate(capacity: 1)
-        defer { a.deallocate(); b.deallocate() }
+        let a = UnsafeMutablePointer<Int>.allocate(capacity: 1)
+        let b = UnsafeMutablePointer<Int>.allocate(capacity: 1)
+        defer {
+            a.deallocate()
+            b.deallocate()
+        }
         let slot = TKAtomicPointer<UnsafeMutablePointer<Int>>(nil)
         XCTAssertNil(slot.load())
         XCTAssertTrue(slot.compareAndSwap(expected: nil, desired: a))
@@ -99,9 +103,13 @@ final class AtomicTests: XCTestCase {
 
     func testALockFreeStackOnPointerCASLosesNoPush() {
         // Treiber push only (no pops, so no ABA): every node pushed by every thread is on the list.
-        struct Node { var next: UnsafeMutablePointer<Node>?; let value: Int }
+        struct Node {
+            var next: UnsafeMutablePointer<Node>?
+            let value: Int
+        }
         let head = TKAtomicPointer<UnsafeMutablePointer<Node>>(nil)
-        let threads = 4, perThread = stress(50_000)
+        let threads = 4
+        let perThread = stress(50_000)
         let workers = TestThread.spawn(threads, "push") { t in
             for i in 0..<perThread {
                 let node = UnsafeMutablePointer<Node>.allocate(capacity: 1)
@@ -110,7 +118,8 @@ final class AtomicTests: XCTestCase {
             }
         }
         XCTAssertTrue(joinAll(workers, until: .now + .seconds(120)))
-        var seen = Set<Int>(), next = head.load()
+        var seen = Set<Int>()
+        var next = head.load()
         while let node = next {
             seen.insert(node.pointee.value)
             next = node.pointee.next
@@ -122,7 +131,7 @@ final class AtomicTests: XCTestCase {
     // MARK: Bits of a byte buffer of any length (OSAtomicTestAndSet on memory)
 
     func testBufferBitsFollowOSAtomicNumberingAndReturnTheOldBit() {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 5, alignment: 1)   // odd length on purpose
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 5, alignment: 1) // odd length on purpose
         defer { buffer.deallocate() }
         buffer.initializeMemory(as: UInt8.self, repeating: 0)
         for (bit, byte, mask) in [(0, 0, 0x80), (7, 0, 0x01), (9, 1, 0x40), (33, 4, 0x40), (39, 4, 0x01)] as [(Int, Int, UInt8)] {
@@ -183,9 +192,11 @@ final class AtomicTests: XCTestCase {
 
     func testBitNumberingFollowsOSAtomicTestAndSet() {
         // Bit n is 0x80 >> (n & 7) of byte n >> 3 (little-endian).
-        let cases: [(bit: Int, value: UInt64)] = [(0, 0x80), (7, 0x01), (8, 0x8000), (15, 0x100), (23, 0x1_0000),
-                                                  (24, 0x8000_0000), (31, 0x0100_0000), (56, 0x8000_0000_0000_0000),
-                                                  (63, 0x0100_0000_0000_0000)]
+        let cases: [(bit: Int, value: UInt64)] = [
+            (0, 0x80), (7, 0x01), (8, 0x8000), (15, 0x100), (23, 0x1_0000),
+            (24, 0x8000_0000), (31, 0x0100_0000), (56, 0x8000_0000_0000_0000),
+            (63, 0x0100_0000_0000_0000),
+        ]
         for (bit, expected) in cases {
             let wide = TKAtomicInt64(0)
             wide.testAndSet(bit: bit)
@@ -239,7 +250,8 @@ final class AtomicTests: XCTestCase {
 
     func testMessagePassingThroughABarrierFlag() {
         // Data is written relaxed; the flag's barrier:true add must publish it (release/acquire).
-        let data = TKAtomicInt64(0), flag = TKAtomicInt64(0)
+        let data = TKAtomicInt64(0)
+        let flag = TKAtomicInt64(0)
         let forbidden = Litmus.run(
             writer: { _ in
                 data.add(1, barrier: false)
@@ -250,43 +262,75 @@ final class AtomicTests: XCTestCase {
                 let seenFlag = flag.load()
                 return (Int(seenFlag), Int(data.load()))
             },
-            isForbidden: { i, _, read in read.0 == i && read.1 < i })   // flag seen, data not
+            isForbidden: { i, _, read in read.0 == i && read.1 < i }) // flag seen, data not
         XCTAssertEqual(forbidden, 0, "the reader saw the flag of an iteration but not its data")
     }
 
     func testStoreBufferingWithSequentiallyConsistentStores() {
-        let x = TKAtomicInt64(0), y = TKAtomicInt64(0)
+        let x = TKAtomicInt64(0)
+        let y = TKAtomicInt64(0)
         let forbidden = Litmus.run(
-            writer: { i in x.store(Int64(i)); return (Int(y.load()), 0) },
-            reader: { i in y.store(Int64(i)); return (Int(x.load()), 0) },
-            isForbidden: { i, a, b in a.0 < i && b.0 < i })   // both missed the other's store
+            writer: { i in
+                x.store(Int64(i))
+                return (Int(y.load()), 0)
+            },
+            reader: { i in
+                y.store(Int64(i))
+                return (Int(x.load()), 0)
+            },
+            isForbidden: { i, a, b in a.0 < i && b.0 < i }) // both missed the other's store
         XCTAssertEqual(forbidden, 0, "both threads read the old value (store buffering)")
     }
 
     func testStoreBufferingWithBarrierAdds() {
-        let x = TKAtomicInt32(0), y = TKAtomicInt32(0)
+        let x = TKAtomicInt32(0)
+        let y = TKAtomicInt32(0)
         let forbidden = Litmus.run(
-            writer: { _ in x.add(1, barrier: true); return (Int(y.load()), 0) },
-            reader: { _ in y.add(1, barrier: true); return (Int(x.load()), 0) },
+            writer: { _ in
+                x.add(1, barrier: true)
+                return (Int(y.load()), 0)
+            },
+            reader: { _ in
+                y.add(1, barrier: true)
+                return (Int(x.load()), 0)
+            },
             isForbidden: { i, a, b in a.0 < i && b.0 < i })
         XCTAssertEqual(forbidden, 0, "both threads read the old value (store buffering)")
     }
 
     func testStoreBufferingWithRelaxedAddsAndMemoryBarrier() {
-        let x = TKAtomicUInt32(0), y = TKAtomicUInt32(0)
+        let x = TKAtomicUInt32(0)
+        let y = TKAtomicUInt32(0)
         let forbidden = Litmus.run(
-            writer: { _ in x.add(1, barrier: false); TKMemoryBarrier(); return (Int(y.load()), 0) },
-            reader: { _ in y.add(1, barrier: false); TKMemoryBarrier(); return (Int(x.load()), 0) },
+            writer: { _ in
+                x.add(1, barrier: false)
+                TKMemoryBarrier()
+                return (Int(y.load()), 0)
+            },
+            reader: { _ in
+                y.add(1, barrier: false)
+                TKMemoryBarrier()
+                return (Int(x.load()), 0)
+            },
             isForbidden: { i, a, b in a.0 < i && b.0 < i })
         XCTAssertEqual(forbidden, 0, "both threads read the old value across TKMemoryBarrier")
     }
 
     func testLoadBuffering() {
-        let x = TKAtomicInt64(0), y = TKAtomicInt64(0)
+        let x = TKAtomicInt64(0)
+        let y = TKAtomicInt64(0)
         let forbidden = Litmus.run(
-            writer: { i in let r = x.load(); y.store(Int64(i)); return (Int(r), 0) },
-            reader: { i in let r = y.load(); x.store(Int64(i)); return (Int(r), 0) },
-            isForbidden: { i, a, b in a.0 == i && b.0 == i })   // each read the other's later store
+            writer: { i in
+                let r = x.load()
+                y.store(Int64(i))
+                return (Int(r), 0)
+            },
+            reader: { i in
+                let r = y.load()
+                x.store(Int64(i))
+                return (Int(r), 0)
+            },
+            isForbidden: { i, a, b in a.0 == i && b.0 == i }) // each read the other's later store
         XCTAssertEqual(forbidden, 0, "both loads saw the store that followed the other load")
     }
 
@@ -313,11 +357,13 @@ private enum Litmus {
 
     /// `writer` and `reader` run iteration i (1...n) on their own threads, released together each
     /// time by a spin barrier; `isForbidden(i, writerOutcome, readerOutcome)` judges afterwards.
-    static func run(iterations: Int = stress(1_000_000),
-                    writer: @escaping @Sendable (Int) -> Outcome,
-                    reader: @escaping @Sendable (Int) -> Outcome,
-                    isForbidden: (Int, Outcome, Outcome) -> Bool,
-                    file: StaticString = #filePath, line: UInt = #line) -> Int {
+    static func run(
+        iterations: Int = stress(1_000_000),
+        writer: @escaping @Sendable (Int) -> Outcome,
+        reader: @escaping @Sendable (Int) -> Outcome,
+        isForbidden: (Int, Outcome, Outcome) -> Bool,
+        file: StaticString = #filePath, line: UInt = #line
+    ) -> Int {
         let outcomes = Outcomes(iterations)
         let barrier = SpinBarrier(parties: 2)
         let threads = [writer, reader].enumerated().map { side, body in

@@ -11,8 +11,8 @@ final class ConditionLockTests: XCTestCase {
 
     func testProducerConsumerWithHasDataAndNoData() {
         let condLock = TKConditionLock(condition: NO_DATA)
-        let queue = Shared<[Int]>([])      // guarded by condLock
-        let received = Shared<[Int]>([])   // consumer-owned until joined
+        let queue = Shared<[Int]>([]) // guarded by condLock
+        let received = Shared<[Int]>([]) // consumer-owned until joined
         let count = stress(100_000)
         let (noData, hasData) = (NO_DATA, HAS_DATA)
         let consumer = Workers.start {
@@ -38,7 +38,7 @@ final class ConditionLockTests: XCTestCase {
         // Threads 1...5 each wait for condition == its number and pass to the next: the chain can
         // only complete if unlock(withCondition:) wakes the right waiter each time.
         let lock = TKConditionLock(condition: 0)
-        let order = Shared<[Int]>([])   // guarded by lock
+        let order = Shared<[Int]>([]) // guarded by lock
         let threads = (1...5).reversed().map { n in
             Workers.start {
                 lock.lock(whenCondition: n)
@@ -67,8 +67,14 @@ final class ConditionLockTests: XCTestCase {
 
     func testLockBeforeTimesOutWhileAnotherThreadHoldsIt() {
         let lock = TKConditionLock(condition: 3)
-        let held = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
-        let holder = Workers.start { lock.lock(); held.signal(); release.wait(); lock.unlock() }
+        let held = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let holder = Workers.start {
+            lock.lock()
+            held.signal()
+            release.wait()
+            lock.unlock()
+        }
         held.wait()
         let deadline = ContinuousClock.now + .milliseconds(30)
         XCTAssertFalse(lock.lock(before: deadline))
@@ -88,7 +94,7 @@ final class ConditionLockTests: XCTestCase {
         lock.unlock(withCondition: 5)
         XCTAssertEqual(lock.condition, 5)
         XCTAssertTrue(lock.tryLock())
-        lock.unlock()   // plain unlock keeps the condition
+        lock.unlock() // plain unlock keeps the condition
         XCTAssertEqual(lock.condition, 5)
     }
 

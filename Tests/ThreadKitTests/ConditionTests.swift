@@ -7,7 +7,7 @@ import XCTest
 final class ConditionTests: XCTestCase {
     func testProducerConsumerDeliversEveryItemOnceInOrder() {
         let condition = TKCondition()
-        let queue = Shared<[Int]>([])   // guarded by condition
+        let queue = Shared<[Int]>([]) // guarded by condition
         let received = Shared<[Int]>([]) // consumer-owned until joined
         let count = stress(200_000)
         let consumer = Workers.start {
@@ -36,7 +36,7 @@ final class ConditionTests: XCTestCase {
     func testPingPongHandsTheTurnBackAndForth() {
         // 2×10^5 hand-offs where each side waits for its turn: every signal must be seen.
         let condition = TKCondition()
-        let turn = Shared(0)   // guarded by condition: whose turn, 0 or 1
+        let turn = Shared(0) // guarded by condition: whose turn, 0 or 1
         let rounds = stress(100_000)
         Workers.run(2) { me in
             for _ in 0..<rounds {
@@ -52,8 +52,8 @@ final class ConditionTests: XCTestCase {
 
     func testBroadcastReleasesTenWaiters() {
         let condition = TKCondition()
-        let go = Shared(false)   // guarded by condition
-        let waiting = Shared(0)  // guarded by condition
+        let go = Shared(false) // guarded by condition
+        let waiting = Shared(0) // guarded by condition
         let released = JudgedCounter()
         let waiters = (0..<10).map { _ in
             Workers.start {
@@ -64,7 +64,8 @@ final class ConditionTests: XCTestCase {
                 released.add()
             }
         }
-        XCTAssertTrue(waitUntil(.now + .seconds(30)) { condition.withLock { waiting.value == 10 } }, "timed out waiting until 10 threads wait")
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(30)) { condition.withLock { waiting.value == 10 } }, "timed out waiting until 10 threads wait")
         condition.lock()
         go.value = true
         condition.broadcast()
@@ -88,7 +89,7 @@ final class ConditionTests: XCTestCase {
 
     func testWaitUntilReturnsTrueWhenSignalled() {
         let condition = TKCondition()
-        let flag = Shared(false)   // guarded by condition
+        let flag = Shared(false) // guarded by condition
         condition.lock()
         let signaller = Workers.start {
             condition.lock()

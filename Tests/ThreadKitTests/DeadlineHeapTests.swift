@@ -1,8 +1,9 @@
+import XCTest
+
 // DeadlineHeap keys deadlines by their exact offset from an epoch in integer components
 // (System/DeadlineHeap.swift). Judged against ContinuousClock.Instant's own comparison and
 // Swift's sort, independently of the heap.
 @testable import ThreadKit
-import XCTest
 
 final class DeadlineHeapTests: XCTestCase {
     /// Instants before and after the epoch, apart by attoseconds to hours, and as far as twice
@@ -11,12 +12,14 @@ final class DeadlineHeapTests: XCTestCase {
     func testKeysOrderAndConvertBackExactly() {
         let base = DeadlineKey.epoch
         let huge = Duration.seconds(Int64.max)
-        let offsets: [Duration] = [huge + huge, .zero - huge - huge, huge, .zero - huge,
-                                   .zero, .nanoseconds(1), .nanoseconds(-1), .seconds(-1.5), .seconds(-1.2), .seconds(0.5),
-                                   .seconds(-0.5), .milliseconds(3), .seconds(3_600), .seconds(-3_600),
-                                   Duration(secondsComponent: 2, attosecondsComponent: 1),
-                                   Duration(secondsComponent: 2, attosecondsComponent: 2),
-                                   Duration(secondsComponent: -2, attosecondsComponent: -1)]
+        let offsets: [Duration] = [
+            huge + huge, .zero - huge - huge, huge, .zero - huge,
+            .zero, .nanoseconds(1), .nanoseconds(-1), .seconds(-1.5), .seconds(-1.2), .seconds(0.5),
+            .seconds(-0.5), .milliseconds(3), .seconds(3_600), .seconds(-3_600),
+            Duration(secondsComponent: 2, attosecondsComponent: 1),
+            Duration(secondsComponent: 2, attosecondsComponent: 2),
+            Duration(secondsComponent: -2, attosecondsComponent: -1),
+        ]
         let instants = offsets.map { base + $0 }
         for a in instants {
             XCTAssertEqual(DeadlineKey(a).instant, a, "not exact")

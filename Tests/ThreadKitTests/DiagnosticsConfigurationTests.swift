@@ -3,8 +3,9 @@
 // whose stderr must name each rejected item, once, with the accepted forms, and whose switch must
 // show that a rejected item enabled nothing of itself (`lockorder:f` is not fatal mode).
 import Foundation
-@testable import ThreadKit
 import XCTest
+
+@testable import ThreadKit
 
 final class DiagnosticsConfigurationTests: XCTestCase {
     private struct Case {
@@ -86,13 +87,16 @@ final class DiagnosticsConfigurationTests: XCTestCase {
         environment["TK_DIAGNOSTICS"] = " Hangs:100ms , CONTENTION,lockorder:f, trace:x"
         environment["SWIFT_BACKTRACE"] = "enable=no"
         process.environment = environment
-        let out = Pipe(), err = Pipe()
+        let out = Pipe()
+        let err = Pipe()
         process.standardOutput = out
         process.standardError = err
         try process.run()
-        let stdout = DrainedPipe(out), stderr = DrainedPipe(err)
+        let stdout = DrainedPipe(out)
+        let stderr = DrainedPipe(err)
         process.waitUntilExit()
-        let output = stdout.text(), errors = stderr.text()
+        let output = stdout.text()
+        let errors = stderr.text()
         XCTAssertEqual(process.terminationStatus, 0, output + errors)
 
         let features = output.split(separator: "\n").first { $0.hasPrefix("ThreadKit diagnostics: ") } ?? ""

@@ -44,12 +44,17 @@ final class DiagnosticsContentionTests: XCTestCase {
     }
 
     func testUncontendedLockingIsNotCounted() {
-        let lock = TKLock(), recursive = TKRecursiveLock()
+        let lock = TKLock()
+        let recursive = TKRecursiveLock()
         lock.name = "quiet"
         recursive.name = "quiet recursive"
         for _ in 0..<1_000 {
-            lock.lock(); lock.unlock()
-            recursive.lock(); recursive.lock(); recursive.unlock(); recursive.unlock()
+            lock.lock()
+            lock.unlock()
+            recursive.lock()
+            recursive.lock()
+            recursive.unlock()
+            recursive.unlock()
         }
         XCTAssertNil(row("TKLock \"quiet\""))
         XCTAssertNil(row("TKRecursiveLock \"quiet recursive\""))
@@ -65,7 +70,8 @@ final class DiagnosticsContentionTests: XCTestCase {
         }
         XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
         // A sync that must wait: the queue is busy with an item until the syncing thread is parked.
-        let release = DispatchSemaphore(value: 0), busy = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let busy = DispatchSemaphore(value: 0)
         queue.async {
             busy.signal()
             _ = release.wait(timeout: .now() + 30)
@@ -93,11 +99,13 @@ final class DiagnosticsContentionTests: XCTestCase {
         var environment = ProcessInfo.processInfo.environment
         environment["TK_DIAGNOSTICS"] = value
         process.environment = environment
-        let out = Pipe(), err = Pipe()
+        let out = Pipe()
+        let err = Pipe()
         process.standardOutput = out
         process.standardError = err
         try process.run()
-        let outText = DrainedPipe(out), errText = DrainedPipe(err)
+        let outText = DrainedPipe(out)
+        let errText = DrainedPipe(err)
         process.waitUntilExit()
         return (process.terminationStatus, outText.text(), errText.text())
     }

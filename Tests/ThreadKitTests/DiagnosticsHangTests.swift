@@ -39,20 +39,24 @@ final class DiagnosticsHangTests: XCTestCase {
         collector.stop()
     }
 
-    private func assertReport(_ report: TKHangReport, tid: Int32, activity: String,
-                              file: StaticString = #filePath, line: UInt = #line) {
+    private func assertReport(
+        _ report: TKHangReport, tid: Int32, activity: String,
+        file: StaticString = #filePath, line: UInt = #line
+    ) {
         XCTAssertEqual(Int32(report.threadID), tid, "the report names another thread", file: file, line: line)
         XCTAssertTrue(report.activity.contains(activity), report.activity, file: file, line: line)
         XCTAssertGreaterThanOrEqual(report.duration, threshold, "reported early", file: file, line: line)
         XCTAssertLessThan(report.duration, threshold * 2, "detected later than twice the threshold", file: file, line: line)
-        XCTAssertTrue(report.callStack.contains { $0.contains("blockedInHangTest") },
-                      "the sampled stack lacks the stuck frame:\n\(report.callStack.joined(separator: "\n"))", file: file, line: line)
+        XCTAssertTrue(
+            report.callStack.contains { $0.contains("blockedInHangTest") },
+            "the sampled stack lacks the stuck frame:\n\(report.callStack.joined(separator: "\n"))", file: file, line: line)
         XCTAssertTrue(report.description.contains("ThreadKit hang"), file: file, line: line)
     }
 
     func testAStuckWorkItemIsReportedWithItsThreadAndStack() {
         let queue = TKDispatchQueue(label: "diagnostics.stuck")
-        let release = ReleaseFlag(), finished = DispatchSemaphore(value: 0)
+        let release = ReleaseFlag()
+        let finished = DispatchSemaphore(value: 0)
         let tid = Atomic32()
         queue.async {
             tid.store(KernelThread.currentID())
@@ -88,10 +92,12 @@ final class DiagnosticsHangTests: XCTestCase {
     /// concurrency's jobs run) block every signal: a ThreadKit thread started from one must still
     /// accept the sampling signal (SIGRTMIN+6), or its hangs are reported without a stack.
     func testAThreadStartedFromOneThatBlocksEverySignalCanBeSampled() {
-        let blockedInCreator = Atomic32(), blockedInThread = Atomic32()
+        let blockedInCreator = Atomic32()
+        let blockedInThread = Atomic32()
         let done = DispatchSemaphore(value: 0)
         let creator = Thread {
-            var all = sigset_t(), old = sigset_t()
+            var all = sigset_t()
+            var old = sigset_t()
             sigfillset(&all)
             pthread_sigmask(SIG_BLOCK, &all, &old)
             var mask = sigset_t()

@@ -5,8 +5,9 @@
 // than one search may visit, the search that would walk them all stops at its budget, is counted
 // as truncated, and a cycle within reach is still found.
 import Foundation
-@testable import ThreadKit
 import XCTest
+
+@testable import ThreadKit
 
 final class DiagnosticsLockOrderBoundsTests: XCTestCase {
     private var collector = ReportCollector()
@@ -35,16 +36,19 @@ final class DiagnosticsLockOrderBoundsTests: XCTestCase {
     }
 
     func testShortLivedLocksLeaveNoEdgesBehindAndNewPairsStillTakeTheFastPath() {
-        let graphBefore = LockOrderGraph.shared.size, cachedBefore = LockOrderGraph.cachedEdgeCount
+        let graphBefore = LockOrderGraph.shared.size
+        let cachedBefore = LockOrderGraph.cachedEdgeCount
         // More pairs than the cache has slots (2^16): without forgetting, it fills for good.
         for _ in 0..<100_000 { Self.nest(TKLock(), TKLock()) }
         // Other tests' objects may come and go meanwhile (queues, pools): a little slack.
-        let graphAfter = LockOrderGraph.shared.size, cachedAfter = LockOrderGraph.cachedEdgeCount
+        let graphAfter = LockOrderGraph.shared.size
+        let cachedAfter = LockOrderGraph.cachedEdgeCount
         XCTAssertLessThanOrEqual(graphAfter.locks, graphBefore.locks + 32, "locks left in the graph")
         XCTAssertLessThanOrEqual(graphAfter.edges, graphBefore.edges + 32, "orders left in the graph")
         XCTAssertLessThanOrEqual(cachedAfter, cachedBefore + 32, "edges left in the cache (before: \(cachedBefore))")
 
-        let a = TKLock(), b = TKLock()
+        let a = TKLock()
+        let b = TKLock()
         a.name = "after-churn-a"
         b.name = "after-churn-b"
         Self.nest(a, b)

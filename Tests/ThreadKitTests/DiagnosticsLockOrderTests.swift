@@ -9,8 +9,8 @@ import XCTest
 /// Collects reports delivered to the TKDiagnostics handlers while a test runs.
 final class ReportCollector: @unchecked Sendable {
     private let lock = NSLock()
-    private var lockOrder: [TKLockOrderReport] = []   // guarded by lock
-    private var hangs: [TKHangReport] = []            // guarded by lock
+    private var lockOrder: [TKLockOrderReport] = [] // guarded by lock
+    private var hangs: [TKHangReport] = [] // guarded by lock
     private let hangArrived = DispatchSemaphore(value: 0)
 
     func add(_ report: TKLockOrderReport) { lock.withLock { lockOrder.append(report) } }
@@ -78,13 +78,15 @@ final class DiagnosticsLockOrderTests: XCTestCase {
         let prefix = "ring\(n)-"
         let locks = named(n, prefix)
         for i in 0..<n {
-            let first = locks[i], second = locks[(i + 1) % n]
-            onNewThread({
-                first.lock()
-                second.lock()
-                second.unlock()
-                first.unlock()
-            }, file: file, line: line)
+            let first = locks[i]
+            let second = locks[(i + 1) % n]
+            onNewThread(
+                {
+                    first.lock()
+                    second.lock()
+                    second.unlock()
+                    first.unlock()
+                }, file: file, line: line)
             if i < n - 1 { XCTAssertEqual(collector.lockOrderReports.count, 0, "reported before the cycle closed", file: file, line: line) }
         }
         let reports = collector.lockOrderReports
@@ -111,9 +113,11 @@ final class DiagnosticsLockOrderTests: XCTestCase {
     /// so the test ends instead of deadlocking.
     func testInversionIsReportedBeforeTheThreadsDeadlock() {
         let locks = named(2, "live-")
-        let a = locks[0], b = locks[1]
+        let a = locks[0]
+        let b = locks[1]
         let bothHold = DispatchGroup()
-        bothHold.enter(); bothHold.enter()
+        bothHold.enter()
+        bothHold.enter()
         let collector = self.collector
         let thread1 = Workers.start {
             a.lock()
@@ -121,7 +125,10 @@ final class DiagnosticsLockOrderTests: XCTestCase {
             _ = bothHold.wait(timeout: .now() + 30)
             // Ask for b until the cycle has been reported, then give up and release a.
             while collector.lockOrderReports.isEmpty {
-                if b.lock(before: .now + .milliseconds(20)) { b.unlock(); break }
+                if b.lock(before: .now + .milliseconds(20)) {
+                    b.unlock()
+                    break
+                }
             }
             a.unlock()
         }
@@ -129,7 +136,7 @@ final class DiagnosticsLockOrderTests: XCTestCase {
             b.lock()
             bothHold.leave()
             _ = bothHold.wait(timeout: .now() + 30)
-            a.lock()   // waits until thread 1 gives up
+            a.lock() // waits until thread 1 gives up
             a.unlock()
             b.unlock()
         }
@@ -143,8 +150,18 @@ final class DiagnosticsLockOrderTests: XCTestCase {
     func testACycleIsReportedOnce() {
         let locks = named(2, "once-")
         for _ in 0..<3 {
-            onNewThread { locks[0].lock(); locks[1].lock(); locks[1].unlock(); locks[0].unlock() }
-            onNewThread { locks[1].lock(); locks[0].lock(); locks[0].unlock(); locks[1].unlock() }
+            onNewThread {
+                locks[0].lock()
+                locks[1].lock()
+                locks[1].unlock()
+                locks[0].unlock()
+            }
+            onNewThread {
+                locks[1].lock()
+                locks[0].lock()
+                locks[0].unlock()
+                locks[1].unlock()
+            }
         }
         XCTAssertEqual(collector.lockOrderReports.count, 1)
     }
@@ -152,8 +169,10 @@ final class DiagnosticsLockOrderTests: XCTestCase {
     /// 10^5 acquisitions (scaled by TK_STRESS) of random subsets of 8 locks of every kind, always
     /// in ascending order, on 4 threads: no cycle exists, so nothing may be reported.
     func testConsistentOrderOverManyRandomAcquisitionsIsNeverReported() {
-        let locks: [any TKLocking] = [TKLock(), TKRecursiveLock(), TKCondition(), TKConditionLock(), TKLock(), TKSpinLock(),
-                                      TKRecursiveLock(), TKLock()]
+        let locks: [any TKLocking] = [
+            TKLock(), TKRecursiveLock(), TKCondition(), TKConditionLock(), TKLock(), TKSpinLock(),
+            TKRecursiveLock(), TKLock(),
+        ]
         let rw = TKReadWriteLock()
         let acquisitions = stress(100_000)
         let threads = 4
@@ -178,15 +197,17 @@ final class DiagnosticsLockOrderTests: XCTestCase {
     }
 
     func testRecursiveReentryIsNeverReported() {
-        let recursive = TKRecursiveLock(), plain = TKLock()
+        let recursive = TKRecursiveLock()
+        let plain = TKLock()
         recursive.name = "recursive"
         plain.name = "plain"
         onNewThread {
             recursive.lock()
             plain.lock()
-            recursive.lock()      // re-entry while holding plain: not an order plain → recursive
+            recursive.lock() // re-entry while holding plain: not an order plain → recursive
             XCTAssertTrue(recursive.tryLock())
-            recursive.unlock(); recursive.unlock()
+            recursive.unlock()
+            recursive.unlock()
             plain.unlock()
             recursive.unlock()
         }
@@ -197,14 +218,29 @@ final class DiagnosticsLockOrderTests: XCTestCase {
     }
 
     func testTryLockNeverCreatesAnOrder() {
-        let a = TKLock(), b = TKLock(), rw = TKReadWriteLock(), spin = TKSpinLock()
-        onNewThread { a.lock(); b.lock(); rw.writeLock(); spin.lock(); spin.unlock(); rw.unlock(); b.unlock(); a.unlock() }
+        let a = TKLock()
+        let b = TKLock()
+        let rw = TKReadWriteLock()
+        let spin = TKSpinLock()
+        onNewThread {
+            a.lock()
+            b.lock()
+            rw.writeLock()
+            spin.lock()
+            spin.unlock()
+            rw.unlock()
+            b.unlock()
+            a.unlock()
+        }
         onNewThread {
             spin.lock()
             XCTAssertTrue(rw.tryReadLock())
             XCTAssertTrue(b.tryLock())
             XCTAssertTrue(a.tryLock())
-            a.unlock(); b.unlock(); rw.unlock(); spin.unlock()
+            a.unlock()
+            b.unlock()
+            rw.unlock()
+            spin.unlock()
         }
         XCTAssertEqual(collector.lockOrderReports.count, 0, collector.lockOrderReports.map(\.description).joined(separator: "\n"))
     }
@@ -212,7 +248,7 @@ final class DiagnosticsLockOrderTests: XCTestCase {
     /// synchronized(token) locks are checked per token; nesting in one order is never reported,
     /// however the table's slots are reused between calls.
     func testSynchronizedTokensInOneOrderAreNotReported() {
-        let tokens = (0..<6).map { _ in TKLock() }   // any Sendable objects serve as tokens
+        let tokens = (0..<6).map { _ in TKLock() } // any Sendable objects serve as tokens
         for round in 0..<20 {
             onNewThread {
                 let i = round % 5
@@ -253,8 +289,18 @@ final class DiagnosticsLockOrderTests: XCTestCase {
         TKDiagnostics.disable(.lockOrder)
         defer { TKDiagnostics.enable(.lockOrder) }
         let locks = named(2, "off-")
-        onNewThread { locks[0].lock(); locks[1].lock(); locks[1].unlock(); locks[0].unlock() }
-        onNewThread { locks[1].lock(); locks[0].lock(); locks[0].unlock(); locks[1].unlock() }
+        onNewThread {
+            locks[0].lock()
+            locks[1].lock()
+            locks[1].unlock()
+            locks[0].unlock()
+        }
+        onNewThread {
+            locks[1].lock()
+            locks[0].lock()
+            locks[0].unlock()
+            locks[1].unlock()
+        }
         XCTAssertEqual(collector.lockOrderReports.count, 0)
     }
 }

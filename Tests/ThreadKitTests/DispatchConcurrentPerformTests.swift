@@ -29,9 +29,13 @@ final class DispatchConcurrentPerformTests: XCTestCase {
         // loaded machine cannot make this pass or fail by timing.
         let deadline = ContinuousClock.now + .seconds(30)
         TKDispatchQueue.concurrentPerform(iterations: 64) { _ in
-            lock.lock(); threads.value.insert(KernelThread.currentID()); lock.unlock()
+            lock.lock()
+            threads.value.insert(KernelThread.currentID())
+            lock.unlock()
             while ContinuousClock.now < deadline {
-                lock.lock(); let seen = threads.value.count; lock.unlock()
+                lock.lock()
+                let seen = threads.value.count
+                lock.unlock()
                 if seen > 1 { break }
                 sched_yield()
             }
@@ -72,8 +76,10 @@ final class DispatchConcurrentPerformTests: XCTestCase {
     /// Runs 64 iterations through `apply` and returns the `key` values that iterations on helper
     /// threads (not the caller's) saw. Each iteration is held until a helper has taken part, so
     /// there is something to judge (a helper that arrives after the last claim claims nothing).
-    private func specificsSeenByHelpers(_ key: TKDispatchSpecificKey<String>,
-                                        _ apply: (@Sendable (Int) -> Void) -> Void) -> [String?] {
+    private func specificsSeenByHelpers(
+        _ key: TKDispatchSpecificKey<String>,
+        _ apply: (@Sendable (Int) -> Void) -> Void
+    ) -> [String?] {
         let caller = KernelThread.currentID()
         let seen = Shared<[String?]>([])
         let lock = NSLock()
@@ -82,10 +88,14 @@ final class DispatchConcurrentPerformTests: XCTestCase {
         apply { _ in
             hits.wrappingAdd(1, ordering: .relaxed)
             if KernelThread.currentID() != caller {
-                lock.lock(); seen.value.append(TKDispatchQueue.getSpecific(key: key)); lock.unlock()
+                lock.lock()
+                seen.value.append(TKDispatchQueue.getSpecific(key: key))
+                lock.unlock()
             }
             while ContinuousClock.now < deadline {
-                lock.lock(); let any = !seen.value.isEmpty; lock.unlock()
+                lock.lock()
+                let any = !seen.value.isEmpty
+                lock.unlock()
                 if any { break }
                 sched_yield()
             }
@@ -109,7 +119,9 @@ final class DispatchConcurrentPerformTests: XCTestCase {
         let key = TKDispatchSpecificKey<String>()
         let unmark = markGlobals(key)
         defer { unmark() }
-        let seen = specificsSeenByHelpers(key) { TKDispatchQueue.concurrentPerform(iterations: 64, queue: .global(priority: .low), execute: $0) }
+        let seen = specificsSeenByHelpers(key) {
+            TKDispatchQueue.concurrentPerform(iterations: 64, queue: .global(priority: .low), execute: $0)
+        }
         XCTAssertEqual(Set(seen), ["utility"])
     }
 
@@ -144,11 +156,13 @@ final class DispatchConcurrentPerformTests: XCTestCase {
         let queue = TKDispatchQueue(label: "apply-serial")
         queue.setSpecific(key: queueKey, value: 3)
         let order = Shared<[Int]>([])
-        let inside = Atomic<Int>(0), overlap = Atomic<Int>(0), offQueue = Atomic<Int>(0)
+        let inside = Atomic<Int>(0)
+        let overlap = Atomic<Int>(0)
+        let offQueue = Atomic<Int>(0)
         TKDispatchQueue.concurrentPerform(iterations: 100, queue: queue) { i in
             if inside.wrappingAdd(1, ordering: .relaxed).newValue != 1 { overlap.wrappingAdd(1, ordering: .relaxed) }
             if TKDispatchQueue.getSpecific(key: queueKey) != 3 { offQueue.wrappingAdd(1, ordering: .relaxed) }
-            order.value.append(i)   // one at a time (checked by `overlap`)
+            order.value.append(i) // one at a time (checked by `overlap`)
             inside.wrappingSubtract(1, ordering: .relaxed)
         }
         XCTAssertEqual(order.value, Array(0..<100))

@@ -17,10 +17,12 @@ final class DispatchDataTests: XCTestCase {
         let data: TKDispatchData
         if let freed {
             let address = UInt(bitPattern: memory)
-            data = TKDispatchData(bytesNoCopy: raw, deallocator: .custom(nil) {
-                free(UnsafeMutableRawPointer(bitPattern: address))
-                freed.signal()
-            })
+            data = TKDispatchData(
+                bytesNoCopy: raw,
+                deallocator: .custom(nil) {
+                    free(UnsafeMutableRawPointer(bitPattern: address))
+                    freed.signal()
+                })
         } else {
             data = TKDispatchData(bytesNoCopy: raw, deallocator: .free)
         }
@@ -89,11 +91,13 @@ final class DispatchDataTests: XCTestCase {
         do {
             let storage = UnsafeMutableRawBufferPointer.allocate(byteCount: 8, alignment: 8)
             let address = UInt(bitPattern: storage.baseAddress)
-            _ = TKDispatchData(bytesNoCopy: UnsafeRawBufferPointer(storage), deallocator: .custom(queue) {
-                seen.withLock { $0 = TKDispatchQueue.getSpecific(key: key) }
-                UnsafeMutableRawPointer(bitPattern: address)?.deallocate()
-                ran.signal()
-            })
+            _ = TKDispatchData(
+                bytesNoCopy: UnsafeRawBufferPointer(storage),
+                deallocator: .custom(queue) {
+                    seen.withLock { $0 = TKDispatchQueue.getSpecific(key: key) }
+                    UnsafeMutableRawPointer(bitPattern: address)?.deallocate()
+                    ran.signal()
+                })
         }
         XCTAssertEqual(ran.wait(timeout: .now() + 30), .success)
         XCTAssertEqual(seen.withLock { $0 }, 3)

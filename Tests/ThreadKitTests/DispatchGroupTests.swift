@@ -52,7 +52,8 @@ final class DispatchGroupTests: XCTestCase {
         group.leave()
         XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
         XCTAssertEqual(seen.value, "notified")
-        group.enter(); group.leave()
+        group.enter()
+        group.leave()
         queue.sync {}
         XCTAssertEqual(ran.load(ordering: .relaxed), 1, "a notification runs once")
     }
@@ -76,7 +77,10 @@ final class DispatchGroupTests: XCTestCase {
             group.enter()
             for _ in 0..<min(batch, n - submitted) {
                 all.enter()
-                group.notify(queue: queue) { counter.add(); all.leave() }
+                group.notify(queue: queue) {
+                    counter.add()
+                    all.leave()
+                }
             }
             submitted += min(batch, n - submitted)
             queue.async { group.leave() }
@@ -88,7 +92,10 @@ final class DispatchGroupTests: XCTestCase {
     func testEnterLeaveRacesFromManyThreadsEndAtZero() {
         let group = TKDispatchGroup()
         let threads = TestThread.spawn(4, "enter-leave") { _ in
-            for _ in 0..<stress(100_000) { group.enter(); group.leave() }
+            for _ in 0..<stress(100_000) {
+                group.enter()
+                group.leave()
+            }
         }
         XCTAssertTrue(joinAll(threads))
         XCTAssertEqual(group.wait(until: .now + .seconds(1)), .success)

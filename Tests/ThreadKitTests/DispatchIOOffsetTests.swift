@@ -29,11 +29,13 @@ final class DispatchIOOffsetTests: XCTestCase {
         }
         // The cases that used to trap are among those answered with EINVAL.
         let trapping = lines.first { $0.hasPrefix("case random read off=\(Int64.max - 5) len=4 pos=10 =>") }
-        XCTAssertTrue(trapping?.hasSuffix("bytes= err=\(EINVAL) left=0 position=10 file=0123456789abcdefghij") == true,
-                      String(trapping ?? "missing"))
+        XCTAssertTrue(
+            trapping?.hasSuffix("bytes= err=\(EINVAL) left=0 position=10 file=0123456789abcdefghij") == true,
+            String(trapping ?? "missing"))
         let trappingWrite = lines.first { $0.hasPrefix("case random write off=\(Int64.max - 5) len=2 pos=10 =>") }
-        XCTAssertTrue(trappingWrite?.hasSuffix("bytes= err=\(EINVAL) left=2 position=10 file=0123456789abcdefghij") == true,
-                      String(trappingWrite ?? "missing"))
+        XCTAssertTrue(
+            trappingWrite?.hasSuffix("bytes= err=\(EINVAL) left=2 position=10 file=0123456789abcdefghij") == true,
+            String(trappingWrite ?? "missing"))
         XCTAssertGreaterThan(sawEINVAL, 10)
     }
 
@@ -70,8 +72,9 @@ final class DispatchIOOffsetTests: XCTestCase {
                 word.hasPrefix(key + "=") ? word.dropFirst(key.count + 1) : nil
             }
             guard let off = value(words[3], "off").flatMap({ Int64($0) }),
-                  let len = value(words[4], "len").flatMap({ Int($0) }),
-                  let pos = value(words[5], "pos").flatMap({ Int64($0) }) else { return nil }
+                let len = value(words[4], "len").flatMap({ Int($0) }),
+                let pos = value(words[5], "pos").flatMap({ Int64($0) })
+            else { return nil }
             random = words[1] == "random"
             read = words[2] == "read"
             self.off = off
@@ -98,7 +101,8 @@ final class DispatchIOOffsetTests: XCTestCase {
         _ = content.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         lseek(fd, off_t(c.pos), SEEK_SET)
         let queue = DispatchQueue(label: "io-offsets")
-        let done = DispatchSemaphore(value: 0), cleaned = DispatchSemaphore(value: 0)
+        let done = DispatchSemaphore(value: 0)
+        let cleaned = DispatchSemaphore(value: 0)
         let io = DispatchIO(type: c.random ? .random : .stream, fileDescriptor: fd, queue: queue) { _ in cleaned.signal() }
         let collected = Collected()
         let handler: @Sendable (Bool, DispatchData?, Int32) -> Void = { isDone, data, error in

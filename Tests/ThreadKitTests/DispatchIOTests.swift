@@ -102,7 +102,10 @@ final class DispatchIOTests: XCTestCase {
     func testAStreamReadOfAPipeRespectsTheLowWaterMarkAndEndsAtEOF() {
         let (r, w) = makePipe()
         let cleaned = DispatchSemaphore(value: 0)
-        let io = TKDispatchIO(type: .stream, fileDescriptor: r, queue: .global()) { _ in close(r); cleaned.signal() }
+        let io = TKDispatchIO(type: .stream, fileDescriptor: r, queue: .global()) { _ in
+            close(r)
+            cleaned.signal()
+        }
         io.setLimit(lowWater: 10_000)
         let record = Record()
         io.read(offset: 0, length: Int.max, queue: TKDispatchQueue(label: "reader"), ioHandler: record.handler)
@@ -143,7 +146,10 @@ final class DispatchIOTests: XCTestCase {
         let content = pattern(4 * 1_048_576 + 17)
         let (drained, got) = drain(r)
         let cleaned = DispatchSemaphore(value: 0)
-        let io = TKDispatchIO(type: .stream, fileDescriptor: w, queue: .global()) { _ in close(w); cleaned.signal() }
+        let io = TKDispatchIO(type: .stream, fileDescriptor: w, queue: .global()) { _ in
+            close(w)
+            cleaned.signal()
+        }
         let record = Record()
         io.write(offset: 0, data: TKDispatchData(copying: content), queue: .global(), ioHandler: record.handler)
         XCTAssertTrue(record.wait())
@@ -176,7 +182,8 @@ final class DispatchIOTests: XCTestCase {
         let fd = open(path, O_RDWR)
         let io = TKDispatchIO(type: .random, fileDescriptor: fd, queue: .global()) { _ in close(fd) }
         let sizeAtBarrier = Guarded<Int64>(-1)
-        let first = Record(), second = Record()
+        let first = Record()
+        let second = Record()
         io.write(offset: 0, data: TKDispatchData(copying: pattern(1_000)), queue: .global(), ioHandler: first.handler)
         io.barrier {
             var st = stat()
@@ -245,7 +252,10 @@ final class DispatchIOTests: XCTestCase {
 
     func testTheDescriptorsFlagsAreRestoredAtCleanup() {
         let (r, w) = makePipe()
-        defer { close(r); close(w) }
+        defer {
+            close(r)
+            close(w)
+        }
         let before = fcntl(r, F_GETFL)
         let cleaned = DispatchSemaphore(value: 0)
         let io = TKDispatchIO(type: .stream, fileDescriptor: r, queue: .global()) { _ in cleaned.signal() }
@@ -270,10 +280,11 @@ final class DispatchIOTests: XCTestCase {
             XCTAssertEqual(error, 0)
             cleaned.signal()
         }
-        let wrote = Record(), readBack = Record()
+        let wrote = Record()
+        let readBack = Record()
         let content = pattern(3_000)
         io.write(offset: 0, data: TKDispatchData(copying: content), queue: .global(), ioHandler: wrote.handler)
-        io.barrier {}   // reads and writes run side by side; the barrier orders the read after the write
+        io.barrier {} // reads and writes run side by side; the barrier orders the read after the write
         io.read(offset: 0, length: 3_000, queue: .global(), ioHandler: readBack.handler)
         XCTAssertTrue(wrote.wait())
         XCTAssertTrue(readBack.wait())
@@ -328,7 +339,8 @@ final class DispatchIOTests: XCTestCase {
         defer { close(fd) }
         let wrote = DispatchSemaphore(value: 0)
         let writeResult = Guarded<(Int, Int32)>((-1, -1))
-        TKDispatchIO.write(toFileDescriptor: fd, data: TKDispatchData(copying: pattern(10_000)), runningHandlerOn: .global()) { rest, error in
+        TKDispatchIO.write(toFileDescriptor: fd, data: TKDispatchData(copying: pattern(10_000)), runningHandlerOn: .global()) {
+            rest, error in
             writeResult.withLock { $0 = (rest?.count ?? 0, error) }
             wrote.signal()
         }

@@ -18,13 +18,15 @@ final class DispatchMisuseTests: XCTestCase {
         XCTAssertEqual(diagnostic.count, 1, "the diagnostic should be narrated once: \(result.standardOutput)")
         XCTAssertTrue(diagnostic.first?.contains("TKDispatchQueue \"photos\".sync") ?? false, result.standardOutput)
         for crashReport in ["Backtracing", "Program crashed", "Registers:", "Fatal error", "Thread 0"] {
-            XCTAssertFalse(result.standardOutput.contains(crashReport) || result.standardError.contains(crashReport),
-                           "the child's crash report reached the tour's output (\(crashReport)): \(result.standardOutput)\n\(result.standardError)")
+            XCTAssertFalse(
+                result.standardOutput.contains(crashReport) || result.standardError.contains(crashReport),
+                "the child's crash report reached the tour's output (\(crashReport)): \(result.standardOutput)\n\(result.standardError)")
         }
     }
 
     func testSyncOntoAQueueWhoseTargetIsCurrentStopsTheProcess() throws {
-        try assertMisuse("dispatch-sync-target", mentions: ["TKDispatchQueue \"child\".sync", "TKDispatchQueue \"parent\"", "target chain"])
+        try assertMisuse(
+            "dispatch-sync-target", mentions: ["TKDispatchQueue \"child\".sync", "TKDispatchQueue \"parent\"", "target chain"])
     }
 
     func testBarrierSyncFromInsideTheConcurrentQueueStopsTheProcess() throws {

@@ -7,8 +7,9 @@
 import Dispatch
 import Foundation
 import Synchronization
-@testable import ThreadKit
 import XCTest
+
+@testable import ThreadKit
 
 final class DispatchPoolMonitorTests: XCTestCase {
     private var cores: Int { DispatchPool.shared.width }
@@ -16,7 +17,10 @@ final class DispatchPoolMonitorTests: XCTestCase {
     func testItemsBlockedInReadDoNotHoldUpTheItemThatReleasesThem() {
         var fds: [Int32] = [0, 0]
         XCTAssertEqual(pipe(&fds), 0)
-        defer { close(fds[0]); close(fds[1]) }
+        defer {
+            close(fds[0])
+            close(fds[1])
+        }
         let readers = max(8, 4 * cores)
         let done = DispatchSemaphore(value: 0)
         let readBytes = Atomic<Int>(0)
@@ -35,15 +39,18 @@ final class DispatchPoolMonitorTests: XCTestCase {
             done.signal()
         }
         for i in 0...readers {
-            XCTAssertEqual(done.wait(timeout: .now() + 30), .success, "item \(i) of \(readers + 1) never finished: the pool did not look past workers blocked in read(2)")
+            XCTAssertEqual(
+                done.wait(timeout: .now() + 30), .success,
+                "item \(i) of \(readers + 1) never finished: the pool did not look past workers blocked in read(2)")
         }
         XCTAssertEqual(readBytes.load(ordering: .relaxed), readers)
         XCTAssertLessThanOrEqual(DispatchPool.shared.snapshot().threads, DispatchPool.shared.threadCap)
         // Every stalled worker counts as running again once its job ends, and the tier comes to rest.
-        XCTAssertTrue(waitUntil(.now + .seconds(10)) {
-            let s = DispatchPool.shared.snapshot()
-            return s.running == 0 && s.stalled == 0 && s.blocked == 0 && s.idle == s.threads
-        }, "the pool did not come to rest: \(DispatchPool.shared.snapshot())")
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(10)) {
+                let s = DispatchPool.shared.snapshot()
+                return s.running == 0 && s.stalled == 0 && s.blocked == 0 && s.idle == s.threads
+            }, "the pool did not come to rest: \(DispatchPool.shared.snapshot())")
     }
 
     func testABatchTakenWithABlockedItemIsHandedToAnotherWorker() {
@@ -51,7 +58,10 @@ final class DispatchPoolMonitorTests: XCTestCase {
         // until the last item, which sits in somebody's batch or the run queue, writes.
         var fds: [Int32] = [0, 0]
         XCTAssertEqual(pipe(&fds), 0)
-        defer { close(fds[0]); close(fds[1]) }
+        defer {
+            close(fds[0])
+            close(fds[1])
+        }
         let (readEnd, writeEnd) = (fds[0], fds[1])
         let done = DispatchSemaphore(value: 0)
         let total = 64 * cores
@@ -73,7 +83,8 @@ final class DispatchPoolMonitorTests: XCTestCase {
     func testWorkersBusyOnTheCPUAreNotCountedStalled() {
         // Long CPU-bound items are runnable, not waiting: the monitor takes their batches back but
         // never lets more than `width` of them run at once.
-        let active = Atomic<Int>(0), maxActive = Atomic<Int>(0)
+        let active = Atomic<Int>(0)
+        let maxActive = Atomic<Int>(0)
         let group = DispatchGroup()
         for _ in 0..<(3 * cores) {
             group.enter()
@@ -98,7 +109,8 @@ final class DispatchPoolMonitorTests: XCTestCase {
         // never parking, until the continuation has run: another worker must get it (the monitor
         // hands the local queue of a worker without progress to the run queues).
         let done = DispatchSemaphore(value: 0)
-        let ran = Atomic<Bool>(false), sawIt = Atomic<Bool>(false)
+        let ran = Atomic<Bool>(false)
+        let sawIt = Atomic<Bool>(false)
         TKDispatchQueue.global().async {
             TKDispatchQueue.global().async { ran.store(true, ordering: .releasing) }
             let deadline = ContinuousClock.now + .seconds(20)
@@ -109,8 +121,10 @@ final class DispatchPoolMonitorTests: XCTestCase {
         XCTAssertEqual(done.wait(timeout: .now() + 60), .success)
         XCTAssertTrue(sawIt.load(ordering: .relaxed), "the continuation waited for the job that submitted it")
         // The same with a serial queue's lane, submitted from a serial queue.
-        let a = TKDispatchQueue(label: "a"), b = TKDispatchQueue(label: "b")
-        let ranB = Atomic<Bool>(false), sawB = Atomic<Bool>(false)
+        let a = TKDispatchQueue(label: "a")
+        let b = TKDispatchQueue(label: "b")
+        let ranB = Atomic<Bool>(false)
+        let sawB = Atomic<Bool>(false)
         a.async {
             b.async { ranB.store(true, ordering: .releasing) }
             let deadline = ContinuousClock.now + .seconds(20)
@@ -126,16 +140,18 @@ final class DispatchPoolMonitorTests: XCTestCase {
         XCTAssertFalse(DispatchPool.threadIsWaiting(UInt32(KernelThread.currentID())), "the calling thread is running")
         XCTAssertFalse(DispatchPool.threadIsWaiting(0))
         // A thread parked in a Foundation semaphore sleeps (S).
-        let parked = DispatchSemaphore(value: 0), tidBox = Atomic<UInt32>(0)
+        let parked = DispatchSemaphore(value: 0)
+        let tidBox = Atomic<UInt32>(0)
         let thread = Thread {
             tidBox.store(UInt32(KernelThread.currentID()), ordering: .relaxed)
             parked.wait()
         }
         thread.start()
-        XCTAssertTrue(waitUntil(.now + .seconds(10)) {
-            let tid = tidBox.load(ordering: .relaxed)
-            return tid != 0 && DispatchPool.threadIsWaiting(tid)
-        })
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(10)) {
+                let tid = tidBox.load(ordering: .relaxed)
+                return tid != 0 && DispatchPool.threadIsWaiting(tid)
+            })
         parked.signal()
     }
 }

@@ -5,8 +5,9 @@
 import Dispatch
 import Foundation
 import Synchronization
-@testable import ThreadKit
 import XCTest
+
+@testable import ThreadKit
 
 final class DispatchPoolTests: XCTestCase {
     private var cores: Int { DispatchPool.shared.width }
@@ -58,7 +59,8 @@ final class DispatchPoolTests: XCTestCase {
     }
 
     func testActiveWorkersNeverExceedTheWidth() {
-        let active = Atomic<Int>(0), maxActive = Atomic<Int>(0)
+        let active = Atomic<Int>(0)
+        let maxActive = Atomic<Int>(0)
         let group = TKDispatchGroup()
         for _ in 0..<stress(2_000) {
             TKDispatchQueue.global().async(group: group) {
@@ -67,7 +69,7 @@ final class DispatchPoolTests: XCTestCase {
                 while now > m, !maxActive.compareExchange(expected: m, desired: now, ordering: .relaxed).exchanged {
                     m = maxActive.load(ordering: .relaxed)
                 }
-                for _ in 0..<200 { _ = active.load(ordering: .relaxed) }   // a little non-blocking work
+                for _ in 0..<200 { _ = active.load(ordering: .relaxed) } // a little non-blocking work
                 active.wrappingSubtract(1, ordering: .relaxed)
             }
         }
@@ -123,8 +125,9 @@ final class DispatchPoolTests: XCTestCase {
         let seen = seenByBackground.load(ordering: .relaxed)
         let waited = backgroundWaited.load(ordering: .relaxed)
         if seen < flood {
-            XCTAssertGreaterThanOrEqual(waited, RunQueues.agingTime[RunQueues.background],
-                                        "the background item jumped the interactive flood after \(seen) of \(flood) items, \(waited) ns after it was submitted")
+            XCTAssertGreaterThanOrEqual(
+                waited, RunQueues.agingTime[RunQueues.background],
+                "the background item jumped the interactive flood after \(seen) of \(flood) items, \(waited) ns after it was submitted")
         }
     }
 
@@ -166,8 +169,9 @@ final class DispatchPoolTests: XCTestCase {
         stop.store(true, ordering: .relaxed)
         XCTAssertTrue(feeder.join())
         XCTAssertEqual(group.wait(until: .now + .seconds(60)), .success)
-        XCTAssertLessThan(higherDoneWhenUtilityStarted.load(ordering: .relaxed), higherDone.load(ordering: .relaxed),
-                          "the utility item waited for the whole higher stream")
+        XCTAssertLessThan(
+            higherDoneWhenUtilityStarted.load(ordering: .relaxed), higherDone.load(ordering: .relaxed),
+            "the utility item waited for the whole higher stream")
     }
 
     func testBackgroundWorkersRunAtTheBackgroundSchedulingClass() {
@@ -187,15 +191,18 @@ final class DispatchPoolTests: XCTestCase {
         let warmUp = TKDispatchGroup()
         TKDispatchQueue.global().async(group: warmUp) {}
         XCTAssertEqual(warmUp.wait(until: .now + .seconds(30)), .success)
-        waitUntil(.now + .seconds(10)) { DispatchPool.shared.snapshot().threads == 0 && DispatchPool.shared.snapshot(background: true).threads == 0 }
+        waitUntil(.now + .seconds(10)) {
+            DispatchPool.shared.snapshot().threads == 0 && DispatchPool.shared.snapshot(background: true).threads == 0
+        }
         let baseline = taskCount()
         let group = TKDispatchGroup()
         let semaphore = TKDispatchSemaphore(value: 0)
         for _ in 0..<8 { TKDispatchQueue.global().async(group: group) { _ = semaphore.wait(until: .now + .milliseconds(50)) } }
         XCTAssertEqual(group.wait(until: .now + .seconds(30)), .success)
         XCTAssertGreaterThan(taskCount(), baseline)
-        XCTAssertTrue(waitUntil(.now + .seconds(10)) { self.taskCount() <= baseline },
-                      "thread count stayed at \(taskCount()) (baseline \(baseline))")
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(10)) { self.taskCount() <= baseline },
+            "thread count stayed at \(taskCount()) (baseline \(baseline))")
     }
 
     func testTheCountsReturnToRestAfterMixedWork() {
@@ -211,10 +218,13 @@ final class DispatchPoolTests: XCTestCase {
         }
         XCTAssertEqual(group.wait(until: .now + .seconds(60)), .success)
         for background in [false, true] {
-            XCTAssertTrue(waitUntil(.now + .seconds(10)) {
-                let s = DispatchPool.shared.snapshot(background: background)
-                return s.running == 0 && s.searching == 0 && s.blocked == 0 && s.idle == s.threads
-            }, "tier \(background ? "background" : "normal") did not come to rest: \(DispatchPool.shared.snapshot(background: background))")
+            XCTAssertTrue(
+                waitUntil(.now + .seconds(10)) {
+                    let s = DispatchPool.shared.snapshot(background: background)
+                    return s.running == 0 && s.searching == 0 && s.blocked == 0 && s.idle == s.threads
+                },
+                "tier \(background ? "background" : "normal") did not come to rest: \(DispatchPool.shared.snapshot(background: background))"
+            )
         }
     }
 

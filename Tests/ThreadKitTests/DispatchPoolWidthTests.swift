@@ -7,8 +7,9 @@
 import CThreadKit
 import Dispatch
 import Foundation
-@testable import ThreadKit
 import XCTest
+
+@testable import ThreadKit
 
 final class DispatchPoolWidthTests: XCTestCase {
     func testThePoolsWidthFollowsTheAffinityMask() throws {
@@ -36,7 +37,8 @@ final class DispatchPoolWidthTests: XCTestCase {
         XCTAssertEqual(result.status, 0, result.standardError)
         let lines = result.standardOutput.split(separator: "\n")
         guard let mainLine = lines.first(where: { $0.hasPrefix("main nice ") }),
-              let itemLine = lines.first(where: { $0.hasPrefix("default item policy ") }) else {
+            let itemLine = lines.first(where: { $0.hasPrefix("default item policy ") })
+        else {
             return XCTFail("unexpected output: \(result.standardOutput)")
         }
         let mainNice = mainLine.split(separator: " ").last.map(String.init) ?? "?"

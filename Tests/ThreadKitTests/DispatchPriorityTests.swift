@@ -31,7 +31,10 @@ final class DispatchPriorityTests: XCTestCase {
                     if stop.load(ordering: .relaxed) { return }
                     let end = ContinuousClock.now + block
                     while ContinuousClock.now < end { if stop.load(ordering: .relaxed) { return } }
-                    if counts.record(level: level, total: total) { stop.store(true, ordering: .relaxed); reachedTotal.signal() }
+                    if counts.record(level: level, total: total) {
+                        stop.store(true, ordering: .relaxed)
+                        reachedTotal.signal()
+                    }
                 }
             }
         }
@@ -114,13 +117,14 @@ final class DispatchPriorityTests: XCTestCase {
         XCTAssertTrue(TKDispatchQueue.global(priority: .default) === TKDispatchQueue.global(qos: .default))
         XCTAssertTrue(TKDispatchQueue.global(priority: .low) === TKDispatchQueue.global(qos: .utility))
         XCTAssertTrue(TKDispatchQueue.global(priority: .background) === TKDispatchQueue.global(qos: .background))
-        XCTAssertEqual(TKDispatchQueue.GlobalQueuePriority.allCases.map(\.qualityOfService),
-                       [.userInitiated, .default, .utility, .background])
+        XCTAssertEqual(
+            TKDispatchQueue.GlobalQueuePriority.allCases.map(\.qualityOfService),
+            [.userInitiated, .default, .utility, .background])
     }
 
     func testUnspecifiedIsTheDefaultGlobalQueueAndAQueueWithItTakesItsTargetsLevel() {
         XCTAssertTrue(TKDispatchQueue.global(qos: .unspecified) === TKDispatchQueue.global(qos: .default))
-        XCTAssertEqual(TKQualityOfService.unspecified.rawValue, 0)   // QOS_CLASS_UNSPECIFIED
+        XCTAssertEqual(TKQualityOfService.unspecified.rawValue, 0) // QOS_CLASS_UNSPECIFIED
         XCTAssertLessThan(TKQualityOfService.unspecified, .background)
         let key = TKDispatchSpecificKey<String>()
         let globals: [TKQualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]

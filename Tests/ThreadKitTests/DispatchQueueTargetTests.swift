@@ -16,7 +16,12 @@ final class DispatchQueueTargetTests: XCTestCase {
         let queue = TKDispatchQueue(label: "retargeted", attributes: .initiallyInactive)
         let seen = Guarded<[String?]>([])
         let done = DispatchSemaphore(value: 0)
-        for _ in 0..<3 { queue.async { seen.withLock { $0.append(TKDispatchQueue.getSpecific(key: key)) }; done.signal() } }
+        for _ in 0..<3 {
+            queue.async {
+                seen.withLock { $0.append(TKDispatchQueue.getSpecific(key: key)) }
+                done.signal()
+            }
+        }
         queue.setTarget(queue: target)
         target.suspend()
         queue.activate()
@@ -30,14 +35,21 @@ final class DispatchQueueTargetTests: XCTestCase {
     func testTwoConcurrentQueuesRetargetedToOneSerialQueueNeverOverlap() {
         let serial = TKDispatchQueue(label: "bottleneck")
         let queues = (0..<2).map { TKDispatchQueue(label: "wide-\($0)", attributes: [.concurrent, .initiallyInactive]) }
-        for q in queues { q.setTarget(queue: serial); q.activate() }
-        let inside = Guarded(0), overlaps = Guarded(0)
+        for q in queues {
+            q.setTarget(queue: serial)
+            q.activate()
+        }
+        let inside = Guarded(0)
+        let overlaps = Guarded(0)
         let group = DispatchGroup()
         let n = stress(2_000)
         for i in 0..<n {
             group.enter()
             queues[i % 2].async {
-                inside.withLock { $0 += 1; if $0 != 1 { overlaps.withLock { $0 += 1 } } }
+                inside.withLock {
+                    $0 += 1
+                    if $0 != 1 { overlaps.withLock { $0 += 1 } }
+                }
                 inside.withLock { $0 -= 1 }
                 group.leave()
             }
@@ -50,9 +62,10 @@ final class DispatchQueueTargetTests: XCTestCase {
         let first = TKDispatchQueue(label: "first")
         let queue = TKDispatchQueue(label: "back-to-global", qos: .utility, attributes: .initiallyInactive, target: first)
         queue.setTarget(queue: nil)
-        XCTAssertTrue(queue.debugDescription.contains("target: \"\(TKDispatchQueue.global(qos: .utility).label)\""),
-                      queue.debugDescription)
-        first.suspend()   // if the queue still ran on `first`, this would hold its work back
+        XCTAssertTrue(
+            queue.debugDescription.contains("target: \"\(TKDispatchQueue.global(qos: .utility).label)\""),
+            queue.debugDescription)
+        first.suspend() // if the queue still ran on `first`, this would hold its work back
         let ran = DispatchSemaphore(value: 0)
         queue.async { ran.signal() }
         queue.activate()
@@ -61,8 +74,12 @@ final class DispatchQueueTargetTests: XCTestCase {
     }
 
     func testRetargetingAnActiveQueueStopsTheProcess() throws {
-        try assertMisuse("dispatch-retarget-active", mentions: ["TKDispatchQueue \"thumbnails\"", "setTarget(queue: \"io\")",
-                                                                 "active queue", "initiallyInactive"])
+        try assertMisuse(
+            "dispatch-retarget-active",
+            mentions: [
+                "TKDispatchQueue \"thumbnails\"", "setTarget(queue: \"io\")",
+                "active queue", "initiallyInactive",
+            ])
     }
 
     func testRetargetingAGlobalQueueStopsTheProcess() throws {
@@ -92,7 +109,10 @@ final class DispatchQueueTargetTests: XCTestCase {
                 finalized.signal()
             }
             let gate = DispatchSemaphore(value: 0)
-            queue.async { gate.wait(); log.withLock { $0.append("last block") } }
+            queue.async {
+                gate.wait()
+                log.withLock { $0.append("last block") }
+            }
             gate.signal()
         }
         XCTAssertEqual(finalized.wait(timeout: .now() + 30), .success)
@@ -112,7 +132,10 @@ final class DispatchQueueTargetTests: XCTestCase {
         do {
             let with = TKDispatchQueue(label: "with", target: target)
             with.context = 1
-            with.setFinalizer { _ in calls.withLock { $0.append("with") }; second.signal() }
+            with.setFinalizer { _ in
+                calls.withLock { $0.append("with") }
+                second.signal()
+            }
         }
         // Finalizers are submitted to the serial target in the order the queues were freed.
         XCTAssertEqual(second.wait(timeout: .now() + 30), .success)
@@ -128,11 +151,15 @@ final class DispatchQueueTargetTests: XCTestCase {
         queue.suspend()
         for _ in 0..<3 { queue.async {} }
         let text = queue.debugDescription
-        for fragment in ["\"uploads\"", "serial", "qos: utility", "width: 1", "target: \"parent\"", "inactive",
-                         "suspend count: 2", "pending: 3"] {
+        for fragment in [
+            "\"uploads\"", "serial", "qos: utility", "width: 1", "target: \"parent\"", "inactive",
+            "suspend count: 2", "pending: 3",
+        ] {
             XCTAssertTrue(text.contains(fragment), "\(fragment) missing from \(text)")
         }
-        queue.resume(); queue.resume(); queue.activate()
+        queue.resume()
+        queue.resume()
+        queue.activate()
         queue.sync {}
         XCTAssertTrue(queue.debugDescription.contains("suspend count: 0"))
         XCTAssertTrue(queue.debugDescription.contains("pending: 0"))
@@ -145,18 +172,23 @@ final class DispatchQueueTargetTests: XCTestCase {
     func testAGroupsDebugDescriptionShowsItsCount() {
         let group = TKDispatchGroup()
         XCTAssertTrue(group.debugDescription.contains("count: 0"), group.debugDescription)
-        group.enter(); group.enter()
+        group.enter()
+        group.enter()
         XCTAssertTrue(group.debugDescription.contains("count: 2"), group.debugDescription)
         group.notify(queue: .global()) {}
         XCTAssertTrue(group.debugDescription.contains("notifications pending: 1"), group.debugDescription)
-        group.leave(); group.leave()
+        group.leave()
+        group.leave()
         XCTAssertTrue(group.debugDescription.contains("count: 0"), group.debugDescription)
     }
 
     func testASourcesDebugDescriptionShowsTypeHandleAndState() {
         var pair: [Int32] = [0, 0]
         XCTAssertEqual(pipe(&pair), 0)
-        defer { close(pair[0]); close(pair[1]) }
+        defer {
+            close(pair[0])
+            close(pair[1])
+        }
         let queue = TKDispatchQueue(label: "sources")
         let source = TKDispatchSource.makeReadSource(fileDescriptor: pair[0], queue: queue)
         XCTAssertEqual(source.handle, pair[0])

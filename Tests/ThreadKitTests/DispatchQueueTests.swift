@@ -13,8 +13,9 @@ final class DispatchQueueTests: XCTestCase {
 
     func testASerialQueueRunsItsBlocksOneAtATimeInOrder() {
         let queue = TKDispatchQueue(label: "serial")
-        let order = Shared<[Int]>([])          // touched only by the queue's blocks
-        let inside = Atomic<Int>(0), overlap = Atomic<Int>(0)
+        let order = Shared<[Int]>([]) // touched only by the queue's blocks
+        let inside = Atomic<Int>(0)
+        let overlap = Atomic<Int>(0)
         let done = DispatchSemaphore(value: 0)
         let n = stress(10_000)
         for i in 0..<n {
@@ -62,7 +63,10 @@ final class DispatchQueueTests: XCTestCase {
         let queue = TKDispatchQueue(label: "busy")
         let gate = DispatchSemaphore(value: 0)
         let log = Shared<[String]>([])
-        queue.async { gate.wait(); log.value.append("first") }
+        queue.async {
+            gate.wait()
+            log.value.append("first")
+        }
         // Released once the main thread is parked in sync behind the first block.
         let mainThread = getpid()
         let releaser = TestThread {
@@ -94,13 +98,22 @@ final class DispatchQueueTests: XCTestCase {
 
     func testABarrierRunsAloneAfterEarlierBlocksAndBeforeLaterOnes() {
         let queue = TKDispatchQueue(label: "barrier", attributes: .concurrent)
-        let inside = Atomic<Int>(0), violations = Atomic<Int>(0)
+        let inside = Atomic<Int>(0)
+        let violations = Atomic<Int>(0)
         let log = JudgedCounter()
-        let before = Atomic<Int>(0), after = Atomic<Int>(0), seenBefore = Atomic<Int>(-1), seenAfter = Atomic<Int>(-1)
+        let before = Atomic<Int>(0)
+        let after = Atomic<Int>(0)
+        let seenBefore = Atomic<Int>(-1)
+        let seenAfter = Atomic<Int>(-1)
         let done = DispatchGroup()
         for _ in 0..<200 {
             done.enter()
-            queue.async { inside.wrappingAdd(1, ordering: .relaxed); before.wrappingAdd(1, ordering: .relaxed); inside.wrappingSubtract(1, ordering: .relaxed); done.leave() }
+            queue.async {
+                inside.wrappingAdd(1, ordering: .relaxed)
+                before.wrappingAdd(1, ordering: .relaxed)
+                inside.wrappingSubtract(1, ordering: .relaxed)
+                done.leave()
+            }
         }
         done.enter()
         queue.async(flags: .barrier) {
@@ -112,7 +125,10 @@ final class DispatchQueueTests: XCTestCase {
         }
         for _ in 0..<200 {
             done.enter()
-            queue.async { after.wrappingAdd(1, ordering: .relaxed); done.leave() }
+            queue.async {
+                after.wrappingAdd(1, ordering: .relaxed)
+                done.leave()
+            }
         }
         XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
         XCTAssertEqual(violations.load(ordering: .relaxed), 0)
@@ -134,7 +150,8 @@ final class DispatchQueueTests: XCTestCase {
     func testQueuesTargetingOneSerialQueueNeverOverlap() {
         let root = TKDispatchQueue(label: "root")
         let children = (0..<8).map { TKDispatchQueue(label: "child-\($0)", attributes: $0 % 2 == 0 ? [] : .concurrent, target: root) }
-        let inside = Atomic<Int>(0), overlap = Atomic<Int>(0)
+        let inside = Atomic<Int>(0)
+        let overlap = Atomic<Int>(0)
         let done = DispatchGroup()
         for i in 0..<stress(8_000) {
             done.enter()
@@ -180,7 +197,7 @@ final class DispatchQueueTests: XCTestCase {
         queue.suspend()
         queue.suspend()
         for _ in 0..<10 { queue.async { ran.wrappingAdd(1, ordering: .relaxed) } }
-        usleep(20_000)   // a "never" check: nothing may run while suspended
+        usleep(20_000) // a "never" check: nothing may run while suspended
         XCTAssertEqual(ran.load(ordering: .relaxed), 0)
         queue.resume()
         usleep(20_000)
@@ -198,7 +215,7 @@ final class DispatchQueueTests: XCTestCase {
         queue.activate()
         queue.sync(flags: .barrier) {}
         XCTAssertEqual(ran.load(ordering: .relaxed), 5)
-        queue.activate()   // no effect the second time
+        queue.activate() // no effect the second time
     }
 
     func testSuspendResumeTogglesWhileSubmittingLoseNothing() {
@@ -206,7 +223,10 @@ final class DispatchQueueTests: XCTestCase {
         let counter = JudgedCounter()
         let n = stress(10_000)
         let submitter = TestThread { for _ in 0..<n { queue.async { counter.add() } } }
-        for _ in 0..<n { queue.suspend(); queue.resume() }
+        for _ in 0..<n {
+            queue.suspend()
+            queue.resume()
+        }
         XCTAssertTrue(submitter.join())
         queue.sync {}
         XCTAssertEqual(counter.count, n)

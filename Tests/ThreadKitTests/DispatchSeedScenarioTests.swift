@@ -12,7 +12,7 @@ final class DispatchSeedScenarioTests: XCTestCase {
     /// The photo manager: readers get a consistent copy with sync; writers add with a barrier.
     final class PhotoStore: @unchecked Sendable {
         private let queue = TKDispatchQueue(label: "photo-store", attributes: .concurrent)
-        private var photos: [String] = []   // guarded by `queue`: read in sync blocks, written in barriers
+        private var photos: [String] = [] // guarded by `queue`: read in sync blocks, written in barriers
 
         func add(_ photo: String, group: TKDispatchGroup) {
             queue.async(group: group, flags: .barrier) { self.photos.append(photo) }
@@ -50,22 +50,28 @@ final class DispatchSeedScenarioTests: XCTestCase {
         for (name, delay) in [("a.png", 3), ("b.png", 1), ("c.png", 2)] {
             group.enter()
             TKDispatchQueue.global(qos: .utility).asyncAfter(deadline: .now + .milliseconds(delay)) {
-                lock.lock(); downloads.value[name] = delay; lock.unlock()
+                lock.lock()
+                downloads.value[name] = delay
+                lock.unlock()
                 group.leave()
             }
         }
         group.notify(queue: .global()) {
-            lock.lock(); let count = downloads.value.count; lock.unlock()
+            lock.lock()
+            let count = downloads.value.count
+            lock.unlock()
             if count == 3 { notified.signal() }
         }
         XCTAssertEqual(group.wait(until: .now + .seconds(30)), .success)
-        lock.lock(); XCTAssertEqual(Set(downloads.value.keys), ["a.png", "b.png", "c.png"]); lock.unlock()
+        lock.lock()
+        XCTAssertEqual(Set(downloads.value.keys), ["a.png", "b.png", "c.png"])
+        lock.unlock()
         XCTAssertEqual(notified.wait(timeout: .now() + 30), .success, "notify ran after all three downloads")
     }
 
     enum Singleton {
         static let once = TKOnce()
-        nonisolated(unsafe) static var instance: Int?   // written once inside `once`
+        nonisolated(unsafe) static var instance: Int? // written once inside `once`
         static let made = Atomic<Int>(0)
         static var shared: Int {
             once.run {

@@ -4,8 +4,9 @@
 import Dispatch
 import Foundation
 import Synchronization
-@testable import ThreadKit
 import XCTest
+
+@testable import ThreadKit
 
 final class DispatchSemaphoreTests: XCTestCase {
     func testInitialValueUnitsAreAvailableAtOnce() {
@@ -58,11 +59,20 @@ final class DispatchSemaphoreTests: XCTestCase {
     func testParkedThreadsAndSuspendedTasksShareOneOrder() {
         let s = TKDispatchSemaphore(value: 0)
         let served = Guarded<[String]>([])
-        let first = TestThread("thread-0") { s.wait(); served.withLock { $0.append("thread 0") } }
+        let first = TestThread("thread-0") {
+            s.wait()
+            served.withLock { $0.append("thread 0") }
+        }
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { first.isParked })
-        let task = Task.detached { try await s.acquire(); served.withLock { $0.append("task 1") } }
+        let task = Task.detached {
+            try await s.acquire()
+            served.withLock { $0.append("task 1") }
+        }
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { s.asyncWaiterCount == 1 })
-        let third = TestThread("thread-2") { s.wait(); served.withLock { $0.append("thread 2") } }
+        let third = TestThread("thread-2") {
+            s.wait()
+            served.withLock { $0.append("thread 2") }
+        }
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { third.isParked })
         for i in 0..<3 {
             s.signal()
@@ -71,7 +81,10 @@ final class DispatchSemaphoreTests: XCTestCase {
         XCTAssertEqual(served.withLock { $0 }, ["thread 0", "task 1", "thread 2"])
         XCTAssertTrue(joinAll([first, third]))
         let done = DispatchSemaphore(value: 0)
-        Task.detached { _ = try? await task.value; done.signal() }
+        Task.detached {
+            _ = try? await task.value
+            done.signal()
+        }
         XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
     }
 
@@ -87,13 +100,21 @@ final class DispatchSemaphoreTests: XCTestCase {
     }
 
     func testPingPongBetweenTwoThreadsIsExact() {
-        let ping = TKDispatchSemaphore(value: 0), pong = TKDispatchSemaphore(value: 0)
+        let ping = TKDispatchSemaphore(value: 0)
+        let pong = TKDispatchSemaphore(value: 0)
         let rounds = stress(100_000)
         let counter = Atomic<Int>(0)
         let other = TestThread {
-            for _ in 0..<rounds { ping.wait(); counter.wrappingAdd(1, ordering: .relaxed); pong.signal() }
+            for _ in 0..<rounds {
+                ping.wait()
+                counter.wrappingAdd(1, ordering: .relaxed)
+                pong.signal()
+            }
         }
-        for _ in 0..<rounds { ping.signal(); pong.wait() }
+        for _ in 0..<rounds {
+            ping.signal()
+            pong.wait()
+        }
         XCTAssertTrue(other.join())
         XCTAssertEqual(counter.load(ordering: .relaxed), rounds)
     }
@@ -101,7 +122,8 @@ final class DispatchSemaphoreTests: XCTestCase {
     func testASemaphoreGuardsTwoResources() {
         // The seeds' "two resources" scenario: at most two holders at any time, everyone served.
         let s = TKDispatchSemaphore(value: 2)
-        let holders = Atomic<Int>(0), maxHolders = Atomic<Int>(0)
+        let holders = Atomic<Int>(0)
+        let maxHolders = Atomic<Int>(0)
         let served = JudgedCounter()
         let threads = TestThread.spawn(6, "user") { _ in
             for _ in 0..<stress(2_000) {

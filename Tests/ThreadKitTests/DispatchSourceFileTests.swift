@@ -22,7 +22,10 @@ final class DispatchSourceFileTests: XCTestCase {
     /// in activate() must fail the test, not hang the suite).
     private func returnsInTime(_ body: @escaping @Sendable () -> Void) -> Bool {
         let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread { body(); done.signal() }
+        Thread.detachNewThread {
+            body()
+            done.signal()
+        }
         return done.wait(timeout: .now() + 30) == .success
     }
 
@@ -32,18 +35,24 @@ final class DispatchSourceFileTests: XCTestCase {
         defer { unlink(path) }
         let queue = TKDispatchQueue(label: "file-reader")
         let source = TKDispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        let dataSeen = Shared<[UInt]>([])        // queue only
-        let received = Shared<[UInt8]>([])       // queue only
+        let dataSeen = Shared<[UInt]>([]) // queue only
+        let received = Shared<[UInt8]>([]) // queue only
         let finished = DispatchSemaphore(value: 0)
         source.setEventHandler {
             let available = source.data
             dataSeen.value.append(available)
-            if available == 0 { source.cancel(); return }
-            var buffer = [UInt8](repeating: 0, count: 3_000)   // less than the file: several runs
+            if available == 0 {
+                source.cancel()
+                return
+            }
+            var buffer = [UInt8](repeating: 0, count: 3_000) // less than the file: several runs
             let n = read(fd, &buffer, buffer.count)
             if n > 0 { received.value += buffer[0..<n] }
         }
-        source.setCancelHandler { close(fd); finished.signal() }
+        source.setCancelHandler {
+            close(fd)
+            finished.signal()
+        }
         XCTAssertTrue(returnsInTime { source.activate() }, "activate() on a regular file deadlocked")
         XCTAssertEqual(finished.wait(timeout: .now() + 30), .success)
         queue.sync {}
@@ -54,7 +63,10 @@ final class DispatchSourceFileTests: XCTestCase {
 
     func testResumingAReadSourceOnARegularFileDoesNotDeadlock() {
         let (path, fd) = temporaryFile(Array("hello".utf8))
-        defer { unlink(path); close(fd) }
+        defer {
+            unlink(path)
+            close(fd)
+        }
         let source = TKDispatchSource.makeReadSource(fileDescriptor: fd, queue: .global())
         let first = DispatchSemaphore(value: 0)
         let seen = Atomic<UInt>(.max)
@@ -72,10 +84,13 @@ final class DispatchSourceFileTests: XCTestCase {
 
     func testAWriteSourceOnARegularFileFiresAndItsWritesLand() {
         let (path, fd) = temporaryFile([])
-        defer { unlink(path); close(fd) }
+        defer {
+            unlink(path)
+            close(fd)
+        }
         let queue = TKDispatchQueue(label: "file-writer")
         let source = TKDispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-        let chunks = Shared(0)   // queue only
+        let chunks = Shared(0) // queue only
         let done = DispatchSemaphore(value: 0)
         source.setEventHandler {
             XCTAssertEqual(source.data, 1)
@@ -95,12 +110,23 @@ final class DispatchSourceFileTests: XCTestCase {
         // epoll refuses /dev/null (EPERM) as it does regular files.
         let fd = open("/dev/null", O_RDWR)
         defer { close(fd) }
-        let writes = DispatchSemaphore(value: 0), reads = DispatchSemaphore(value: 0)
+        let writes = DispatchSemaphore(value: 0)
+        let reads = DispatchSemaphore(value: 0)
         let writer = TKDispatchSource.makeWriteSource(fileDescriptor: fd, queue: .global())
-        writer.setEventHandler { writer.cancel(); writes.signal() }
+        writer.setEventHandler {
+            writer.cancel()
+            writes.signal()
+        }
         let reader = TKDispatchSource.makeReadSource(fileDescriptor: fd, queue: .global())
-        reader.setEventHandler { reader.cancel(); reads.signal() }
-        XCTAssertTrue(returnsInTime { writer.activate(); reader.activate() })
+        reader.setEventHandler {
+            reader.cancel()
+            reads.signal()
+        }
+        XCTAssertTrue(
+            returnsInTime {
+                writer.activate()
+                reader.activate()
+            })
         XCTAssertEqual(writes.wait(timeout: .now() + 30), .success)
         XCTAssertEqual(reads.wait(timeout: .now() + 30), .success)
     }
@@ -109,27 +135,37 @@ final class DispatchSourceFileTests: XCTestCase {
         // A file source must not disturb epoll-watched sources (its always-ready runs go through
         // the queue, not the manager thread).
         let (path, fd) = temporaryFile(Array(repeating: 1, count: 100))
-        defer { unlink(path); close(fd) }
+        defer {
+            unlink(path)
+            close(fd)
+        }
         var pair: [Int32] = [0, 0]
         XCTAssertEqual(pipe(&pair), 0)
         let pipeFDs = pair
-        defer { close(pipeFDs[0]); close(pipeFDs[1]) }
+        defer {
+            close(pipeFDs[0])
+            close(pipeFDs[1])
+        }
         let file = TKDispatchSource.makeReadSource(fileDescriptor: fd, queue: .global())
         let fileRuns = Atomic<Int>(0)
-        file.setEventHandler { fileRuns.wrappingAdd(1, ordering: .relaxed) }   // never reads: stays ready
+        file.setEventHandler { fileRuns.wrappingAdd(1, ordering: .relaxed) } // never reads: stays ready
         file.activate()
         let piped = DispatchSemaphore(value: 0)
         let reader = TKDispatchSource.makeReadSource(fileDescriptor: pipeFDs[0], queue: .global())
         reader.setEventHandler {
             var byte: UInt8 = 0
-            if read(pipeFDs[0], &byte, 1) == 1 && byte == 42 { reader.cancel(); piped.signal() }
+            if read(pipeFDs[0], &byte, 1) == 1 && byte == 42 {
+                reader.cancel()
+                piped.signal()
+            }
         }
         reader.activate()
         var byte: UInt8 = 42
         XCTAssertEqual(write(pipeFDs[1], &byte, 1), 1)
         XCTAssertEqual(piped.wait(timeout: .now() + 30), .success)
-        XCTAssertTrue(waitUntil(.now + .seconds(30)) { fileRuns.load(ordering: .relaxed) >= 2 },
-                      "an always-ready source runs again after each run")
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(30)) { fileRuns.load(ordering: .relaxed) >= 2 },
+            "an always-ready source runs again after each run")
         let cancelled = DispatchSemaphore(value: 0)
         file.setCancelHandler { cancelled.signal() }
         file.cancel()
@@ -147,7 +183,8 @@ final class DispatchSourceFileTests: XCTestCase {
     }
 
     func testADescriptorClosedBeforeActivationIsReportedAtActivate() throws {
-        try assertMisuse("dispatch-read-source-closed-before-activate",
-                         mentions: ["TKDispatchSource (read fd", "activate()", "closed", "Fix:"])
+        try assertMisuse(
+            "dispatch-read-source-closed-before-activate",
+            mentions: ["TKDispatchSource (read fd", "activate()", "closed", "Fix:"])
     }
 }

@@ -6,8 +6,9 @@
 import Dispatch
 import Foundation
 import Synchronization
-@testable import ThreadKit
 import XCTest
+
+@testable import ThreadKit
 
 final class DispatchSourceKindsTests: XCTestCase {
     private typealias FSEvent = TKDispatchSource.FileSystemEvent
@@ -28,7 +29,10 @@ final class DispatchSourceKindsTests: XCTestCase {
         XCTAssertEqual(source.mask, TKDispatchSource.ProcessEvent.exit.rawValue)
         let exited = DispatchSemaphore(value: 0)
         let seen = Guarded<UInt>(0)
-        source.setEventHandler { seen.withLock { $0 |= source.data }; exited.signal() }
+        source.setEventHandler {
+            seen.withLock { $0 |= source.data }
+            exited.signal()
+        }
         source.activate()
         XCTAssertEqual(exited.wait(timeout: .now() + .milliseconds(20)), .timedOut, "reported an exit while the child ran")
         child.terminate()
@@ -42,7 +46,7 @@ final class DispatchSourceKindsTests: XCTestCase {
         let child = Process()
         child.executableURL = URL(fileURLWithPath: "/bin/true")
         try child.run()
-        child.waitUntilExit()   // reaped: the pid names no process now
+        child.waitUntilExit() // reaped: the pid names no process now
         let source = try TKDispatchSource.makeProcessSource(identifier: child.processIdentifier, eventMask: .exit, queue: .global())
         let exited = DispatchSemaphore(value: 0)
         source.setEventHandler {
@@ -71,7 +75,8 @@ final class DispatchSourceKindsTests: XCTestCase {
 
     func testCancelledProcessSourcesCloseTheirPidfds() throws {
         let warm = try TKDispatchSource.makeProcessSource(identifier: getpid(), eventMask: .exit, queue: .global())
-        warm.activate(); warm.cancel()
+        warm.activate()
+        warm.cancel()
         let before = openFDCount()
         for _ in 0..<50 {
             let s = try TKDispatchSource.makeProcessSource(identifier: getpid(), eventMask: .exit, queue: .global())
@@ -100,7 +105,8 @@ final class DispatchSourceKindsTests: XCTestCase {
                 fd = open(path, O_RDONLY)
             }
             source = try TKDispatchSource.makeFileSystemObjectSource(fileDescriptor: fd, eventMask: mask, queue: .global())
-            let source = self.source, seen = self.seen
+            let source = self.source
+            let seen = self.seen
             source.setEventHandler { seen.withLock { $0 |= source.data } }
             source.activate()
         }

@@ -32,8 +32,8 @@ final class DispatchSourceTests: XCTestCase {
         // The seeds' countdown: a repeating 5 ms timer counts 5 → 0, then cancels itself.
         let queue = TKDispatchQueue(label: "countdown")
         let timer = TKDispatchSource.makeTimerSource(queue: queue)
-        let remaining = Shared(5)             // queue only
-        let ticks = Shared<[Int]>([])         // queue only
+        let remaining = Shared(5) // queue only
+        let ticks = Shared<[Int]>([]) // queue only
         let cancelled = Atomic<Int>(0)
         let done = DispatchSemaphore(value: 0)
         let start = ContinuousClock.now
@@ -91,7 +91,7 @@ final class DispatchSourceTests: XCTestCase {
         queue.resume()
         XCTAssertEqual(delivered.wait(timeout: .now() + 30), .success)
         source.cancel()
-        XCTAssertEqual(cancelled.wait(timeout: .now() + 30), .success)   // no delivery after this
+        XCTAssertEqual(cancelled.wait(timeout: .now() + 30), .success) // no delivery after this
         // The deliveries carry every slot missed while the queue was suspended: at least those of
         // the 0.5 s idle, never more than have passed.
         let count = fired.load(ordering: .relaxed)
@@ -103,7 +103,8 @@ final class DispatchSourceTests: XCTestCase {
     func testUserDataAddCoalescesWhileTheHandlerIsHeldUp() {
         let queue = TKDispatchQueue(label: "adds")
         let source = TKDispatchSource.makeUserDataAddSource(queue: queue)
-        let total = Atomic<UInt>(0), calls = Atomic<Int>(0)
+        let total = Atomic<UInt>(0)
+        let calls = Atomic<Int>(0)
         source.setEventHandler {
             total.wrappingAdd(source.data, ordering: .relaxed)
             calls.wrappingAdd(1, ordering: .relaxed)
@@ -135,7 +136,9 @@ final class DispatchSourceTests: XCTestCase {
     func testTheEventHandlerNeverRunsConcurrentlyWithItselfOnAConcurrentQueue() {
         let queue = TKDispatchQueue(label: "wide", attributes: .concurrent)
         let source = TKDispatchSource.makeUserDataAddSource(queue: queue)
-        let inside = Atomic<Int>(0), overlap = Atomic<Int>(0), sum = Atomic<UInt>(0)
+        let inside = Atomic<Int>(0)
+        let overlap = Atomic<Int>(0)
+        let sum = Atomic<UInt>(0)
         source.setEventHandler {
             if inside.wrappingAdd(1, ordering: .relaxed).newValue != 1 { overlap.wrappingAdd(1, ordering: .relaxed) }
             sum.wrappingAdd(source.data, ordering: .relaxed)
@@ -168,7 +171,7 @@ final class DispatchSourceTests: XCTestCase {
         source.suspend()
         source.add(data: 1)
         queue.sync {}
-        usleep(10_000)   // a "never" check: a suspended source must not deliver
+        usleep(10_000) // a "never" check: a suspended source must not deliver
         queue.sync {}
         XCTAssertEqual(calls.load(ordering: .relaxed), 1, "a suspended source delivered")
         source.resume()
@@ -180,10 +183,13 @@ final class DispatchSourceTests: XCTestCase {
         var pair: [Int32] = [0, 0]
         XCTAssertEqual(pipe(&pair), 0)
         let fds = pair
-        defer { close(fds[0]); close(fds[1]) }
+        defer {
+            close(fds[0])
+            close(fds[1])
+        }
         let queue = TKDispatchQueue(label: "pipe")
         let reader = TKDispatchSource.makeReadSource(fileDescriptor: fds[0], queue: queue)
-        let received = Shared<[UInt8]>([])   // queue only
+        let received = Shared<[UInt8]>([]) // queue only
         let gotAll = DispatchSemaphore(value: 0)
         reader.setEventHandler {
             let available = Int(reader.data)
@@ -217,7 +223,10 @@ final class DispatchSourceTests: XCTestCase {
         let cancelled = Atomic<Int>(0)
         let done = DispatchSemaphore(value: 0)
         source.setEventHandler { XCTFail("a cancelled timer fired") }
-        source.setCancelHandler { cancelled.wrappingAdd(1, ordering: .relaxed); done.signal() }
+        source.setCancelHandler {
+            cancelled.wrappingAdd(1, ordering: .relaxed)
+            done.signal()
+        }
         source.schedule(deadline: .now)
         source.cancel()
         source.cancel()

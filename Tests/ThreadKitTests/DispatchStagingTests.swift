@@ -4,8 +4,9 @@
 // DispatchSemaphore, Foundation threads.
 import Dispatch
 import Foundation
-@testable import ThreadKit
 import XCTest
+
+@testable import ThreadKit
 
 final class DispatchStagingTests: XCTestCase {
     /// With the pool's lock held by the test and another thread asleep on it, submissions from a
@@ -13,7 +14,8 @@ final class DispatchStagingTests: XCTestCase {
     /// then each runs once.
     func testASubmissionNeverWaitsForACongestedPoolLockAndRunsOnceTheLockIsReleased() {
         let pool = DispatchPool.shared
-        let ran = JudgedCounter(), done = DispatchGroup()
+        let ran = JudgedCounter()
+        let done = DispatchGroup()
         let stagedBefore = pool.stage.stagedSoFar
         pool.lockPool()
         let sleeper = TestThread("sleeper") {
@@ -25,7 +27,10 @@ final class DispatchStagingTests: XCTestCase {
             for qos in [TKQualityOfService.userInitiated, .default, .background] {
                 for _ in 0..<10 {
                     done.enter()
-                    TKDispatchQueue.global(qos: qos).async { ran.add(); done.leave() }
+                    TKDispatchQueue.global(qos: qos).async {
+                        ran.add()
+                        done.leave()
+                    }
                 }
             }
         }
@@ -44,7 +49,8 @@ final class DispatchStagingTests: XCTestCase {
     /// 8 producers at once into the global queues of all five levels: every job runs exactly once,
     /// and staging really happened (rounds repeat, up to 5, until it did).
     func testEightProducersAtEveryLevelRunEachJobOnceThroughTheStage() {
-        let producers = 8, perProducer = stress(200_000) / 8
+        let producers = 8
+        let perProducer = stress(200_000) / 8
         let levels: [TKQualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]
         let stagedBefore = DispatchPool.shared.stage.stagedSoFar
         for _ in 0..<5 {
@@ -54,7 +60,10 @@ final class DispatchStagingTests: XCTestCase {
                 for i in 0..<perProducer {
                     let level = (p + i) % levels.count
                     done.enter()
-                    TKDispatchQueue.global(qos: levels[level]).async { counters[level].add(); done.leave() }
+                    TKDispatchQueue.global(qos: levels[level]).async {
+                        counters[level].add()
+                        done.leave()
+                    }
                 }
             }
             XCTAssertTrue(joinAll(threads, until: .now + .seconds(120)))

@@ -12,7 +12,8 @@ import XCTest
 
 final class DispatchStealingStressTests: XCTestCase {
     func testAMillionItemsFromEightProducersIntoAGlobalQueueAndAThousandSerialQueues() {
-        let producers = 8, queueCount = 1_000
+        let producers = 8
+        let queueCount = 1_000
         let total = stress(1_000_000)
         let perProducer = total / producers
         let queues = (0..<queueCount).map {
@@ -24,7 +25,9 @@ final class DispatchStealingStressTests: XCTestCase {
         defer { lastSeen.deallocate() }
         let slots = Shared(lastSeen)
         let outOfOrder = Atomic<Int>(0)
-        let globalRuns = JudgedCounter(), serialRuns = JudgedCounter(), followUps = JudgedCounter()
+        let globalRuns = JudgedCounter()
+        let serialRuns = JudgedCounter()
+        let followUps = JudgedCounter()
         let judge = DispatchGroup()
         let global = TKDispatchQueue.global()
         let threads = TestThread.spawn(producers, "producer") { p in

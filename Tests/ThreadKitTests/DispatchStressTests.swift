@@ -11,7 +11,7 @@ final class DispatchStressTests: XCTestCase {
     func testAMillionAsyncsToAGlobalQueueAreCountedExactly() {
         let n = stress(1_000_000)
         let counter = JudgedCounter()
-        let judge = DispatchGroup()   // Foundation's group: independent of ThreadKit
+        let judge = DispatchGroup() // Foundation's group: independent of ThreadKit
         judge.enter()
         let remaining = Atomic<Int>(n)
         for _ in 0..<n {
@@ -28,7 +28,7 @@ final class DispatchStressTests: XCTestCase {
         let queueCount = 1_000
         let perQueue = stress(1_000)
         let queues = (0..<queueCount).map { TKDispatchQueue(label: "q\($0)", qos: [.utility, .default, .userInitiated][$0 % 3]) }
-        let lastSeen = UnsafeMutableBufferPointer<Int>.allocate(capacity: queueCount)   // slot q: queue q only
+        let lastSeen = UnsafeMutableBufferPointer<Int>.allocate(capacity: queueCount) // slot q: queue q only
         lastSeen.initialize(repeating: -1)
         defer { lastSeen.deallocate() }
         let slots = Shared(lastSeen)
@@ -57,12 +57,16 @@ final class DispatchStressTests: XCTestCase {
 
     func testPingPongBetweenTwoSerialQueues() {
         let hops = stress(1_000_000)
-        let a = TKDispatchQueue(label: "ping"), b = TKDispatchQueue(label: "pong")
-        let count = Shared(0)   // touched by exactly one hop at a time
+        let a = TKDispatchQueue(label: "ping")
+        let b = TKDispatchQueue(label: "pong")
+        let count = Shared(0) // touched by exactly one hop at a time
         let done = DispatchSemaphore(value: 0)
         @Sendable func hop(_ onA: Bool) {
             count.value += 1
-            if count.value == hops { done.signal(); return }
+            if count.value == hops {
+                done.signal()
+                return
+            }
             (onA ? b : a).async { hop(!onA) }
         }
         a.async { hop(true) }
@@ -72,7 +76,9 @@ final class DispatchStressTests: XCTestCase {
 
     func testABarrierEveryHundredBlocksNeverOverlaps() {
         let queue = TKDispatchQueue(label: "barriers", attributes: .concurrent)
-        let readers = Atomic<Int>(0), writers = Atomic<Int>(0), violations = Atomic<Int>(0)
+        let readers = Atomic<Int>(0)
+        let writers = Atomic<Int>(0)
+        let violations = Atomic<Int>(0)
         let n = stress(100_000)
         let group = TKDispatchGroup()
         for i in 0..<n {
@@ -97,7 +103,8 @@ final class DispatchStressTests: XCTestCase {
 
     func testSyncAndAsyncFromManyThreadsOntoOneSerialQueue() {
         let queue = TKDispatchQueue(label: "storm")
-        let inside = Atomic<Int>(0), overlap = Atomic<Int>(0)
+        let inside = Atomic<Int>(0)
+        let overlap = Atomic<Int>(0)
         let value = Shared(0)
         let n = stress(20_000)
         let threads = TestThread.spawn(4, "storm") { t in
@@ -119,8 +126,11 @@ final class DispatchStressTests: XCTestCase {
         func openDescriptors() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1 }
         var pair: [Int32] = [0, 0]
         XCTAssertEqual(pipe(&pair), 0)
-        defer { close(pair[0]); close(pair[1]) }
-        _ = TKDispatchSource.makeUserDataAddSource(queue: .global())   // the manager exists before counting
+        defer {
+            close(pair[0])
+            close(pair[1])
+        }
+        _ = TKDispatchSource.makeUserDataAddSource(queue: .global()) // the manager exists before counting
         let before = openDescriptors()
         for _ in 0..<stress(2_000) {
             let source = TKDispatchSource.makeReadSource(fileDescriptor: pair[0], queue: .global())

@@ -7,12 +7,16 @@
 import Dispatch
 import Foundation
 import Synchronization
-@testable import ThreadKit
 import XCTest
+
+@testable import ThreadKit
 
 final class DispatchSyncHandOffTests: XCTestCase {
     /// The caller's thread id and the id of the thread the block ran on.
-    private struct Ran: Equatable { let caller: Int32; let block: Int32 }
+    private struct Ran: Equatable {
+        let caller: Int32
+        let block: Int32
+    }
 
     func testAContendedSyncRunsOnTheCallersThread() {
         let queue = TKDispatchQueue(label: "contended")
@@ -32,7 +36,10 @@ final class DispatchSyncHandOffTests: XCTestCase {
         let queue = TKDispatchQueue(label: "fifo")
         let gate = DispatchSemaphore(value: 0)
         let log = Guarded<[String]>([])
-        queue.async { gate.wait(); log.withLock { $0.append("first") } }
+        queue.async {
+            gate.wait()
+            log.withLock { $0.append("first") }
+        }
         queue.async { log.withLock { $0.append("A") } }
         let ran = Guarded<Ran?>(nil)
         let caller = TestThread {
@@ -44,7 +51,10 @@ final class DispatchSyncHandOffTests: XCTestCase {
         }
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { caller.isParked })
         let done = DispatchSemaphore(value: 0)
-        queue.async { log.withLock { $0.append("B") }; done.signal() }
+        queue.async {
+            log.withLock { $0.append("B") }
+            done.signal()
+        }
         gate.signal()
         XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
         XCTAssertTrue(caller.join())
@@ -65,14 +75,21 @@ final class DispatchSyncHandOffTests: XCTestCase {
         }
         @Sendable func leave() { inside.wrappingSubtract(1, ordering: .relaxed) }
         finished.enter()
-        queue.async { gate.wait(); finished.leave() }   // in flight: the barrier must wait for it
+        queue.async {
+            gate.wait()
+            finished.leave()
+        } // in flight: the barrier must wait for it
         let me = KernelThread.currentID()
         let releaser = TestThread {
             XCTAssertTrue(waitUntil(.now + .seconds(30)) { KernelThread.isParkedInFutex(me) })
             // Submitted behind the waiting barrier: none may start until it has finished.
             for _ in 0..<8 {
                 finished.enter()
-                queue.async { enter(); leave(); finished.leave() }
+                queue.async {
+                    enter()
+                    leave()
+                    finished.leave()
+                }
             }
             gate.signal()
         }
@@ -93,7 +110,10 @@ final class DispatchSyncHandOffTests: XCTestCase {
         let queue = TKDispatchQueue(label: "behind-barrier", attributes: .concurrent)
         let gate = DispatchSemaphore(value: 0)
         let barrierDone = Atomic<Bool>(false)
-        queue.async(flags: .barrier) { gate.wait(); barrierDone.store(true, ordering: .releasing) }
+        queue.async(flags: .barrier) {
+            gate.wait()
+            barrierDone.store(true, ordering: .releasing)
+        }
         let results = Guarded<[Ran]>([])
         let early = JudgedCounter()
         let callers = (0..<8).map { i in
@@ -128,23 +148,35 @@ final class DispatchSyncHandOffTests: XCTestCase {
             inside.wrappingSubtract(1, ordering: .relaxed)
         }
         finished.enter()
-        outer.async { gate.wait(); finished.leave() }
+        outer.async {
+            gate.wait()
+            finished.leave()
+        }
         for i in 0..<20 {
             finished.enter()
-            (i.isMultiple(of: 2) ? outer : inner).async { exclusive(); finished.leave() }
+            (i.isMultiple(of: 2) ? outer : inner).async {
+                exclusive()
+                finished.leave()
+            }
         }
         let me = KernelThread.currentID()
         let releaser = TestThread {
             XCTAssertTrue(waitUntil(.now + .seconds(30)) { KernelThread.isParkedInFutex(me) })
             for i in 0..<20 {
                 finished.enter()
-                (i.isMultiple(of: 2) ? outer : inner).async { exclusive(); finished.leave() }
+                (i.isMultiple(of: 2) ? outer : inner).async {
+                    exclusive()
+                    finished.leave()
+                }
             }
             gate.signal()
         }
         let ranOn = inner.sync { () -> Int32 in
             var id: Int32 = 0
-            exclusive { usleep(1_000); id = KernelThread.currentID() }
+            exclusive {
+                usleep(1_000)
+                id = KernelThread.currentID()
+            }
             return id
         }
         XCTAssertEqual(ranOn, me)
@@ -155,7 +187,7 @@ final class DispatchSyncHandOffTests: XCTestCase {
 
     func testContendedSyncsFromManyThreadsEachRunOnTheCallerInOrderWithAsyncs() {
         let queue = TKDispatchQueue(label: "many-sync")
-        let counter = Shared(0)          // touched only on the queue
+        let counter = Shared(0) // touched only on the queue
         let wrongThread = JudgedCounter()
         let rounds = stress(2_000)
         let workers = TestThread.spawn(4, "syncer") { i in

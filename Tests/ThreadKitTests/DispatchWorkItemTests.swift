@@ -44,7 +44,8 @@ final class DispatchWorkItemTests: XCTestCase {
     }
 
     func testCancelDoesNotInterruptARunningItem() {
-        let started = DispatchSemaphore(value: 0), proceed = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        let proceed = DispatchSemaphore(value: 0)
         let finished = Atomic<Bool>(false)
         let item = TKDispatchWorkItem {
             started.signal()
@@ -61,16 +62,25 @@ final class DispatchWorkItemTests: XCTestCase {
 
     func testABarrierItemRunsAloneOnAConcurrentQueue() {
         let queue = TKDispatchQueue(label: "barrier-items", attributes: .concurrent)
-        let inside = Atomic<Int>(0), violations = Atomic<Int>(0)
+        let inside = Atomic<Int>(0)
+        let violations = Atomic<Int>(0)
         let group = TKDispatchGroup()
         for _ in 0..<100 {
-            queue.async(group: group) { inside.wrappingAdd(1, ordering: .relaxed); inside.wrappingSubtract(1, ordering: .relaxed) }
+            queue.async(group: group) {
+                inside.wrappingAdd(1, ordering: .relaxed)
+                inside.wrappingSubtract(1, ordering: .relaxed)
+            }
         }
         let barrier = TKDispatchWorkItem(flags: .barrier) {
             if inside.load(ordering: .relaxed) != 0 { violations.wrappingAdd(1, ordering: .relaxed) }
         }
         queue.async(execute: barrier)
-        for _ in 0..<100 { queue.async(group: group) { inside.wrappingAdd(1, ordering: .relaxed); inside.wrappingSubtract(1, ordering: .relaxed) } }
+        for _ in 0..<100 {
+            queue.async(group: group) {
+                inside.wrappingAdd(1, ordering: .relaxed)
+                inside.wrappingSubtract(1, ordering: .relaxed)
+            }
+        }
         barrier.wait()
         XCTAssertEqual(group.wait(until: .now + .seconds(30)), .success)
         XCTAssertEqual(violations.load(ordering: .relaxed), 0)

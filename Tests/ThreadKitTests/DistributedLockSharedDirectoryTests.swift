@@ -17,7 +17,7 @@ final class DistributedLockSharedDirectoryTests: XCTestCase {
         var template = Array((NSTemporaryDirectory() + "tk-dlock-shared-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else { throw XCTSkip("mkdtemp failed") }
         directory = String(cString: made)
-        chmod(directory, 0o1777)   // shared, sticky: as /tmp
+        chmod(directory, 0o1777) // shared, sticky: as /tmp
     }
 
     override func tearDown() {
@@ -53,7 +53,10 @@ final class DistributedLockSharedDirectoryTests: XCTestCase {
     /// Runs `body` on another thread and fails (instead of hanging) if it does not return in 30 s.
     private func withinDeadline(_ what: String, _ body: @escaping @Sendable () -> Void) {
         let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread { body(); done.signal() }
+        Thread.detachNewThread {
+            body()
+            done.signal()
+        }
         XCTAssertEqual(done.wait(timeout: .now() + 30), .success, "\(what) blocked")
     }
 
@@ -70,7 +73,7 @@ final class DistributedLockSharedDirectoryTests: XCTestCase {
         writeRecord(namespace: "pid:[1]")
         XCTAssertEqual(lock.holder?.isDefinitelyDead, false)
         XCTAssertTrue(lock.holder?.verdict.contains("another PID namespace") ?? false, lock.holder?.verdict ?? "")
-        writeRecord(namespace: nil)   // an older record: no boot, no namespace
+        writeRecord(namespace: nil) // an older record: no boot, no namespace
         XCTAssertEqual(lock.holder?.isDefinitelyDead, false)
         XCTAssertFalse(try lock.breakLockIfHolderIsDead())
         XCTAssertTrue(FileManager.default.fileExists(atPath: lockPath))
@@ -89,7 +92,10 @@ final class DistributedLockSharedDirectoryTests: XCTestCase {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"), (try? unshare.run()) != nil else {
             throw XCTSkip("unshare is not available")
         }
-        defer { kill(unshare.processIdentifier, SIGKILL); unshare.waitUntilExit() }
+        defer {
+            kill(unshare.processIdentifier, SIGKILL)
+            unshare.waitUntilExit()
+        }
         guard let line = LineReader(out).next(timeout: 30) else { throw XCTSkip("no holder in a new PID namespace (unshare refused)") }
         XCTAssertTrue(line.hasSuffix("locked"), line)
         let lock = try TKDistributedLock(path: lockPath)
@@ -105,25 +111,33 @@ final class DistributedLockSharedDirectoryTests: XCTestCase {
         guard geteuid() == 0 else { throw XCTSkip("needs root to mount /proc with hidepid=2 in a mount namespace") }
         let out = Pipe()
         let holder = try ChildProcess.start("dlock-hold", [lockPath], stdout: out)
-        defer { kill(holder.processIdentifier, SIGKILL); holder.waitUntilExit() }
+        defer {
+            kill(holder.processIdentifier, SIGKILL)
+            holder.waitUntilExit()
+        }
         XCTAssertNotNil(LineReader(out).next(timeout: 30))
         let exe = ChildProcess.executable.path
         // The same check as nobody with /proc readable: alive.
         let visible = try ChildProcess.run("dlock-check", [lockPath, "nobody"])
-        XCTAssertTrue(visible.standardOutput.contains("dead=false verdict=process \(holder.processIdentifier) is alive"),
-                      visible.standardOutput + visible.standardError)
+        XCTAssertTrue(
+            visible.standardOutput.contains("dead=false verdict=process \(holder.processIdentifier) is alive"),
+            visible.standardOutput + visible.standardError)
         // With hidepid=2, nobody cannot see root's holder in /proc: it must not conclude it is dead.
         let script = "mount -t proc -o hidepid=2 proc /proc && SWIFT_BACKTRACE=enable=no exec '\(exe)' dlock-check '\(lockPath)' nobody"
         let hidden = Process()
         hidden.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
         hidden.arguments = ["--mount", "--propagation", "private", "sh", "-c", script]
-        let hiddenOut = Pipe(), hiddenErr = Pipe()
+        let hiddenOut = Pipe()
+        let hiddenErr = Pipe()
         hidden.standardOutput = hiddenOut
         hidden.standardError = hiddenErr
         guard (try? hidden.run()) != nil else { throw XCTSkip("unshare is not available") }
-        let text = DrainedPipe(hiddenOut).text(), errors = DrainedPipe(hiddenErr).text()
+        let text = DrainedPipe(hiddenOut).text()
+        let errors = DrainedPipe(hiddenErr).text()
         hidden.waitUntilExit()
-        guard hidden.terminationStatus == 0, text.contains("dead=") else { throw XCTSkip("cannot mount /proc with hidepid=2 here: \(errors)") }
+        guard hidden.terminationStatus == 0, text.contains("dead=") else {
+            throw XCTSkip("cannot mount /proc with hidepid=2 here: \(errors)")
+        }
         XCTAssertTrue(text.contains("dead=false"), text)
         XCTAssertTrue(text.contains("cannot be read (hidepid?)"), text)
         XCTAssertTrue(text.contains("broke=false"), text)
@@ -134,13 +148,14 @@ final class DistributedLockSharedDirectoryTests: XCTestCase {
 
     func testAFIFOAtTheLockPathIsReportedAndNeverBlockedOn() throws {
         XCTAssertEqual(mkfifo(lockPath, 0o666), 0)
-        chown(lockPath, 65534, 65534)   // planted by another user
+        chown(lockPath, 65534, 65534) // planted by another user
         let lock = try TKDistributedLock(path: lockPath)
         let seen = Shared<(TKDistributedLock.Holder?, Bool, TKError?, TKError?, TKError?)>((nil, true, nil, nil, nil))
         withinDeadline("reading a FIFO at the lock path") {
             let holder = lock.holder
             let taken = lock.tryLock()
-            var thrown: TKError?, broke: TKError?
+            var thrown: TKError?
+            var broke: TKError?
             do { _ = try lock.tryLockOrThrow() } catch { thrown = error as? TKError }
             do { _ = try lock.breakLockIfHolderIsDead() } catch { broke = error as? TKError }
             _ = lock.lockDate
@@ -160,7 +175,7 @@ final class DistributedLockSharedDirectoryTests: XCTestCase {
     }
 
     func testASymbolicLinkAtTheBreakGuardIsReportedAndNeverFollowed() throws {
-        writeRecord()   // a stale lock: its holder is provably dead
+        writeRecord() // a stale lock: its holder is provably dead
         let target = directory + "/created-through-the-link"
         XCTAssertEqual(symlink(target, lockPath + ".break"), 0)
         let lock = try TKDistributedLock(path: lockPath)
@@ -206,7 +221,7 @@ final class DistributedLockSharedDirectoryTests: XCTestCase {
     func testTryLockInADirectoryItMayNotWriteSaysWhy() throws {
         guard geteuid() == 0 else { throw XCTSkip("runs the check as nobody, which needs root to switch to") }
         let readOnly = directory + "/read-only"
-        XCTAssertEqual(mkdir(readOnly, 0o755), 0)   // root's: nobody may not write it
+        XCTAssertEqual(mkdir(readOnly, 0o755), 0) // root's: nobody may not write it
         let result = try ChildProcess.run("dlock-readonly", [readOnly + "/x.lock"])
         let out = result.standardOutput
         XCTAssertEqual(result.status, 0, out + result.standardError)

@@ -40,7 +40,8 @@ final class DistributedLockTests: XCTestCase {
     }
 
     func testASecondObjectCannotTakeAHeldLock() throws {
-        let first = try TKDistributedLock(path: lockPath), second = try TKDistributedLock(path: lockPath)
+        let first = try TKDistributedLock(path: lockPath)
+        let second = try TKDistributedLock(path: lockPath)
         XCTAssertTrue(first.tryLock())
         XCTAssertFalse(second.tryLock())
         XCTAssertNotNil(second.lockDate)
@@ -51,7 +52,8 @@ final class DistributedLockTests: XCTestCase {
     }
 
     func testUnlockAfterTheLockWasBrokenThrows() throws {
-        let holder = try TKDistributedLock(path: lockPath), breaker = try TKDistributedLock(path: lockPath)
+        let holder = try TKDistributedLock(path: lockPath)
+        let breaker = try TKDistributedLock(path: lockPath)
         XCTAssertTrue(holder.tryLock())
         try breaker.breakLock()
         XCTAssertTrue(breaker.tryLock())
@@ -62,7 +64,7 @@ final class DistributedLockTests: XCTestCase {
         XCTAssertEqual(breaker.holder?.pid, getpid())
         XCTAssertNotNil(breaker.lockDate, "the new holder's lock must survive the old holder's unlock")
         try breaker.unlock()
-        try breaker.breakLock()   // nobody holds it: not an error
+        try breaker.breakLock() // nobody holds it: not an error
     }
 
     func testAPathInAMissingDirectoryThrows() {
@@ -101,21 +103,26 @@ final class DistributedLockTests: XCTestCase {
         let lock = try TKDistributedLock(path: lockPath)
         XCTAssertEqual(lock.holder?.isDefinitelyDead, true)
         // Eight processes released together each try to break it and then to take it.
-        let go = directory + "/go", done = directory + "/done"
+        let go = directory + "/go"
+        let done = directory + "/done"
         let pipes = (0..<8).map { _ in Pipe() }
         let racers = try pipes.map { try ChildProcess.start("dlock-break-race", [lockPath, go, done], stdout: $0) }
         let readers = pipes.map { LineReader($0) }
         XCTAssertTrue(FileManager.default.createFile(atPath: go, contents: Data()))
         let lines = readers.compactMap { $0.next(timeout: 60) }
         XCTAssertTrue(FileManager.default.createFile(atPath: done, contents: Data()))
-        for racer in racers { racer.waitUntilExit(); XCTAssertEqual(racer.terminationStatus, 0) }
+        for racer in racers {
+            racer.waitUntilExit()
+            XCTAssertEqual(racer.terminationStatus, 0)
+        }
         XCTAssertEqual(lines.count, 8)
         XCTAssertEqual(lines.filter { $0.hasPrefix("broke=true") }.count, 1, "\(lines)")
         XCTAssertEqual(lines.filter { $0.hasSuffix("acquired=true") }.count, 1, "\(lines)")
     }
 
     func testALiveHolderIsNeverBrokenConditionally() throws {
-        let holder = try TKDistributedLock(path: lockPath), other = try TKDistributedLock(path: lockPath)
+        let holder = try TKDistributedLock(path: lockPath)
+        let other = try TKDistributedLock(path: lockPath)
         XCTAssertTrue(holder.tryLock())
         XCTAssertFalse(try other.breakLockIfHolderIsDead())
         XCTAssertFalse(other.tryLock())
@@ -163,8 +170,8 @@ final class DistributedLockTests: XCTestCase {
 /// Reads lines from a pipe on a background thread; `next` waits for one with a deadline.
 final class LineReader: @unchecked Sendable {
     private let condition = NSCondition()
-    private var lines: [String] = []   // guarded by condition
-    private var partial = ""           // reader thread only
+    private var lines: [String] = [] // guarded by condition
+    private var partial = "" // reader thread only
 
     init(_ pipe: Pipe) {
         let handle = pipe.fileHandleForReading

@@ -1,3 +1,5 @@
+// swift-format-ignore-file
+// (The examples below are compared character for character with the DocC articles: no reformatting.)
 // DocumentationTests: the documentation's code is code that runs. Every ```swift block of an
 // article in Sources/ThreadKit/ThreadKit.docc is a region of this file, between a
 // `// docs:begin ARTICLE` line and a `// docs:end` line (compared after removing the marker's

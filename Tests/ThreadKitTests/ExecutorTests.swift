@@ -4,8 +4,9 @@
 // process-wide). Judges are independent of ThreadKit: pthread ids and a pthread-mutex counter.
 import Foundation
 import Synchronization
-@testable import ThreadKit
 import XCTest
+
+@testable import ThreadKit
 
 /// The calling OS thread's name, as the kernel has it (/proc/thread-self/comm): which worker
 /// runs the code.
@@ -19,8 +20,16 @@ final class PthreadTally: @unchecked Sendable {
     private var mutex = pthread_mutex_t()
     private var values: [String: Int] = [:]
     init() { pthread_mutex_init(&mutex, nil) }
-    func add(_ key: String, _ n: Int = 1) { pthread_mutex_lock(&mutex); values[key, default: 0] += n; pthread_mutex_unlock(&mutex) }
-    subscript(_ key: String) -> Int { pthread_mutex_lock(&mutex); defer { pthread_mutex_unlock(&mutex) }; return values[key] ?? 0 }
+    func add(_ key: String, _ n: Int = 1) {
+        pthread_mutex_lock(&mutex)
+        values[key, default: 0] += n
+        pthread_mutex_unlock(&mutex)
+    }
+    subscript(_ key: String) -> Int {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return values[key] ?? 0
+    }
 }
 
 /// A loop thread whose pthread identity is known (the judge of "ran on the loop's thread").
@@ -31,7 +40,10 @@ final class ExecutorLoop: @unchecked Sendable {
     init() {
         let box = Shared(pthread_t())
         let ready = DispatchSemaphore(value: 0)
-        worker.loop.perform { box.value = pthread_self(); ready.signal() }
+        worker.loop.perform {
+            box.value = pthread_self()
+            ready.signal()
+        }
         ready.wait()
         pthread = box.value
     }
@@ -87,7 +99,8 @@ final class ExecutorTests: XCTestCase {
         defer { host.worker.finish() }
         let tally = PthreadTally()
         let actor = ThreadCheckedActor(host.loop.asUnownedSerialExecutor(), tally: tally) { host.isCurrent }
-        let tasks = 8, perTask = stress(100_000) / 8
+        let tasks = 8
+        let perTask = stress(100_000) / 8
         await withTaskGroup(of: Void.self) { group in
             for t in 0..<tasks {
                 group.addTask { for i in 0..<perTask { await actor.call(task: t, seq: i) } }
@@ -121,7 +134,10 @@ final class ExecutorTests: XCTestCase {
             ranInMode.value = TKRunLoop.current.currentMode
             return true
         }
-        Task { await counter.call(task: 0, seq: 0); done.set() }
+        Task {
+            await counter.call(task: 0, seq: 0)
+            done.set()
+        }
         // The job is queued on the loop (its book says so) ...
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { loop.jobBook.queued.load(ordering: .relaxed) == 1 })
         // ... and a tracking pass behind it does not run it; that block then leaves the mode.
@@ -146,12 +162,18 @@ final class ExecutorTests: XCTestCase {
             return true
         }
         let done = Flag()
-        Task { await actor.call(task: 0, seq: 0); done.set() }
+        Task {
+            await actor.call(task: 0, seq: 0)
+            done.set()
+        }
         // The loop runs only .default: the job is queued, and a default pass behind it leaves it.
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { host.loop.jobBook.queued.load(ordering: .relaxed) == 1 })
         let seenInDefault = Shared<Bool?>(nil)
         let looked = Flag()
-        host.loop.perform(inModes: [.default]) { seenInDefault.value = done.isSet; looked.set() }
+        host.loop.perform(inModes: [.default]) {
+            seenInDefault.value = done.isSet
+            looked.set()
+        }
         XCTAssertTrue(looked.wait())
         XCTAssertEqual(seenInDefault.value, false, "the job ran in the default mode")
         // A later pass in the custom mode runs it.
@@ -199,7 +221,8 @@ final class ExecutorTests: XCTestCase {
             // Back on the pool (nonisolated code) between the two.
             if host.isCurrent { tally.add("nonisolatedOnLoop") }
         }
-        let loopCalls = await onLoop.calls, queueCalls = await onSerialQueue.calls
+        let loopCalls = await onLoop.calls
+        let queueCalls = await onSerialQueue.calls
         XCTAssertEqual(loopCalls, 1_000)
         XCTAssertEqual(queueCalls, 1_000)
         XCTAssertEqual(tally["wrongThread"], 0)
@@ -218,7 +241,8 @@ final class ExecutorTests: XCTestCase {
             inside.wrappingSubtract(1, ordering: .acquiringAndReleasing)
             return osThreadName().hasPrefix("tk.dispatch")
         }
-        let tasks = 8, perTask = stress(100_000) / 8
+        let tasks = 8
+        let perTask = stress(100_000) / 8
         await withTaskGroup(of: Void.self) { group in
             for t in 0..<tasks { group.addTask { for i in 0..<perTask { await actor.call(task: t, seq: i) } } }
         }
@@ -283,8 +307,12 @@ final class ExecutorTests: XCTestCase {
 
     func testAJobForTheLoopOfAFinishedThreadIsAMisuse() throws {
         // Named as the thread was, though its object is gone by then.
-        try assertMisuse("executor-finished-loop", mentions: ["run loop of thread", "(\"finished-loop\")", "the TKRunLoop itself",
-                                                              "after that thread finished", "Fix:"])
+        try assertMisuse(
+            "executor-finished-loop",
+            mentions: [
+                "run loop of thread", "(\"finished-loop\")", "the TKRunLoop itself",
+                "after that thread finished", "Fix:",
+            ])
     }
 
     /// A loop's thread ends with an actor job still queued on the loop: the process stops at the
@@ -303,9 +331,12 @@ final class ExecutorTests: XCTestCase {
             XCTAssertTrue(result.signalled, "\(variant): status \(result.status), \(result.standardOutput) \(result.standardError)")
             XCTAssertFalse(result.standardOutput.contains("never finished"), "\(variant): the job was dropped silently")
             XCTAssertFalse(result.standardOutput.contains("call finished"), "\(variant): the job ran after all")
-            XCTAssertFalse(result.standardError.contains("have waited"), "\(variant): the stall warning came first: \(result.standardError)")
-            for fragment in ["ThreadKit misuse:", "(\"ending-loop\") finished with 1 Swift concurrency job(s)", executor,
-                             "nothing will ever run them", "Fix: keep the thread running its loop"] {
+            XCTAssertFalse(
+                result.standardError.contains("have waited"), "\(variant): the stall warning came first: \(result.standardError)")
+            for fragment in [
+                "ThreadKit misuse:", "(\"ending-loop\") finished with 1 Swift concurrency job(s)", executor,
+                "nothing will ever run them", "Fix: keep the thread running its loop",
+            ] {
                 XCTAssertTrue(result.standardError.contains(fragment), "\(variant) lacks \"\(fragment)\": \(result.standardError)")
             }
         }
@@ -335,7 +366,10 @@ extension ExecutorTests {
     func testTheMainLoopsCommonModesIncludeTrackingAndModalPanelButASecondaryLoopsDoNot() {
         for mode in [TKRunLoop.Mode.eventTracking, .modalPanel] {
             let fired = Flag()
-            let timer = TKTimer(fireAt: .now, interval: .zero, repeats: false) { _ in fired.set(); TKRunLoop.main.stop() }
+            let timer = TKTimer(fireAt: .now, interval: .zero, repeats: false) { _ in
+                fired.set()
+                TKRunLoop.main.stop()
+            }
             TKRunLoop.main.add(timer, forMode: .common)
             let deadline = ContinuousClock.now + .seconds(30)
             while !fired.isSet && ContinuousClock.now < deadline {

@@ -26,13 +26,14 @@ final class FileDescriptorSourceReuseTests: XCTestCase {
 
     /// An old source armed on `number`, whose descriptor is then closed under it.
     private func staleSource(on worker: IOLoopThread, calls: Recorder<TKFileDescriptorSource.CallBackTypes>)
-        -> (source: TKFileDescriptorSource, number: Int32, oldWriter: Int32) {
+        -> (source: TKFileDescriptorSource, number: Int32, oldWriter: Int32)
+    {
         let (r, w) = IOTestFD.pipe()
         let source = TKFileDescriptorSource(fileDescriptor: r) { _, types in calls.append(types) }
         worker.loop.add(source, forMode: .default)
         source.enableCallBacks(.read)
-        worker.sync { }
-        close(r)   // under the source: the misuse that leaves its registration stale
+        worker.sync {}
+        close(r) // under the source: the misuse that leaves its registration stale
         return (source, r, w)
     }
 
@@ -48,8 +49,8 @@ final class FileDescriptorSourceReuseTests: XCTestCase {
         let new = TKFileDescriptorSource(fileDescriptor: number, closeOnInvalidate: true) { _, types in newCalls.append(types) }
         worker.loop.add(new, forMode: .default)
         new.enableCallBacks(.read)
-        worker.sync { }
-        old.invalidate()   // must not remove `new`'s registration of the same number
+        worker.sync {}
+        old.invalidate() // must not remove `new`'s registration of the same number
         XCTAssertTrue(ProcessProbe.isOpen(number), "invalidating the old source closed nothing")
         IOTestFD.writeByte(writer)
         XCTAssertTrue(newCalls.wait { $0 == [.read] }, "the new source never heard its byte: \(newCalls.values)")
@@ -75,7 +76,7 @@ final class FileDescriptorSourceReuseTests: XCTestCase {
             input.open()
         }
         XCTAssertTrue(events.wait { $0.contains(.openCompleted) })
-        old.invalidate()   // must not remove the stream's registration of the same number
+        old.invalidate() // must not remove the stream's registration of the same number
         IOTestFD.writeByte(peer)
         XCTAssertTrue(events.wait { $0.contains(.hasBytesAvailable) }, "the stream never heard its byte: \(events.values)")
         XCTAssertEqual(oldCalls.count, 0)
@@ -94,7 +95,7 @@ final class FileDescriptorSourceReuseTests: XCTestCase {
         let old = TKFileDescriptorSource(fileDescriptor: r) { _, types in oldCalls.append(types) }
         worker.loop.add(old, forMode: .default)
         old.enableCallBacks(.read)
-        worker.sync { }
+        worker.sync {}
         // A second reference to the old pipe keeps its epoll entry alive after `r` closes: the
         // kernel drops an entry only when the last reference to the open file goes.
         let keeper = dup(r)
@@ -112,18 +113,20 @@ final class FileDescriptorSourceReuseTests: XCTestCase {
         IOTestFD.writeByte(oldWriter)
         IOTestFD.writeByte(writer)
         XCTAssertTrue(newCalls.wait { $0 == [.read] })
-        for _ in 0..<5 { worker.sync { } }
+        for _ in 0..<5 { worker.sync {} }
         XCTAssertEqual(oldCalls.count, 0, "the old source heard the orphaned entry: \(oldCalls.values)")
         old.invalidate()
         new.invalidate()
     }
 
     func testReenablingAStaleSourceIsAMisuseAndTakesNothing() throws {
-        try assertMisuse("io-fd-reuse-reenable", mentions: [
-            "TKFileDescriptorSource(fileDescriptor: ", ").enableCallBacks",
-            "was closed while the source was still valid", "now belongs to another object on the run loop of",
-            "Fix: invalidate the source before closing its descriptor",
-        ])
+        try assertMisuse(
+            "io-fd-reuse-reenable",
+            mentions: [
+                "TKFileDescriptorSource(fileDescriptor: ", ").enableCallBacks",
+                "was closed while the source was still valid", "now belongs to another object on the run loop of",
+                "Fix: invalidate the source before closing its descriptor",
+            ])
     }
 }
 

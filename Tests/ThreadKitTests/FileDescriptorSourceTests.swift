@@ -40,11 +40,11 @@ final class FileDescriptorSourceTests: XCTestCase {
         IOTestFD.writeByte(w)
         XCTAssertTrue(calls.wait { $0.count == 1 })
         // Still readable (nothing read), but not enabled: several passes go by without a callback.
-        for _ in 0..<5 { worker.sync { } }
+        for _ in 0..<5 { worker.sync {} }
         XCTAssertEqual(calls.count, 1)
         source.enableCallBacks(.read)
         XCTAssertTrue(calls.wait { $0.count == 2 }, "re-enabling reports the still-ready descriptor")
-        for _ in 0..<5 { worker.sync { } }
+        for _ in 0..<5 { worker.sync {} }
         XCTAssertEqual(calls.count, 2)
     }
 
@@ -118,7 +118,7 @@ final class FileDescriptorSourceTests: XCTestCase {
         let source = TKFileDescriptorSource(fileDescriptor: a, closeOnInvalidate: true) { source, types in
             calls.append(types)
             var byte: UInt8 = 0
-            calls.append(read(source.fileDescriptor, &byte, 1) == 0 ? [] : .write)   // [] marks EOF seen
+            calls.append(read(source.fileDescriptor, &byte, 1) == 0 ? [] : .write) // [] marks EOF seen
         }
         defer { source.invalidate() }
         worker.loop.add(source, forMode: .default)
@@ -139,16 +139,16 @@ final class FileDescriptorSourceTests: XCTestCase {
         }
         worker.loop.add(source, forMode: .default)
         source.enableCallBacks(.read)
-        worker.sync { }
-        close(r)   // under the source
+        worker.sync {}
+        close(r) // under the source
         let cpuBefore = ProcessProbe.cpuTime
         source.enableCallBacks(.read)
         XCTAssertTrue(calls.wait { $0.count == 1 })
         XCTAssertEqual(calls.values[0].0, [.read, .write])
         XCTAssertFalse(calls.values[0].1, "the source is invalid when the lost descriptor is reported")
         XCTAssertFalse(source.isValid)
-        source.enableCallBacks(.read)   // no effect on an invalid source
-        for _ in 0..<5 { worker.sync { } }
+        source.enableCallBacks(.read) // no effect on an invalid source
+        for _ in 0..<5 { worker.sync {} }
         XCTAssertEqual(calls.count, 1, "reported once")
         XCTAssertLessThan(ProcessProbe.cpuTime - cpuBefore, .milliseconds(500))
     }
@@ -183,14 +183,17 @@ final class FileDescriptorSourceTests: XCTestCase {
         let worker = IOLoopThread()
         defer { worker.stop() }
         let (r, w) = IOTestFD.pipe()
-        defer { close(w); close(r) }
+        defer {
+            close(w)
+            close(r)
+        }
         let calls = Recorder<TKFileDescriptorSource.CallBackTypes>()
         let source = TKFileDescriptorSource(fileDescriptor: r) { _, types in calls.append(types) }
         worker.loop.add(source, forMode: .default)
         worker.loop.remove(source, forMode: .default)
         source.enableCallBacks(.read)
         IOTestFD.writeByte(w)
-        for _ in 0..<5 { worker.sync { } }
+        for _ in 0..<5 { worker.sync {} }
         XCTAssertEqual(calls.count, 0)
         worker.loop.add(source, forMode: .default)
         XCTAssertTrue(calls.wait { $0 == [.read] }, "added again, the enabled type is reported")
@@ -259,7 +262,7 @@ final class FileDescriptorSourceTests: XCTestCase {
         worker.loop.add(dead, forMode: .default)
         dead.enableCallBacks([.read, .write])
         XCTAssertTrue(hungUp.wait { $0.count == 1 })
-        worker.sync { }
+        worker.sync {}
         let cpuBefore = ProcessProbe.cpuTime
         let start = ContinuousClock.now
         while ContinuousClock.now - start < .milliseconds(300) { usleep(20_000) }

@@ -16,7 +16,8 @@ final class LockTests: XCTestCase {
 
     func testTryLockFailsWhileAnotherThreadHoldsIt() {
         let lock = TKLock()
-        let held = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let held = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
         let done = Workers.start {
             lock.lock()
             held.signal()
@@ -43,8 +44,14 @@ final class LockTests: XCTestCase {
 
     func testLockBeforeDeadlineNeverReturnsEarly() {
         let lock = TKLock()
-        let held = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
-        let done = Workers.start { lock.lock(); held.signal(); release.wait(); lock.unlock() }
+        let held = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let done = Workers.start {
+            lock.lock()
+            held.signal()
+            release.wait()
+            lock.unlock()
+        }
         held.wait()
         for ms in [1, 20, 100] {
             let deadline = ContinuousClock.now + .milliseconds(ms)
@@ -110,7 +117,9 @@ final class LockTests: XCTestCase {
 
         lock.lock()
         holderInside.store(true, ordering: .relaxed)
-        let timeouts = Atomic<Int>(0), early = Atomic<Int>(0), acquiredWhileHeld = Atomic<Bool>(true)
+        let timeouts = Atomic<Int>(0)
+        let early = Atomic<Int>(0)
+        let acquiredWhileHeld = Atomic<Bool>(true)
         let patient = Workers.start {
             var computed = 0
             while true {
@@ -182,19 +191,23 @@ final class LockTests: XCTestCase {
         }
         XCTAssertEqual(recurse(100), 100)
         XCTAssertTrue(lock.tryLock() && lock.tryLock() && lock.lock(before: .now))
-        lock.unlock(); lock.unlock(); lock.unlock()
+        lock.unlock()
+        lock.unlock()
+        lock.unlock()
         let freed = Atomic<Bool>(false)
-        XCTAssertEqual(Workers.start {
-            let got = lock.tryLock()
-            if got { lock.unlock() }
-            freed.store(got, ordering: .relaxed)
-        }.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(
+            Workers.start {
+                let got = lock.tryLock()
+                if got { lock.unlock() }
+                freed.store(got, ordering: .relaxed)
+            }.wait(timeout: .now() + 30), .success)
         XCTAssertTrue(freed.load(ordering: .relaxed), "balanced unlocks did not release the lock")
     }
 
     func testRecursiveLockExcludesOtherThreadsUntilFullyReleased() {
         let lock = TKRecursiveLock()
-        lock.lock(); lock.lock()
+        lock.lock()
+        lock.lock()
         let otherGot = Atomic<Bool>(false)
         let probe = { () -> Bool in
             let got = Atomic<Bool>(false)
@@ -223,11 +236,12 @@ final class LockTests: XCTestCase {
     /// Whether another thread can take `lock` now (it releases it again at once).
     private func otherThreadCanTake(_ lock: TKRecursiveLock) -> Bool {
         let got = Atomic<Bool>(false)
-        XCTAssertEqual(Workers.start {
-            let ok = lock.tryLock()
-            if ok { lock.unlock() }
-            got.store(ok, ordering: .relaxed)
-        }.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(
+            Workers.start {
+                let ok = lock.tryLock()
+                if ok { lock.unlock() }
+                got.store(ok, ordering: .relaxed)
+            }.wait(timeout: .now() + 30), .success)
         return got.load(ordering: .relaxed)
     }
 
@@ -254,16 +268,21 @@ final class LockTests: XCTestCase {
     /// one holder must not count for the next, on another thread or the same one.
     func testRecursiveLockDepthDoesNotCarryOverToTheNextHolder() {
         let lock = TKRecursiveLock()
-        XCTAssertEqual(Workers.start {
-            for _ in 0..<5 { lock.lock() }
-            for _ in 0..<5 { lock.unlock() }
-        }.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(
+            Workers.start {
+                for _ in 0..<5 { lock.lock() }
+                for _ in 0..<5 { lock.unlock() }
+            }.wait(timeout: .now() + 30), .success)
         lock.lock()
         XCTAssertFalse(otherThreadCanTake(lock))
         lock.unlock()
         XCTAssertTrue(otherThreadCanTake(lock), "one lock() after an earlier holder's depth 5 needed more than one unlock()")
-        lock.lock(); lock.lock(); lock.lock()
-        lock.unlock(); lock.unlock(); lock.unlock()
+        lock.lock()
+        lock.lock()
+        lock.lock()
+        lock.unlock()
+        lock.unlock()
+        lock.unlock()
         XCTAssertTrue(lock.tryLock())
         XCTAssertFalse(otherThreadCanTake(lock))
         lock.unlock()
@@ -275,16 +294,21 @@ final class LockTests: XCTestCase {
     func testRecursiveLockHandsOverToParkedWaitersOnlyAtTheLastUnlock() {
         let lock = TKRecursiveLock()
         let inside = Atomic<Int>(0)
-        lock.lock(); lock.lock(); lock.lock()
+        lock.lock()
+        lock.lock()
+        lock.lock()
         let waiters = (0..<3).map { _ in
             Workers.start {
-                lock.lock(); lock.lock()
+                lock.lock()
+                lock.lock()
                 inside.wrappingAdd(1, ordering: .relaxed)
-                lock.unlock(); lock.unlock()
+                lock.unlock()
+                lock.unlock()
             }
         }
-        Thread.sleep(forTimeInterval: 0.05)   // let them park
-        lock.unlock(); lock.unlock()
+        Thread.sleep(forTimeInterval: 0.05) // let them park
+        lock.unlock()
+        lock.unlock()
         Thread.sleep(forTimeInterval: 0.05)
         XCTAssertEqual(inside.load(ordering: .relaxed), 0, "a waiter got in while the holder was still one level deep")
         lock.unlock()
@@ -295,13 +319,15 @@ final class LockTests: XCTestCase {
 
     func testRecursiveLockExcludesUnderContention() {
         let lock = TKRecursiveLock()
-        let counter = Shared(0)   // guarded by lock
+        let counter = Shared(0) // guarded by lock
         let perThread = stress(100_000) / 4
         Workers.run(4) { _ in
             for _ in 0..<perThread {
-                lock.lock(); lock.lock()
+                lock.lock()
+                lock.lock()
                 counter.value += 1
-                lock.unlock(); lock.unlock()
+                lock.unlock()
+                lock.unlock()
             }
         }
         XCTAssertEqual(counter.value, perThread * 4)

@@ -3,11 +3,17 @@
 import Foundation
 import Synchronization
 import XCTest
+
 @testable import ThreadKit
 
 /// Records what its port delivers: message ids, components and the delivering thread.
 final class PortCollector: TKPortDelegate {
-    struct Received { let msgid: UInt32; let data: [UInt8]; let thread: Int32; let message: TKPortMessage }
+    struct Received {
+        let msgid: UInt32
+        let data: [UInt8]
+        let thread: Int32
+        let message: TKPortMessage
+    }
     let received = Guarded<[Received]>([])
     let arrivals = DispatchSemaphore(value: 0)
     let onMessage: (@Sendable (TKPortMessage) -> Void)?
@@ -27,8 +33,10 @@ final class PortCollector: TKPortDelegate {
     var ids: [UInt32] { received.withLock { $0.map(\.msgid) } }
 }
 
-func sendMessage(_ port: TKPort, _ msgid: UInt32, _ data: [UInt8] = [], replyTo: TKPort? = nil,
-                 before deadline: ContinuousClock.Instant = .now + .seconds(30)) -> Bool {
+func sendMessage(
+    _ port: TKPort, _ msgid: UInt32, _ data: [UInt8] = [], replyTo: TKPort? = nil,
+    before deadline: ContinuousClock.Instant = .now + .seconds(30)
+) -> Bool {
     let message = TKPortMessage(sendPort: port, receivePort: replyTo, components: data.isEmpty ? [] : [.data(data)])
     message.msgid = msgid
     return message.send(before: deadline)
@@ -92,7 +100,7 @@ final class MessagePortTests: XCTestCase {
         loop.add(port, forMode: "ports")
         port.invalidate()
         XCTAssertEqual(loop.run(mode: "ports", for: .seconds(30), returnAfterSourceHandled: false), .finished)
-        loop.add(port, forMode: "ports")   // an invalid port is not added
+        loop.add(port, forMode: "ports") // an invalid port is not added
         XCTAssertEqual(loop.run(mode: "ports", for: .seconds(30), returnAfterSourceHandled: false), .finished)
     }
 
@@ -112,14 +120,15 @@ final class MessagePortTests: XCTestCase {
         let worker = LoopThread()
         defer { worker.finish() }
         let perProducer = stress(100_000)
-        let port = TKMessagePort(queueLimit: 1_024)   // small: producers also wait for room
+        let port = TKMessagePort(queueLimit: 1_024) // small: producers also wait for room
         let lastSeen = Guarded<[Int]>([-1, -1, -1, -1])
         let outOfOrder = Atomic<Int>(0)
         let total = Atomic<Int>(0)
         let done = DispatchSemaphore(value: 0)
         let expected = 4 * perProducer
         let collector = PortCollector { message in
-            let producer = Int(message.msgid >> 24), sequence = Int(message.msgid & 0xFF_FFFF)
+            let producer = Int(message.msgid >> 24)
+            let sequence = Int(message.msgid & 0xFF_FFFF)
             lastSeen.withLock { seen in
                 if seen[producer] + 1 != sequence { outOfOrder.wrappingAdd(1, ordering: .relaxed) }
                 seen[producer] = sequence
@@ -168,10 +177,11 @@ final class MessagePortTests: XCTestCase {
         let loop = TKRunLoop.current
         loop.add(port, forMode: .default)
         defer { loop.remove(port, forMode: .default) }
-        XCTAssertTrue(waitUntil(.now + .seconds(30)) {
-            _ = loop.run(mode: .default, before: .now + .milliseconds(10))
-            return collector.count == 2
-        })
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(30)) {
+                _ = loop.run(mode: .default, before: .now + .milliseconds(10))
+                return collector.count == 2
+            })
         XCTAssertTrue(sender.join())
         XCTAssertEqual(collector.ids, [1, 2])
     }
@@ -185,7 +195,10 @@ final class MessagePortTests: XCTestCase {
         defer { TKNotificationCenter.default.removeObserver(token) }
         XCTAssertTrue(sendMessage(port, 1))
         let result = Guarded<Bool?>(nil)
-        let sender = TestThread { let ok = sendMessage(port, 2); result.withLock { $0 = ok } }
+        let sender = TestThread {
+            let ok = sendMessage(port, 2)
+            result.withLock { $0 = ok }
+        }
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { sender.isParked })
         port.invalidate()
         XCTAssertTrue(sender.join())

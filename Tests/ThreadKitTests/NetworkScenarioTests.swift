@@ -18,22 +18,26 @@ final class NetworkScenarioTests: XCTestCase {
     /// Seed 001: code 1 and code 2 get no delegate call at all; code 3 gets the whole response on
     /// the background thread.
     func testABackgroundRequestIsAnsweredOnlyWhenScheduledBeforeTheLoopRuns() throws {
-        try runScenario("background-request", expecting: [
-            "code 1 (start, then return: the thread's loop never runs): the thread has ended; the server read 0 request(s); delegate calls: none",
-            "code 2 (run the loop first, then schedule and start): the thread has ended; the server read 0 request(s); delegate calls: none",
-            "code 3's 20000 body bytes match the server's pattern",
-        ])
+        try runScenario(
+            "background-request",
+            expecting: [
+                "code 1 (start, then return: the thread's loop never runs): the thread has ended; the server read 0 request(s); delegate calls: none",
+                "code 2 (run the loop first, then schedule and start): the thread has ended; the server read 0 request(s); delegate calls: none",
+                "code 3's 20000 body bytes match the server's pattern",
+            ])
     }
 
     /// Seeds 001 and 004: three concurrent requests on one resident thread, one cancelled, exact
     /// bytes for the other two, and the thread leaving its loop through shouldKeepRunning.
     func testTheResidentNetworkThreadServesThreeRequestsAndStopsCleanly() throws {
-        try runScenario("resident-network-thread", expecting: [
-            "A: 200, 60000 bytes, received 60000 body bytes, finished",
-            "B: 200, 60000 bytes, received 60000 body bytes, finished",
-            "no more callbacks after cancel",
-            "every callback ran on the AFNetworking thread",
-        ])
+        try runScenario(
+            "resident-network-thread",
+            expecting: [
+                "A: 200, 60000 bytes, received 60000 body bytes, finished",
+                "B: 200, 60000 bytes, received 60000 body bytes, finished",
+                "no more callbacks after cancel",
+                "every callback ran on the AFNetworking thread",
+            ])
     }
 
     /// 100 clients and their server on one loop thread: every byte back, no descriptor left open.

@@ -2,10 +2,12 @@
 // during a post (from inside a delivery and from other threads), weakly held senders.
 import Foundation
 import Synchronization
-@testable import ThreadKit
 import XCTest
 
-private let ping: TKNotification.Name = "Ping", pong: TKNotification.Name = "Pong"
+@testable import ThreadKit
+
+private let ping: TKNotification.Name = "Ping"
+private let pong: TKNotification.Name = "Pong"
 
 final class NotificationCenterTests: XCTestCase {
 
@@ -13,8 +15,9 @@ final class NotificationCenterTests: XCTestCase {
 
     func testMatchingByNameObjectBothAndNeither() {
         let center = TKNotificationCenter()
-        let a = Sender(), b = Sender()
-        let log = Shared<[String]>([])   // written on this (the posting) thread only
+        let a = Sender()
+        let b = Sender()
+        let log = Shared<[String]>([]) // written on this (the posting) thread only
         center.addObserver(forName: ping, object: nil) { _ in log.value.append("name") }
         center.addObserver(forName: nil, object: a) { _ in log.value.append("object") }
         center.addObserver(forName: ping, object: a) { _ in log.value.append("both") }
@@ -49,7 +52,7 @@ final class NotificationCenterTests: XCTestCase {
         let token = center.addObserver(forName: ping, object: nil) { _ in calls.value += 1 }
         center.post(name: ping)
         center.removeObserver(token)
-        center.removeObserver(token)                 // twice: harmless
+        center.removeObserver(token) // twice: harmless
         TKNotificationCenter().removeObserver(token) // another center: harmless
         center.post(name: ping)
         XCTAssertEqual(calls.value, 1)
@@ -116,7 +119,9 @@ final class NotificationCenterTests: XCTestCase {
         // sequential, so once two more posts have completed after removeObserver returned, every
         // call started before the removal has finished; from then on the count must not move.
         let center = TKNotificationCenter()
-        let calls = Atomic<Int>(0), postsDone = Atomic<Int>(0), stop = Atomic<Bool>(false)
+        let calls = Atomic<Int>(0)
+        let postsDone = Atomic<Int>(0)
+        let stop = Atomic<Bool>(false)
         let token = center.addObserver(forName: ping, object: nil) { _ in calls.wrappingAdd(1, ordering: .relaxed) }
         let poster = Workers.start {
             while !stop.load(ordering: .relaxed) {
@@ -142,7 +147,7 @@ final class NotificationCenterTests: XCTestCase {
         center.addObserver(forName: ping, object: sender) { _ in calls.value += 1 }
         center.post(name: ping, object: sender)
         sender = nil
-        for _ in 0..<100 { center.post(name: ping, object: Sender()) }   // may reuse the old address
+        for _ in 0..<100 { center.post(name: ping, object: Sender()) } // may reuse the old address
         XCTAssertEqual(calls.value, 1)
     }
 

@@ -1,14 +1,17 @@
+import Foundation
+import Synchronization
+import XCTest
+
 // TKNotificationQueue: .now/.asap/.whenIdle timing against the run-loop pass, coalescing on name,
 // sender, both and none, dequeue, enqueue order, modes (.common included), cross-thread enqueue,
 // the per-thread default queue, and a queue kept alive by what it holds. Each test keeps its loop
 // alive with a source in the mode it runs, and runs the loop with a deadline until the awaited
 // notification stops it: no sleeps.
 @testable import ThreadKit
-import Foundation
-import Synchronization
-import XCTest
 
-private let ping: TKNotification.Name = "Ping", pong: TKNotification.Name = "Pong", done: TKNotification.Name = "Done"
+private let ping: TKNotification.Name = "Ping"
+private let pong: TKNotification.Name = "Pong"
+private let done: TKNotification.Name = "Done"
 
 /// A notification named `name` from `object`, numbered `n` (userInfo["n"]) when given.
 private func note(_ name: TKNotification.Name, _ object: AnyObject? = nil, _ n: Int? = nil) -> TKNotification {
@@ -69,7 +72,8 @@ final class NotificationQueueTests: XCTestCase {
     }
 
     func testNowPostsOnlyWhenTheRunningLoopIsInOneOfItsModes() {
-        let loop = TKRunLoop.current, custom = self.custom
+        let loop = TKRunLoop.current
+        let custom = self.custom
         let log = Shared<[String]>([])
         let queue = TKNotificationQueue(notificationCenter: loggingCenter(log))
         // No loop running on this thread: posts whatever the modes.
@@ -79,9 +83,9 @@ final class NotificationQueueTests: XCTestCase {
         keepRunnable(custom)
         let done = Flag()
         loop.perform(inModes: [custom]) {
-            queue.enqueue(note(ping, nil, 1), postingStyle: .now)                          // [.default]: not posted
-            queue.enqueue(note(ping, nil, 2), postingStyle: .now, forModes: [custom])      // posted
-            queue.enqueue(note(ping, nil, 3), postingStyle: .now, forModes: [.common])     // custom is not common
+            queue.enqueue(note(ping, nil, 1), postingStyle: .now) // [.default]: not posted
+            queue.enqueue(note(ping, nil, 2), postingStyle: .now, forModes: [custom]) // posted
+            queue.enqueue(note(ping, nil, 3), postingStyle: .now, forModes: [.common]) // custom is not common
             queue.enqueue(note(ping, nil, 4), postingStyle: .now, forModes: [.default, custom])
             done.set()
             TKRunLoop.current.stop()
@@ -94,7 +98,7 @@ final class NotificationQueueTests: XCTestCase {
         let inDefault = Flag()
         loop.perform(inModes: [.default]) {
             queue.enqueue(note(ping, nil, 5), postingStyle: .now, forModes: [.common])
-            queue.enqueue(note(ping, nil, 6), postingStyle: .now, forModes: [custom])       // not posted
+            queue.enqueue(note(ping, nil, 6), postingStyle: .now, forModes: [custom]) // not posted
             inDefault.set()
             TKRunLoop.current.stop()
         }
@@ -117,8 +121,9 @@ final class NotificationQueueTests: XCTestCase {
             queue.enqueue(note(done), postingStyle: .asap)
         }
         runUntilDone()
-        XCTAssertEqual(Array(log.value.prefix(4)), ["block done", "Ping", "Done", "sleep"],
-                       "posted after the block returned, before the loop slept")
+        XCTAssertEqual(
+            Array(log.value.prefix(4)), ["block done", "Ping", "Done", "sleep"],
+            "posted after the block returned, before the loop slept")
     }
 
     func testAsapQueuedWhileTheLoopIsNotRunningPostsAtTheStartOfTheNextPass() {
@@ -141,10 +146,11 @@ final class NotificationQueueTests: XCTestCase {
         let passes = TKRunLoopObserver(activities: .beforeTimers, order: .max) { _, _ in log.value.append("pass") }
         loop.add(passes, forMode: .default)
         defer { passes.invalidate() }
-        loop.add(TKTimer(interval: .milliseconds(1), repeats: false) { _ in
-            queue.enqueue(note(done), postingStyle: .asap)
-            log.value.append("timer")
-        }, forMode: .default)
+        loop.add(
+            TKTimer(interval: .milliseconds(1), repeats: false) { _ in
+                queue.enqueue(note(done), postingStyle: .asap)
+                log.value.append("timer")
+            }, forMode: .default)
         runUntilDone()
         // The timer fires late in a pass (after the sleep): the notification posts as the next pass
         // begins, not from inside the timer.
@@ -168,8 +174,9 @@ final class NotificationQueueTests: XCTestCase {
             log.value.append("block")
         }
         runUntilDone()
-        XCTAssertEqual(log.value, ["block", "Pong", "Done", "beforeWaiting", "afterWaiting"],
-                       "asap first, then the idle one, both before the loop slept")
+        XCTAssertEqual(
+            log.value, ["block", "Pong", "Done", "beforeWaiting", "afterWaiting"],
+            "asap first, then the idle one, both before the loop slept")
     }
 
     func testWhenIdleWaitsWhileTheLoopIsBusy() {
@@ -182,7 +189,7 @@ final class NotificationQueueTests: XCTestCase {
         busy.value = TKRunLoopSource {
             rounds.value += 1
             log.value.append("busy \(rounds.value)")
-            if rounds.value < 5 { busy.value!.signal() }   // handled sources: the pass polls, it is not idle
+            if rounds.value < 5 { busy.value!.signal() } // handled sources: the pass polls, it is not idle
         }
         loop.add(busy.value!, forMode: .default)
         defer { busy.value!.invalidate() }
@@ -200,7 +207,7 @@ final class NotificationQueueTests: XCTestCase {
         keepRunnable(.default)
         queue.enqueue(note(ping), postingStyle: .whenIdle)
         let start = ContinuousClock.now
-        runUntilDone()   // nothing else would wake the loop for 30 s
+        runUntilDone() // nothing else would wake the loop for 30 s
         XCTAssertLessThan(ContinuousClock.now - start, .seconds(10))
         XCTAssertEqual(log.value, ["Ping", "Done"])
     }
@@ -219,7 +226,8 @@ final class NotificationQueueTests: XCTestCase {
     }
 
     func testCoalescingOnNameOnSenderBothAndNone() {
-        let a = Sender(), b = Sender()
+        let a = Sender()
+        let b = Sender()
         let notes = [note(ping, a, 1), note(ping, b, 2), note(pong, a, 3), note(ping, a, 4), note(pong, nil, 5), note(pong, nil, 6)]
         XCTAssertEqual(coalesced(.onName, notes), ["Ping 1", "Pong 3"])
         XCTAssertEqual(coalesced(.onSender, notes), ["Ping 1", "Ping 2", "Pong 5"])
@@ -266,7 +274,7 @@ final class NotificationQueueTests: XCTestCase {
         queue.enqueue(note(ping, nil, 1), postingStyle: .whenIdle)
         queue.enqueue(note(ping, nil, 2), postingStyle: .asap)
         queue.enqueue(note(pong, nil, 3), postingStyle: .whenIdle)
-        loop.run(mode: .default, for: .zero, returnAfterSourceHandled: false)   // one pass, no idle point
+        loop.run(mode: .default, for: .zero, returnAfterSourceHandled: false) // one pass, no idle point
         XCTAssertEqual(log.value, ["Ping 1"], "merged into the first (kept) one, which now posts as asap")
         queue.enqueue(note(done), postingStyle: .whenIdle)
         runUntilDone()
@@ -279,14 +287,15 @@ final class NotificationQueueTests: XCTestCase {
         let log = Shared<[String]>([])
         let queue = TKNotificationQueue(notificationCenter: loggingCenter(log))
         keepRunnable(.default)
-        let a = Sender(), b = Sender()
+        let a = Sender()
+        let b = Sender()
         queue.enqueue(note(ping, a, 1), postingStyle: .asap)
         queue.enqueue(note(ping, b, 2), postingStyle: .whenIdle)
         queue.enqueue(note(pong, a, 3), postingStyle: .asap)
         queue.enqueue(note(pong, b, 4), postingStyle: .whenIdle)
-        queue.dequeueNotifications(matching: note(ping), coalesceMask: [])                    // matches nothing
+        queue.dequeueNotifications(matching: note(ping), coalesceMask: []) // matches nothing
         queue.dequeueNotifications(matching: note(ping, b), coalesceMask: [.onName, .onSender]) // Ping 2
-        queue.dequeueNotifications(matching: note(pong, a), coalesceMask: .onSender)          // Ping 1, Pong 3
+        queue.dequeueNotifications(matching: note(pong, a), coalesceMask: .onSender) // Ping 1, Pong 3
         queue.enqueue(note(done), postingStyle: .whenIdle)
         runUntilDone()
         XCTAssertEqual(log.value, ["Pong 4", "Done"])
@@ -315,7 +324,7 @@ final class NotificationQueueTests: XCTestCase {
         keepRunnable(custom)
         queue.enqueue(note(ping), postingStyle: .asap, forModes: [custom])
         queue.enqueue(note(pong), postingStyle: .whenIdle, forModes: [custom])
-        loop.run(mode: .default, for: .milliseconds(20), returnAfterSourceHandled: false)   // passes and an idle point
+        loop.run(mode: .default, for: .milliseconds(20), returnAfterSourceHandled: false) // passes and an idle point
         XCTAssertEqual(log.value, [], "nothing posts while the loop runs another mode")
         queue.enqueue(note(done), postingStyle: .whenIdle, forModes: [.default, custom])
         runUntilDone(custom)
@@ -339,11 +348,11 @@ final class NotificationQueueTests: XCTestCase {
         let queue = TKNotificationQueue(notificationCenter: loggingCenter(log))
         let tracking: TKRunLoop.Mode = "nq-tracking"
         keepRunnable(tracking)
-        queue.enqueue(note(ping, nil, 1), postingStyle: .asap)                          // [.default]
+        queue.enqueue(note(ping, nil, 1), postingStyle: .asap) // [.default]
         queue.enqueue(note(ping, nil, 2), postingStyle: .asap, coalesceMask: [], forModes: [.common])
         loop.run(mode: tracking, for: .milliseconds(10), returnAfterSourceHandled: false)
         XCTAssertEqual(log.value, [], "\(tracking) is not (yet) a common mode")
-        loop.addCommonMode(tracking)   // added after the notification was queued
+        loop.addCommonMode(tracking) // added after the notification was queued
         queue.enqueue(note(done), postingStyle: .asap, forModes: [.common])
         runUntilDone(tracking)
         XCTAssertEqual(log.value, ["Ping 2", "Done"], ".common now includes \(tracking); the default-mode one waits")
@@ -360,7 +369,7 @@ final class NotificationQueueTests: XCTestCase {
         defer { worker.finish() }
         let center = TKNotificationCenter()
         let perThread = stress(2_000)
-        let seen = Shared<[[Int]]>([[], []])   // owner thread only until `finished`
+        let seen = Shared<[[Int]]>([[], []]) // owner thread only until `finished`
         let wrongThread = Atomic<Int>(0)
         let finished = Flag()
         let ownerTid = worker.thread.attributes.current.tid
@@ -381,8 +390,9 @@ final class NotificationQueueTests: XCTestCase {
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { worker.loop.isWaiting }, "the owner loop never slept")
         Workers.run(2) { t in
             for i in 0..<perThread {
-                queue.enqueue(TKNotification(name: ping, userInfo: ["t": t, "i": i]),
-                              postingStyle: i.isMultiple(of: 2) ? .asap : .whenIdle, coalesceMask: [])
+                queue.enqueue(
+                    TKNotification(name: ping, userInfo: ["t": t, "i": i]),
+                    postingStyle: i.isMultiple(of: 2) ? .asap : .whenIdle, coalesceMask: [])
             }
         }
         XCTAssertTrue(finished.wait(until: .now + .seconds(60)), "not every notification was posted")
@@ -390,7 +400,8 @@ final class NotificationQueueTests: XCTestCase {
         for t in 0..<2 {
             XCTAssertEqual(seen.value[t].count, perThread)
             XCTAssertEqual(Set(seen.value[t]).count, perThread, "each exactly once")
-            let asap = seen.value[t].filter { $0.isMultiple(of: 2) }, idle = seen.value[t].filter { !$0.isMultiple(of: 2) }
+            let asap = seen.value[t].filter { $0.isMultiple(of: 2) }
+            let idle = seen.value[t].filter { !$0.isMultiple(of: 2) }
             XCTAssertEqual(asap, asap.sorted(), "one thread's asap notifications post in its enqueue order")
             XCTAssertEqual(idle, idle.sorted(), "one thread's idle notifications post in its enqueue order")
         }

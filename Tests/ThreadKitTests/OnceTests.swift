@@ -23,9 +23,10 @@ final class OnceTests: XCTestCase {
 
     func testLateCallersSeeTheBodysEffects() {
         let box = OnceBox()
-        let effect = Shared<[Int]>([])   // written only by the body; read after run returns
+        let effect = Shared<[Int]>([]) // written only by the body; read after run returns
         box.once.run { effect.value = [1, 2, 3] }
-        let seen = Atomic<Int>(0), extraRuns = Atomic<Int>(0)
+        let seen = Atomic<Int>(0)
+        let extraRuns = Atomic<Int>(0)
         let late = TestThread.spawn(4, "late") { _ in
             box.once.run { extraRuns.wrappingAdd(1, ordering: .relaxed) }
             if effect.value == [1, 2, 3] { seen.wrappingAdd(1, ordering: .relaxed) }
@@ -37,8 +38,9 @@ final class OnceTests: XCTestCase {
 
     func testCallersArrivingDuringASlowBodyWaitForIt() {
         let box = OnceBox()
-        let effect = Shared(0)           // written only by the body; read after run returns
-        let bodyStarted = Flag(), finishBody = Flag()
+        let effect = Shared(0) // written only by the body; read after run returns
+        let bodyStarted = Flag()
+        let finishBody = Flag()
         let runner = TestThread("runner") {
             box.once.run {
                 bodyStarted.set()
@@ -47,7 +49,9 @@ final class OnceTests: XCTestCase {
             }
         }
         XCTAssertTrue(bodyStarted.wait())
-        let returned = Atomic<Int>(0), sawEffect = Atomic<Int>(0), extraRuns = Atomic<Int>(0)
+        let returned = Atomic<Int>(0)
+        let sawEffect = Atomic<Int>(0)
+        let extraRuns = Atomic<Int>(0)
         let callers = (0..<3).map { index in
             TestThread("caller-\(index)") {
                 box.once.run { extraRuns.wrappingAdd(1, ordering: .relaxed) }
@@ -57,7 +61,7 @@ final class OnceTests: XCTestCase {
         }
         // Every caller is asleep inside run() while the body is still running.
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { callers.allSatisfy(\.isParked) }, "the callers never blocked")
-        usleep(50_000)   // the body stays slow a while longer: no caller may return meanwhile
+        usleep(50_000) // the body stays slow a while longer: no caller may return meanwhile
         XCTAssertEqual(returned.load(ordering: .relaxed), 0, "a caller returned while the body was still running")
         finishBody.set()
         XCTAssertTrue(joinAll(callers + [runner]))

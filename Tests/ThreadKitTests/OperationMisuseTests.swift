@@ -4,23 +4,34 @@ import XCTest
 
 final class OperationMisuseTests: XCTestCase {
     /// Every operation misuse message names the fix.
-    private func assertOperationMisuse(_ role: String, mentions fragments: [String], file: StaticString = #filePath,
-                                       line: UInt = #line) throws {
+    private func assertOperationMisuse(
+        _ role: String, mentions fragments: [String], file: StaticString = #filePath,
+        line: UInt = #line
+    ) throws {
         try assertMisuse(role, mentions: fragments + ["Fix:"], file: file, line: line)
     }
 
     func testAddingAnOperationTwiceStopsTheProcess() throws {
-        try assertOperationMisuse("operation-add-twice", mentions: ["TKOperationQueue \"uploads\".addOperation(_:)", "TKBlockOperation \"upload\"",
-                                                           "already added to this queue"])
+        try assertOperationMisuse(
+            "operation-add-twice",
+            mentions: [
+                "TKOperationQueue \"uploads\".addOperation(_:)", "TKBlockOperation \"upload\"",
+                "already added to this queue",
+            ])
     }
 
     func testAddingAnOperationToTwoQueuesStopsTheProcess() throws {
-        try assertOperationMisuse("operation-two-queues", mentions: ["TKOperationQueue \"thumbnails\".addOperation(_:)", "TKBlockOperation \"resize\"",
-                                                            "TKOperationQueue \"uploads\""])
+        try assertOperationMisuse(
+            "operation-two-queues",
+            mentions: [
+                "TKOperationQueue \"thumbnails\".addOperation(_:)", "TKBlockOperation \"resize\"",
+                "TKOperationQueue \"uploads\"",
+            ])
     }
 
     func testAddingAFinishedOperationStopsTheProcess() throws {
-        try assertOperationMisuse("operation-add-finished", mentions: ["TKOperationQueue \"late\"", "TKBlockOperation \"done\"", "finished"])
+        try assertOperationMisuse(
+            "operation-add-finished", mentions: ["TKOperationQueue \"late\"", "TKBlockOperation \"done\"", "finished"])
     }
 
     func testStartingTwiceStopsTheProcess() throws {
@@ -32,7 +43,8 @@ final class OperationMisuseTests: XCTestCase {
     }
 
     func testStartingAQueuedOperationByHandStopsTheProcess() throws {
-        try assertOperationMisuse("operation-start-queued", mentions: ["TKBlockOperation \"parse\".start()", "TKOperationQueue \"parsers\""])
+        try assertOperationMisuse(
+            "operation-start-queued", mentions: ["TKBlockOperation \"parse\".start()", "TKOperationQueue \"parsers\""])
     }
 
     func testAnOperationWaitingForItselfStopsTheProcess() throws {
@@ -40,17 +52,26 @@ final class OperationMisuseTests: XCTestCase {
     }
 
     func testWaitingForAQueueFromItsOwnOperationStopsTheProcess() throws {
-        try assertOperationMisuse("operation-queue-wait-inside", mentions: ["TKOperationQueue \"importer\".waitUntilAllOperationsAreFinished()",
-                                                                   "its own operations"])
+        try assertOperationMisuse(
+            "operation-queue-wait-inside",
+            mentions: [
+                "TKOperationQueue \"importer\".waitUntilAllOperationsAreFinished()",
+                "its own operations",
+            ])
     }
 
     func testWaitingInsideASerialQueueForAnOperationBehindStopsTheProcess() throws {
-        try assertOperationMisuse("operation-serial-wait-behind", mentions: ["TKBlockOperation \"later\".waitUntilFinished()",
-                                                                    "TKOperationQueue \"serial-db\""])
+        try assertOperationMisuse(
+            "operation-serial-wait-behind",
+            mentions: [
+                "TKBlockOperation \"later\".waitUntilFinished()",
+                "TKOperationQueue \"serial-db\"",
+            ])
     }
 
     func testWaitingOnTheMainThreadForTheMainQueueStopsTheProcess() throws {
-        try assertOperationMisuse("operation-main-wait-on-main", mentions: ["TKOperationQueue.main.waitUntilAllOperationsAreFinished()", "main thread"])
+        try assertOperationMisuse(
+            "operation-main-wait-on-main", mentions: ["TKOperationQueue.main.waitUntilAllOperationsAreFinished()", "main thread"])
     }
 
     func testFinishingTwiceStopsTheProcess() throws {

@@ -56,7 +56,7 @@ final class OperationNotificationTests: XCTestCase {
         let finished = DispatchSemaphore(value: 0)
         queue.addOperation {
             log.append("before post")
-            center.post(name: photoReady)   // would wait forever for a slot of this very queue
+            center.post(name: photoReady) // would wait forever for a slot of this very queue
             log.append("after post")
             finished.signal()
         }
@@ -66,7 +66,7 @@ final class OperationNotificationTests: XCTestCase {
 
     func testObserversOnTheMainQueueRunOnTheMainThread() {
         let center = TKNotificationCenter()
-        let onMain = Shared<Bool?>(nil)   // written on the main thread, read there
+        let onMain = Shared<Bool?>(nil) // written on the main thread, read there
         center.addObserver(forName: photoReady, object: nil, queue: .main) { _ in onMain.value = TKThread.isMainThread }
         // Posted on the main thread outside any operation: the main queue is the current one, so
         // the block runs inline, with no run loop turning.
@@ -93,7 +93,7 @@ final class OperationNotificationTests: XCTestCase {
         queue.isSuspended = true
         let calls = JudgedCounter()
         let token = center.addObserver(forName: photoReady, object: nil, queue: queue) { _ in calls.add() }
-        let poster = Workers.start { center.post(name: photoReady) }   // waits for the operation
+        let poster = Workers.start { center.post(name: photoReady) } // waits for the operation
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { queue.operationCount == 1 }, "the post added one operation")
         center.removeObserver(token)
         queue.isSuspended = false
@@ -114,7 +114,7 @@ final class OperationNotificationTests: XCTestCase {
 
     func testANilQueueDeliversSynchronouslyOnThePostingThread() {
         let center = TKNotificationCenter()
-        let thread = Shared<UInt32?>(nil)   // written during post, on this thread
+        let thread = Shared<UInt32?>(nil) // written during post, on this thread
         center.addObserver(forName: photoReady, object: nil, queue: nil) { _ in thread.value = UInt32(KernelThread.currentID()) }
         center.post(name: photoReady)
         XCTAssertEqual(thread.value, UInt32(KernelThread.currentID()))

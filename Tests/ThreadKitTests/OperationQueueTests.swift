@@ -43,7 +43,7 @@ final class OperationQueueTests: XCTestCase {
         queue.addOperations(ops.reversed(), waitUntilFinished: true)
         XCTAssertEqual(log.all, (0..<200).map { "\($0)" })
         XCTAssertTrue(ops.allSatisfy(\.isFinished))
-        queue.waitUntilAllOperationsAreFinished()   // the queue's own books may trail the operations' finish
+        queue.waitUntilAllOperationsAreFinished() // the queue's own books may trail the operations' finish
         XCTAssertEqual(queue.operationCount, 0)
     }
 
@@ -51,7 +51,10 @@ final class OperationQueueTests: XCTestCase {
         let queue = TKOperationQueue()
         for _ in 0..<stress(300) {
             let log = EventLog()
-            let top = logged("top", log), left = logged("left", log), right = logged("right", log), bottom = logged("bottom", log)
+            let top = logged("top", log)
+            let left = logged("left", log)
+            let right = logged("right", log)
+            let bottom = logged("bottom", log)
             try left.addDependency(top)
             try right.addDependency(top)
             try bottom.addDependency(left)
@@ -110,7 +113,7 @@ final class OperationQueueTests: XCTestCase {
                 done.enter()
                 queue.addOperation {
                     meter.enter()
-                    TKThread.sleep(for: .milliseconds(2))   // parks: the pool would happily run more
+                    TKThread.sleep(for: .milliseconds(2)) // parks: the pool would happily run more
                     meter.leave()
                     done.leave()
                 }
@@ -160,7 +163,10 @@ final class OperationQueueTests: XCTestCase {
         let started = TKDispatchSemaphore(value: 0)
         final class Loop: TKOperation, @unchecked Sendable {
             let started: TKDispatchSemaphore, log: EventLog
-            init(_ started: TKDispatchSemaphore, _ log: EventLog) { self.started = started; self.log = log }
+            init(_ started: TKDispatchSemaphore, _ log: EventLog) {
+                self.started = started
+                self.log = log
+            }
             override func main() {
                 started.signal()
                 let deadline = ContinuousClock.now + .seconds(30)
@@ -197,8 +203,9 @@ final class OperationQueueTests: XCTestCase {
         for limit in [1, 3, TKOperationQueue.defaultMaxConcurrentOperationCount] {
             let queue = TKOperationQueue()
             queue.maxConcurrentOperationCount = limit
-            let before = JudgedCounter(), after = JudgedCounter()
-            let seenByBarrier = Shared<[Int]>([])   // written by barriers, read after the queue drained
+            let before = JudgedCounter()
+            let after = JudgedCounter()
+            let seenByBarrier = Shared<[Int]>([]) // written by barriers, read after the queue drained
             for _ in 0..<5 {
                 for _ in 0..<40 {
                     queue.addOperation {
@@ -254,7 +261,7 @@ final class OperationQueueTests: XCTestCase {
     func testOperationCountAndWaitUntilAllOperationsAreFinished() {
         let queue = TKOperationQueue()
         XCTAssertEqual(queue.operationCount, 0)
-        queue.waitUntilAllOperationsAreFinished()   // empty: returns at once
+        queue.waitUntilAllOperationsAreFinished() // empty: returns at once
         let release = TKDispatchSemaphore(value: 0)
         for _ in 0..<3 { queue.addOperation { _ = release.wait(until: .now + .seconds(30)) } }
         XCTAssertEqual(queue.operationCount, 3)
@@ -266,10 +273,13 @@ final class OperationQueueTests: XCTestCase {
     }
 
     func testDependenciesAcrossQueues() throws {
-        let a = TKOperationQueue(), b = TKOperationQueue()
+        let a = TKOperationQueue()
+        let b = TKOperationQueue()
         b.maxConcurrentOperationCount = 1
         let log = EventLog()
-        let download = logged("download", log), decode = logged("decode", log), show = logged("show", log)
+        let download = logged("download", log)
+        let decode = logged("decode", log)
+        let show = logged("show", log)
         try decode.addDependency(download)
         try show.addDependency(decode)
         b.addOperation(show)
@@ -287,7 +297,10 @@ final class OperationQueueTests: XCTestCase {
         let done = DispatchGroup()
         for _ in 0..<10 {
             done.enter()
-            queue.addOperation { ran.add(); done.leave() }
+            queue.addOperation {
+                ran.add()
+                done.leave()
+            }
         }
         XCTAssertEqual(done.wait(timeout: .now() + 0.05), .timedOut)
         XCTAssertEqual(ran.count, 0)
@@ -303,14 +316,15 @@ final class OperationQueueTests: XCTestCase {
         // currentQueue there is the main queue.
         XCTAssertTrue(Thread.isMainThread)
         XCTAssertTrue(TKOperationQueue.current === TKOperationQueue.main)
-        let seen = Shared<String?>(nil)   // written by the operation, read after it finished
+        let seen = Shared<String?>(nil) // written by the operation, read after it finished
         let op = TKBlockOperation { seen.value = TKOperationQueue.current?.name }
         queue.addOperation(op)
         op.waitUntilFinished()
         XCTAssertEqual(seen.value, "current-test")
         XCTAssertTrue(TKOperationQueue.current === TKOperationQueue.main)
         // On a secondary thread outside operations there is none (judged with Foundation's Thread).
-        let onThread = Shared<Bool?>(nil), done = DispatchSemaphore(value: 0)
+        let onThread = Shared<Bool?>(nil)
+        let done = DispatchSemaphore(value: 0)
         Thread {
             onThread.value = TKOperationQueue.current == nil
             done.signal()
@@ -340,7 +354,8 @@ final class OperationQueueTests: XCTestCase {
     }
 
     func testTheMainQueueRunsOperationsOnTheMainThread() {
-        let onMain = Shared<Bool?>(nil), current = Shared<Bool?>(nil)   // written on the main thread
+        let onMain = Shared<Bool?>(nil)
+        let current = Shared<Bool?>(nil) // written on the main thread
         let finished = Flag()
         TKDispatchQueue.global().async {
             TKOperationQueue.main.addOperation {
@@ -396,8 +411,9 @@ final class OperationQueueTests: XCTestCase {
         let names = threads.all
         XCTAssertEqual(names.count, 2)
         XCTAssertTrue(names[0].hasPrefix("tk.dispatch.bg."), "background operation ran on \(names[0])")
-        XCTAssertTrue(names[1].hasPrefix("tk.dispatch.") && !names[1].hasPrefix("tk.dispatch.bg."),
-                      "interactive operation ran on \(names[1])")
+        XCTAssertTrue(
+            names[1].hasPrefix("tk.dispatch.") && !names[1].hasPrefix("tk.dispatch.bg."),
+            "interactive operation ran on \(names[1])")
     }
 
     func testSettingsReadBack() {

@@ -11,7 +11,7 @@ final class OperationStressTests: XCTestCase {
     private final class Judge: @unchecked Sendable {
         private var mutex = pthread_mutex_t()
         private var clock = 0
-        var started: [Int], ended: [Int], runs: [Int]   // guarded by mutex
+        var started: [Int], ended: [Int], runs: [Int] // guarded by mutex
         init(_ n: Int) {
             started = Array(repeating: -1, count: n)
             ended = Array(repeating: -1, count: n)
@@ -19,12 +19,24 @@ final class OperationStressTests: XCTestCase {
             pthread_mutex_init(&mutex, nil)
         }
         deinit { pthread_mutex_destroy(&mutex) }
-        func start(_ i: Int) { pthread_mutex_lock(&mutex); clock += 1; started[i] = clock; runs[i] += 1; pthread_mutex_unlock(&mutex) }
-        func end(_ i: Int) { pthread_mutex_lock(&mutex); clock += 1; ended[i] = clock; pthread_mutex_unlock(&mutex) }
+        func start(_ i: Int) {
+            pthread_mutex_lock(&mutex)
+            clock += 1
+            started[i] = clock
+            runs[i] += 1
+            pthread_mutex_unlock(&mutex)
+        }
+        func end(_ i: Int) {
+            pthread_mutex_lock(&mutex)
+            clock += 1
+            ended[i] = clock
+            pthread_mutex_unlock(&mutex)
+        }
     }
 
     func testRandomDependencyGraphsRunInATopologicalOrderWithinTheLimit() throws {
-        let seed = ProcessInfo.processInfo.environment["TK_SEED"].flatMap(UInt64.init)
+        let seed =
+            ProcessInfo.processInfo.environment["TK_SEED"].flatMap(UInt64.init)
             ?? UInt64.random(in: 0...UInt64.max)
         print("OperationStressTests: random graphs with seed \(seed) (replay with TK_SEED=\(seed))")
         var rng = SeededGenerator(seed: seed)
@@ -54,7 +66,7 @@ final class OperationStressTests: XCTestCase {
                 op.queuePriority = [.veryLow, .low, .normal, .high, .veryHigh].randomElement(using: &rng)!
                 return op
             }
-            var edges: [(Int, Int)] = []   // (dependent, dependency): dependency < dependent, so acyclic
+            var edges: [(Int, Int)] = [] // (dependent, dependency): dependency < dependent, so acyclic
             for i in 1..<n {
                 for j in 0..<i where Double.random(in: 0..<1, using: &rng) < density {
                     try ops[i].addDependency(ops[j])
@@ -84,7 +96,12 @@ final class OperationStressTests: XCTestCase {
             queue.isSuspended = true
             let n = Int.random(in: 2...30, using: &rng)
             let judge = Judge(n)
-            let ops = (0..<n).map { i in TKBlockOperation { judge.start(i); judge.end(i) } }
+            let ops = (0..<n).map { i in
+                TKBlockOperation {
+                    judge.start(i)
+                    judge.end(i)
+                }
+            }
             for i in 1..<n {
                 for j in 0..<i where Bool.random(using: &rng) && Bool.random(using: &rng) { try ops[i].addDependency(ops[j]) }
             }

@@ -48,9 +48,10 @@ final class OperationTests: XCTestCase {
     func testFinishedOperationsAreFreedWhenDropped() {
         let alive = Freed.alive { freed in
             let queue = TKOperationQueue()
-            let first = TKBlockOperation {}, second = TKBlockOperation {}
+            let first = TKBlockOperation {}
+            let second = TKBlockOperation {}
             try? second.addDependency(first)
-            second.completionBlock = { _ = second.isFinished }   // a block that captures its operation
+            second.completionBlock = { _ = second.isFinished } // a block that captures its operation
             freed.watch("first", first)
             freed.watch("second", second)
             freed.watch("queue", queue)
@@ -71,7 +72,7 @@ final class OperationTests: XCTestCase {
         XCTAssertEqual(log.all, ["a main executing=true finished=false"])
         XCTAssertTrue(op.isFinished)
         XCTAssertFalse(op.isExecuting)
-        op.waitUntilFinished()   // finished: returns at once
+        op.waitUntilFinished() // finished: returns at once
     }
 
     func testCancelBeforeStartFinishesWithoutRunningMain() {
@@ -100,7 +101,7 @@ final class OperationTests: XCTestCase {
     func testTheCompletionBlockRunsOnceAfterFinishingAndIsCleared() {
         let op = TKBlockOperation {}
         let runs = JudgedCounter()
-        let sawFinished = Shared(false)   // written in the completion block, read after start() returns
+        let sawFinished = Shared(false) // written in the completion block, read after start() returns
         op.completionBlock = { [unowned op] in
             sawFinished.value = op.isFinished
             runs.add()
@@ -142,10 +143,12 @@ final class OperationTests: XCTestCase {
     }
 
     func testDependenciesDecideReadiness() throws {
-        let a = TKBlockOperation {}, b = TKBlockOperation {}, c = TKBlockOperation {}
+        let a = TKBlockOperation {}
+        let b = TKBlockOperation {}
+        let c = TKBlockOperation {}
         try c.addDependency(a)
         try c.addDependency(b)
-        try c.addDependency(a)   // twice: no effect
+        try c.addDependency(a) // twice: no effect
         XCTAssertEqual(c.dependencies.count, 2)
         XCTAssertTrue(c.dependencies[0] === a && c.dependencies[1] === b)
         XCTAssertFalse(c.isReady)
@@ -153,14 +156,15 @@ final class OperationTests: XCTestCase {
         XCTAssertFalse(c.isReady)
         b.cancel()
         XCTAssertTrue(c.isReady, "a cancelled dependency counts as finished")
-        let d = TKBlockOperation {}, e = TKBlockOperation {}
+        let d = TKBlockOperation {}
+        let e = TKBlockOperation {}
         try d.addDependency(e)
         XCTAssertFalse(d.isReady)
         d.removeDependency(e)
         XCTAssertTrue(d.isReady)
         XCTAssertTrue(d.dependencies.isEmpty)
         let f = TKBlockOperation {}
-        try f.addDependency(a)   // already finished
+        try f.addDependency(a) // already finished
         XCTAssertTrue(f.isReady)
     }
 
@@ -200,7 +204,8 @@ final class OperationTests: XCTestCase {
 
     func testTwoThreadsRacingToCloseACycleCannotBothSucceed() {
         for _ in 0..<stress(500) {
-            let a = TKBlockOperation {}, b = TKBlockOperation {}
+            let a = TKBlockOperation {}
+            let b = TKBlockOperation {}
             let refused = JudgedCounter()
             Workers.run(2) { i in
                 do { if i == 0 { try a.addDependency(b) } else { try b.addDependency(a) } } catch { refused.add() }

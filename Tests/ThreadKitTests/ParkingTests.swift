@@ -1,9 +1,10 @@
-// Parking, the one blocking primitive: deadlines never early, no sleep when the word already
-// changed, unpark wakes, and the per-thread observer sees every park.
-@testable import ThreadKit
 import Foundation
 import Synchronization
 import XCTest
+
+// Parking, the one blocking primitive: deadlines never early, no sleep when the word already
+// changed, unpark wakes, and the per-thread observer sees every park.
+@testable import ThreadKit
 
 final class ParkingTests: XCTestCase {
     func testParkTimesOutNeverEarly() {
@@ -48,11 +49,12 @@ final class ParkingTests: XCTestCase {
         lock.lock()
         let blocked = Workers.start {
             Parking.setObserverForCurrentThread(observer)
-            lock.lock()   // spins briefly, then parks: the observer must hear of it
+            lock.lock() // spins briefly, then parks: the observer must hear of it
             lock.unlock()
             Parking.setObserverForCurrentThread(nil)
         }
-        XCTAssertTrue(waitUntil(.now + .seconds(30)) { observer.parks.load(ordering: .relaxed) >= 1 }, "timed out waiting until the waiter parks")
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(30)) { observer.parks.load(ordering: .relaxed) >= 1 }, "timed out waiting until the waiter parks")
         lock.unlock()
         XCTAssertEqual(blocked.wait(timeout: .now() + 30), .success)
         XCTAssertEqual(observer.parks.load(ordering: .relaxed), observer.unparks.load(ordering: .relaxed))

@@ -1,16 +1,17 @@
+import Foundation
+import Synchronization
+import XCTest
+
 // Perform requests (SPEC §3): to another thread in arrival order, waiting and not, modes, the
 // target thread itself, finished threads, a thread finishing with waiting senders, the main
 // thread, background threads, and delayed requests with cancellation.
 @testable import ThreadKit
-import Foundation
-import Synchronization
-import XCTest
 
 final class PerformRequestTests: XCTestCase {
     func testRequestsRunOnTheTargetThreadInArrivalOrder() throws {
         let worker = LoopThread()
         defer { worker.finish() }
-        let order = Shared<[Int]>([])   // target thread only until the waiting request returns
+        let order = Shared<[Int]>([]) // target thread only until the waiting request returns
         let onTarget = Atomic<Bool>(true)
         let tid = worker.thread.attributes.current.tid
         for i in 0..<100 {
@@ -62,7 +63,7 @@ final class PerformRequestTests: XCTestCase {
         }
         thread.start()
         let blockRan = DispatchSemaphore(value: 0)
-        try thread.perform(waitUntilDone: true) {}   // the loop runs; this request made it return once
+        try thread.perform(waitUntilDone: true) {} // the loop runs; this request made it return once
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { returns.load(ordering: .acquiring) == 1 })
         TKRunLoop.loop(of: thread)!.perform { blockRan.signal() }
         XCTAssertEqual(blockRan.wait(timeout: .now() + 30), .success)
@@ -72,7 +73,7 @@ final class PerformRequestTests: XCTestCase {
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { returns.load(ordering: .acquiring) == 2 })
         XCTAssertEqual(returns.load(ordering: .acquiring), 2)
         keepRunning.store(false, ordering: .releasing)
-        try thread.perform {}   // the run in progress returns; the flag ends the loop
+        try thread.perform {} // the run in progress returns; the flag ends the loop
         XCTAssertTrue(thread.join(until: .now + .seconds(30)))
         XCTAssertEqual(returns.load(ordering: .acquiring), 3)
     }
@@ -80,7 +81,7 @@ final class PerformRequestTests: XCTestCase {
     func testTenThousandWaitingRoundTrips() throws {
         let worker = LoopThread()
         defer { worker.finish() }
-        let count = Shared(0)   // target thread only; read after each wait
+        let count = Shared(0) // target thread only; read after each wait
         for i in 1...stress(10_000) {
             try worker.thread.perform(waitUntilDone: true) { count.value += 1 }
             XCTAssertEqual(count.value, i)
@@ -134,9 +135,10 @@ final class PerformRequestTests: XCTestCase {
         let sender = Workers.start {
             do { try target.perform(waitUntilDone: true) {} } catch { outcome.value = error as? TKError }
         }
-        XCTAssertTrue(waitUntil(.now + .seconds(30)) {
-            TKRunLoop.loop(of: target)?.lock.withLock { !(TKRunLoop.loop(of: target)?.waitingRequests.isEmpty ?? true) } ?? false
-        })
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(30)) {
+                TKRunLoop.loop(of: target)?.lock.withLock { !(TKRunLoop.loop(of: target)?.waitingRequests.isEmpty ?? true) } ?? false
+            })
         queued.signal()
         XCTAssertEqual(sender.wait(timeout: .now() + 30), .success, "the sender was left blocked")
         XCTAssertEqual(outcome.value?.code, .threadFinished)
@@ -171,7 +173,8 @@ final class PerformRequestTests: XCTestCase {
     func testCancellingByTargetAndKey() {
         final class Target {}
         let loop = TKRunLoop.current
-        let a = Target(), b = Target()
+        let a = Target()
+        let b = Target()
         let ran = Shared<[String]>([])
         loop.perform(afterDelay: .milliseconds(5), inModes: ["cancel"], target: a, key: "x") { ran.value.append("a.x") }
         loop.perform(afterDelay: .milliseconds(5), inModes: ["cancel"], target: a, key: "y") { ran.value.append("a.y") }

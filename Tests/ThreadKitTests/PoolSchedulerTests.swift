@@ -1,10 +1,11 @@
+import XCTest
+
 // PoolScheduler, the dispatch pool's scheduling core, driven without threads: fake workers, a
 // hand-moved clock, and the transitions the pool makes (submit, offer, pop, steal, started, park,
 // block, unblock, stall, unstall, start failed, idle timeout, retire). Every test ends by checking
 // the counter invariant (threads = running + blocked + stalled + idle) with its own arithmetic,
 // not the scheduler's `invariantHolds`. Deterministic: no thread, no sleep, no real clock.
 @testable import ThreadKit
-import XCTest
 
 final class PoolSchedulerTests: XCTestCase {
     final class FakeWorker: PoolSchedulerWorker {
@@ -36,7 +37,7 @@ final class PoolSchedulerTests: XCTestCase {
     /// first visit finds nothing.
     private func startAndPark(_ s: inout Scheduler, _ worker: FakeWorker) {
         let tier = Scheduler.Tier(background: worker.background)
-        s[tier].threads += 1      // a thread that exists: as if its start had been planned and run
+        s[tier].threads += 1 // a thread that exists: as if its start had been planned and run
         s[tier].running += 1
         s.register(worker)
         var searching = false
@@ -69,7 +70,10 @@ final class PoolSchedulerTests: XCTestCase {
     /// never woke anyone again (docs/DispatchPool.md, "The wedge of 2026-11-25").
     func testASearcherThatStartsAJobCanPlanOneWorkerPerTierAndThePoolKeepsBoth() {
         var s = makeScheduler(width: 3)
-        let n1 = FakeWorker("n1"), n2 = FakeWorker("n2"), n3 = FakeWorker("n3"), b1 = FakeWorker("b1", background: true)
+        let n1 = FakeWorker("n1")
+        let n2 = FakeWorker("n2")
+        let n3 = FakeWorker("n3")
+        let b1 = FakeWorker("b1", background: true)
         for w in [n1, n2, n3, b1] { startAndPark(&s, w) }
         s.submit(job(), level: RunQueues.background)
         for _ in 0..<100 { s.submit(job(), level: 2) }
@@ -96,7 +100,7 @@ final class PoolSchedulerTests: XCTestCase {
         XCTAssertEqual(s[.background].searching, 1)
         // Both plans of the section land in one Actions without overwriting each other.
         var actions = DispatchPool.Actions()
-        actions.add(.start, .normal)              // a stand-in for n1's wake (a FakeWorker is no PoolWorker)
+        actions.add(.start, .normal) // a stand-in for n1's wake (a FakeWorker is no PoolWorker)
         actions.add(.start, .background)
         XCTAssertTrue(actions.plansWorker(.normal))
         XCTAssertTrue(actions.plansWorker(.background))
@@ -185,7 +189,8 @@ final class PoolSchedulerTests: XCTestCase {
 
     func testABlockedWorkerIsReplacedAtOnceAndTheTierMayRunOverWidthUntilAJobBoundary() {
         var s = makeScheduler(width: 1)
-        let a = FakeWorker("a"), b = FakeWorker("b")
+        let a = FakeWorker("a")
+        let b = FakeWorker("b")
         startAndPark(&s, a)
         startAndPark(&s, b)
         s.submit(job(), level: 2)
@@ -268,7 +273,7 @@ final class PoolSchedulerTests: XCTestCase {
     func testALowerLevelAgesAfterItsPassesAndItsTimeAndNotBefore() {
         let clock = ManualClock()
         var s = makeScheduler(width: 1, clock: clock)
-        s.submit(job(), level: 1)                      // utility: 16 passes and 20 ms
+        s.submit(job(), level: 1) // utility: 16 passes and 20 ms
         for _ in 0..<100 { s.submit(job(), level: 4) }
         var levels: [Int] = []
         for _ in 0..<16 {
@@ -286,7 +291,8 @@ final class PoolSchedulerTests: XCTestCase {
     func testBackgroundWorkBehindNormalWorkParksABackgroundWorkerUntilItAges() {
         let clock = ManualClock()
         var s = makeScheduler(width: 1, clock: clock)
-        let n = FakeWorker("n"), b = FakeWorker("b", background: true)
+        let n = FakeWorker("n")
+        let b = FakeWorker("b", background: true)
         startAndPark(&s, n)
         startAndPark(&s, b)
         s.submit(job(), level: RunQueues.background)
@@ -319,7 +325,8 @@ final class PoolSchedulerTests: XCTestCase {
     func testAnIdleWorkerRetiresAfterTheIdleTimeoutAndAWokenOneDoesNot() {
         let clock = ManualClock()
         var s = makeScheduler(clock: clock)
-        let a = FakeWorker("a"), b = FakeWorker("b")
+        let a = FakeWorker("a")
+        let b = FakeWorker("b")
         startAndPark(&s, a)
         startAndPark(&s, b)
         let since = clock.now

@@ -5,6 +5,7 @@
 import Foundation
 import Synchronization
 import XCTest
+
 @testable import ThreadKit
 
 /// AFNetworking's networkRequestThread: started once, lazily, by whichever caller comes first.
@@ -65,7 +66,9 @@ final class PortScenarioTests: XCTestCase {
         let wrongThread = Atomic<Int>(0)
         let mainSource = TKRunLoopSource {
             if KernelThread.currentID() != mainTID { wrongThread.wrappingAdd(1, ordering: .relaxed) }
-            guard mainSeen.wrappingAdd(1, ordering: .relaxed).newValue < rounds, let (source, loop) = registered.withLock({ $0 }) else { return }
+            guard mainSeen.wrappingAdd(1, ordering: .relaxed).newValue < rounds, let (source, loop) = registered.withLock({ $0 }) else {
+                return
+            }
             source.signal()
             loop.wakeUp()
         }
@@ -81,7 +84,7 @@ final class PortScenarioTests: XCTestCase {
             }
             loop.add(source, forMode: .default)
             registered.withLock { $0 = (source, loop) }
-            source.signal()   // the first round starts on this side
+            source.signal() // the first round starts on this side
             while !finished.isSet { _ = loop.run(mode: .default, before: .now + .milliseconds(100)) }
         }
         let deadline = ContinuousClock.now + .seconds(60)
@@ -104,7 +107,7 @@ final class PortScenarioTests: XCTestCase {
             let tid = KernelThread.currentID()
             let port = TKMessagePort()
             let lock = TKLock()
-            var pending: [TKNotification] = []   // guarded by lock
+            var pending: [TKNotification] = [] // guarded by lock
             let handled = Guarded<[(String, Int32)]>([])
 
             init() {
@@ -135,10 +138,11 @@ final class PortScenarioTests: XCTestCase {
             for i in 0..<count { center.post(name: TKNotification.Name(rawValue: "n\(i)")) }
         }
         XCTAssertTrue(poster.join())
-        XCTAssertTrue(waitUntil(.now + .seconds(30)) {
-            _ = TKRunLoop.current.run(mode: .default, before: .now + .milliseconds(100))
-            return forwarder.handled.withLock { $0.count } == count
-        })
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(30)) {
+                _ = TKRunLoop.current.run(mode: .default, before: .now + .milliseconds(100))
+                return forwarder.handled.withLock { $0.count } == count
+            })
         let handled = forwarder.handled.withLock { $0 }
         XCTAssertEqual(handled.map(\.0), (0..<count).map { "n\($0)" })
         XCTAssertTrue(handled.allSatisfy { $0.1 == forwarder.tid })

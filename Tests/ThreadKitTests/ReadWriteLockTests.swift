@@ -12,7 +12,7 @@ final class ReadWriteLockTests: XCTestCase {
         let lock = TKReadWriteLock()
         let readers = 4
         let witness = NSLock()
-        let inside = Shared(0)          // guarded by witness
+        let inside = Shared(0) // guarded by witness
         let sawAll = Atomic<Int>(0)
         let threads = TestThread.spawn(readers) { _ in
             lock.readLock()
@@ -29,7 +29,8 @@ final class ReadWriteLockTests: XCTestCase {
 
     func testWritersExcludeReadersAndEachOther() {
         let lock = TKReadWriteLock()
-        let readersIn = Atomic<Int>(0), writersIn = Atomic<Int>(0)   // independent witnesses
+        let readersIn = Atomic<Int>(0)
+        let writersIn = Atomic<Int>(0) // independent witnesses
         let violations = Atomic<Int>(0)
         let perThread = stress(100_000)
         let threads = TestThread.spawn(4) { index in
@@ -93,7 +94,10 @@ final class ReadWriteLockTests: XCTestCase {
         }
         // Once the writer waits, new readers queue behind it: tryReadLock starts failing.
         let blocked = waitUntil(.now + .seconds(30)) {
-            if lock.tryReadLock() { lock.unlock(); return false }
+            if lock.tryReadLock() {
+                lock.unlock()
+                return false
+            }
             return true
         }
         XCTAssertTrue(blocked, "a new reader was still admitted while a writer waited")
@@ -151,9 +155,12 @@ final class ReadWriteLockTests: XCTestCase {
             }
         }
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { reads.load(ordering: .relaxed) > 30_000 })
-        let writer = TestThread("writer") { lock.writeLock(); lock.unlock() }
+        let writer = TestThread("writer") {
+            lock.writeLock()
+            lock.unlock()
+        }
         let admitted = writer.join(until: .now + .seconds(30))
-        stop.store(true, ordering: .relaxed)   // frees the writer if it was starved, so nothing hangs
+        stop.store(true, ordering: .relaxed) // frees the writer if it was starved, so nothing hangs
         XCTAssertTrue(admitted, "a writer waited 30 s behind readers that kept re-acquiring")
         XCTAssertTrue(joinAll(readers + [writer]))
     }
@@ -171,7 +178,10 @@ final class ReadWriteLockTests: XCTestCase {
         }
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { writes.load(ordering: .relaxed) > 10_000 })
         // This reader has to get in while the writers keep re-acquiring.
-        let reader = TestThread("reader") { lock.readLock(); lock.unlock() }
+        let reader = TestThread("reader") {
+            lock.readLock()
+            lock.unlock()
+        }
         let admitted = reader.join(until: .now + .seconds(30))
         stop.store(true, ordering: .relaxed)
         XCTAssertTrue(admitted, "a reader waited 30 s behind writers that kept re-acquiring")
@@ -181,7 +191,7 @@ final class ReadWriteLockTests: XCTestCase {
     func testReaderWaitingBehindAWriterGoesBeforeTheNextWaitingWriter() {
         let lock = TKReadWriteLock()
         let order = NSLock()
-        let entries = Shared<[String]>([])   // guarded by order; appended inside each critical section
+        let entries = Shared<[String]>([]) // guarded by order; appended inside each critical section
         lock.writeLock()
         // 1. A second writer waits behind the first.
         let writer2 = TestThread("writer2") {
@@ -201,8 +211,9 @@ final class ReadWriteLockTests: XCTestCase {
         // 3. The first writer leaves: the phase changes to the waiting reader, then writer2.
         lock.unlock()
         XCTAssertTrue(joinAll([writer2, reader]))
-        XCTAssertEqual(order.withLock { entries.value }, ["reader", "writer2"],
-                       "the reader that waited behind a writer must go before the next waiting writer")
+        XCTAssertEqual(
+            order.withLock { entries.value }, ["reader", "writer2"],
+            "the reader that waited behind a writer must go before the next waiting writer")
     }
 
     // MARK: Stress
@@ -211,7 +222,9 @@ final class ReadWriteLockTests: XCTestCase {
         // The last reader out hands the lock to a waiting writer; a writer arriving at that moment
         // through tryWriteLock must not be let in as well.
         let lock = TKReadWriteLock()
-        let readersIn = Atomic<Int>(0), writersIn = Atomic<Int>(0), violations = Atomic<Int>(0)
+        let readersIn = Atomic<Int>(0)
+        let writersIn = Atomic<Int>(0)
+        let violations = Atomic<Int>(0)
         let rounds = stress(500_000)
         let write = { @Sendable in
             if writersIn.wrappingAdd(1, ordering: .relaxed).newValue != 1 { violations.wrappingAdd(1, ordering: .relaxed) }
@@ -221,16 +234,21 @@ final class ReadWriteLockTests: XCTestCase {
         let threads = TestThread.spawn(4, "barge") { role in
             for _ in 0..<rounds {
                 switch role {
-                case 0, 1:   // readers: the last one out hands off to the waiting writer
+                case 0, 1: // readers: the last one out hands off to the waiting writer
                     lock.readLock()
                     readersIn.wrappingAdd(1, ordering: .relaxed)
                     if writersIn.load(ordering: .relaxed) != 0 { violations.wrappingAdd(1, ordering: .relaxed) }
                     readersIn.wrappingSubtract(1, ordering: .relaxed)
                     lock.unlock()
-                case 2:      // a writer that waits, and so is handed the lock
-                    lock.writeLock(); write(); lock.unlock()
-                default:     // a writer that only ever tries
-                    if lock.tryWriteLock() { write(); lock.unlock() }
+                case 2: // a writer that waits, and so is handed the lock
+                    lock.writeLock()
+                    write()
+                    lock.unlock()
+                default: // a writer that only ever tries
+                    if lock.tryWriteLock() {
+                        write()
+                        lock.unlock()
+                    }
                 }
             }
         }
@@ -241,9 +259,11 @@ final class ReadWriteLockTests: XCTestCase {
     func testMixedReadsAndWritesKeepExactCounts() {
         let lock = TKReadWriteLock()
         // Writers bump both fields; readers check they are equal (no torn view of a write).
-        let data = Shared((a: 0, b: 0))   // guarded by lock
-        let torn = Atomic<Int>(0), readsDone = Atomic<Int>(0)
-        let threads = 4, perThread = stress(1_000_000) / threads
+        let data = Shared((a: 0, b: 0)) // guarded by lock
+        let torn = Atomic<Int>(0)
+        let readsDone = Atomic<Int>(0)
+        let threads = 4
+        let perThread = stress(1_000_000) / threads
         let writesPerThread = (0..<perThread).filter { $0 % 8 == 0 }.count
         let workers = TestThread.spawn(threads, "mixed") { _ in
             for i in 0..<perThread {
@@ -274,7 +294,8 @@ private final class Holder: Sendable {
     private let thread: TestThread
 
     init(_ lock: TKReadWriteLock, write: Bool) {
-        let held = Flag(), releaseFlag = releaseFlag
+        let held = Flag()
+        let releaseFlag = releaseFlag
         thread = TestThread("holder") {
             if write { lock.writeLock() } else { lock.readLock() }
             held.set()

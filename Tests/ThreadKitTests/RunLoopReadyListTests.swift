@@ -1,12 +1,13 @@
+import Foundation
+import Synchronization
+import XCTest
+
 // RunLoopReadyListTests: a pass visits the version-0 sources that were signalled, not every source
 // its mode holds (docs/RunLoopIteration.md, "Ready sources"), and the ready lists keep CFRunLoop's
 // rules: `order` then insertion, a signal made before a source joins a mode, a source in several
 // modes performed by whichever pass comes first, a removed source never performed there. Costs
 // are counted (the loop's visit counter), never timed.
 @testable import ThreadKit
-import Foundation
-import Synchronization
-import XCTest
 
 final class RunLoopReadyListTests: XCTestCase {
     let custom: TKRunLoop.Mode = "ready-list"
@@ -86,7 +87,7 @@ final class RunLoopReadyListTests: XCTestCase {
         loop.add(source, forMode: other)
         source.signal()
         loop.run(mode: other, for: .zero, returnAfterSourceHandled: false)
-        loop.run(mode: custom, for: .zero, returnAfterSourceHandled: false)   // its entry there is stale
+        loop.run(mode: custom, for: .zero, returnAfterSourceHandled: false) // its entry there is stale
         XCTAssertEqual(ran.value, [other.rawValue])
         source.signal()
         loop.run(mode: custom, for: .zero, returnAfterSourceHandled: false)

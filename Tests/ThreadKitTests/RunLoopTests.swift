@@ -1,20 +1,24 @@
-// TKRunLoop: run results, perform blocks, version-0 sources, observers, modes and common modes,
-// stop/wakeUp, nested runs, misuse, and no leaked descriptors. Timers: RunLoopTimerTests.
-@testable import ThreadKit
 import Foundation
 import Synchronization
 import XCTest
+
+// TKRunLoop: run results, perform blocks, version-0 sources, observers, modes and common modes,
+// stop/wakeUp, nested runs, misuse, and no leaked descriptors. Timers: RunLoopTimerTests.
+@testable import ThreadKit
 
 /// A TKThread running its own loop until told to stop, for cross-thread tests.
 final class LoopThread: @unchecked Sendable {
     let thread: TKThread
     private let ready = DispatchSemaphore(value: 0)
-    private let loopBox = Shared<TKRunLoop?>(nil)   // written once by the thread before `ready`
+    private let loopBox = Shared<TKRunLoop?>(nil) // written once by the thread before `ready`
     let keepAlive = TKRunLoopSource {}
     let done = Flag()
 
     init(name: String = "loop") {
-        let box = loopBox, ready = ready, keepAlive = keepAlive, done = done
+        let box = loopBox
+        let ready = ready
+        let keepAlive = keepAlive
+        let done = done
         thread = TKThread(name: name) {
             let loop = TKRunLoop.current
             loop.add(keepAlive, forMode: .default)
@@ -48,7 +52,7 @@ final class RunLoopTests: XCTestCase {
             let loop = TKRunLoop.current
             XCTAssertEqual(loop.run(mode: "nothing-here", for: .seconds(30), returnAfterSourceHandled: false), .finished)
             XCTAssertFalse(loop.run(mode: "nothing-here", before: .now + .seconds(30)))
-            loop.run(until: .now + .seconds(30))   // default mode empty too: returns at once
+            loop.run(until: .now + .seconds(30)) // default mode empty too: returns at once
         }
         t.start()
         XCTAssertTrue(t.join(until: .now + .seconds(20)), "an empty mode did not return at once")
@@ -98,7 +102,7 @@ final class RunLoopTests: XCTestCase {
         let worker = LoopThread()
         defer { worker.finish() }
         let count = stress(100_000)
-        let seen = Shared<[Int]>([])   // loop thread only until `done`
+        let seen = Shared<[Int]>([]) // loop thread only until `done`
         let done = DispatchSemaphore(value: 0)
         for i in 0..<count {
             worker.loop.perform {
@@ -128,10 +132,21 @@ final class RunLoopTests: XCTestCase {
         let worker = LoopThread()
         defer { worker.finish() }
         let performed = DispatchSemaphore(value: 0)
-        let scheduled = Shared<[String]>([])   // guarded by lock
+        let scheduled = Shared<[String]>([]) // guarded by lock
         let lock = NSLock()
-        let source = TKRunLoopSource(order: 0, schedule: { _, mode in lock.lock(); scheduled.value.append("schedule \(mode)"); lock.unlock() },
-                                     cancel: { _, mode in lock.lock(); scheduled.value.append("cancel \(mode)"); lock.unlock() }) {
+        let source = TKRunLoopSource(
+            order: 0,
+            schedule: { _, mode in
+                lock.lock()
+                scheduled.value.append("schedule \(mode)")
+                lock.unlock()
+            },
+            cancel: { _, mode in
+                lock.lock()
+                scheduled.value.append("cancel \(mode)")
+                lock.unlock()
+            }
+        ) {
             performed.signal()
         }
         worker.loop.add(source, forMode: .default)
@@ -143,9 +158,10 @@ final class RunLoopTests: XCTestCase {
         XCTAssertFalse(source.isSignaled)
         source.invalidate()
         XCTAssertFalse(source.isValid)
-        source.signal()   // ignored once invalid
+        source.signal() // ignored once invalid
         XCTAssertFalse(source.isSignaled)
-        lock.lock(); defer { lock.unlock() }
+        lock.lock()
+        defer { lock.unlock() }
         XCTAssertEqual(scheduled.value, ["schedule kCFRunLoopDefaultMode", "cancel kCFRunLoopDefaultMode"])
     }
 
@@ -153,7 +169,10 @@ final class RunLoopTests: XCTestCase {
         let loop = TKRunLoop.current
         let log = Shared<[Int]>([])
         let sources = [3, 1, 2].map { n in TKRunLoopSource(order: n) { log.value.append(n) } }
-        for s in sources { loop.add(s, forMode: custom); s.signal() }
+        for s in sources {
+            loop.add(s, forMode: custom)
+            s.signal()
+        }
         XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: true), .handledSource)
         XCTAssertEqual(log.value, [1, 2, 3])
         for s in sources { loop.remove(s, forMode: custom) }
@@ -190,8 +209,12 @@ final class RunLoopTests: XCTestCase {
 
     func testAnObserverWatchesOneLoopAtATime() throws {
         // CFRunLoopObserver belongs to one loop: a second loop is refused while the first has it...
-        try assertMisuse("runloop-observer-second-loop", mentions: ["TKRunLoopObserver added to the run loop of thread",
-                                                                    "observes the loop of thread", "Fix:"])
+        try assertMisuse(
+            "runloop-observer-second-loop",
+            mentions: [
+                "TKRunLoopObserver added to the run loop of thread",
+                "observes the loop of thread", "Fix:",
+            ])
         // ...and accepted once it was removed from every mode of the first.
         let observer = TKRunLoopObserver(activities: .entry) { _, _ in }
         let loop = TKRunLoop.current
@@ -205,7 +228,7 @@ final class RunLoopTests: XCTestCase {
             let here = TKRunLoop.current
             here.add(observer, forMode: .default)
             here.add(counted, forMode: .default)
-            let source = TKRunLoopSource {}   // something to handle, so the run returns after it
+            let source = TKRunLoopSource {} // something to handle, so the run returns after it
             here.add(source, forMode: .default)
             source.signal()
             here.run(mode: .default, before: .now + .seconds(30))
@@ -302,7 +325,7 @@ final class RunLoopTests: XCTestCase {
         let worker = LoopThread()
         defer { worker.finish() }
         let loop = worker.loop
-        let modes = Shared<[String]>([])   // loop thread only until read after a perform round trip
+        let modes = Shared<[String]>([]) // loop thread only until read after a perform round trip
         let source = TKRunLoopSource(schedule: { _, mode in modes.value.append(mode.rawValue) }) {}
         loop.add(source, forMode: .common)
         loop.addCommonMode("tracking")
@@ -313,8 +336,9 @@ final class RunLoopTests: XCTestCase {
     // MARK: Stop, wake, results
 
     func testStopFromAnotherThreadEndsRun() {
-        let stopped = DispatchSemaphore(value: 0), published = DispatchSemaphore(value: 0)
-        let loopBox = Shared<TKRunLoop?>(nil)   // written once before `published` is signalled
+        let stopped = DispatchSemaphore(value: 0)
+        let published = DispatchSemaphore(value: 0)
+        let loopBox = Shared<TKRunLoop?>(nil) // written once before `published` is signalled
         let t = TKThread {
             let loop = TKRunLoop.current
             loop.add(TKRunLoopSource {}, forMode: .default)
@@ -374,8 +398,12 @@ final class RunLoopTests: XCTestCase {
     func testManyWakeUpsWhileTheLoopIsBusyCostOneWrite() {
         let worker = LoopThread()
         defer { worker.finish() }
-        let busy = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
-        worker.loop.perform { busy.signal(); release.wait() }   // keeps the loop thread busy
+        let busy = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        worker.loop.perform {
+            busy.signal()
+            release.wait()
+        } // keeps the loop thread busy
         busy.wait()
         let before = worker.loop.poll.wakeWrites.load(ordering: .relaxed)
         let ran = DispatchSemaphore(value: 0)
@@ -396,29 +424,41 @@ final class RunLoopTests: XCTestCase {
     /// loop then finishes. The demo is the tour's (Sources/threadkit/Tour/CustomSourceDemo.swift),
     /// so its child is the tour's too: `threadkit tour --child custom-source-demo`.
     func testTheSeedsTwoSourceDemoTradesCommandsBetweenTheMainAndASecondaryThread() throws {
-        let rounds = 3, intervalMicroseconds = 100_000
+        let rounds = 3
+        let intervalMicroseconds = 100_000
         let result = try ChildProcess.runCommand(["tour", "--child", "custom-source-demo", "\(rounds)", "\(intervalMicroseconds / 1_000)"])
         XCTAssertEqual(result.status, 0, result.standardError)
-        struct Event: Equatable { let what: String; let round: Int; let main: Bool; let at: Int }
+        struct Event: Equatable {
+            let what: String
+            let round: Int
+            let main: Bool
+            let at: Int
+        }
         let lines = result.standardOutput.split(separator: "\n").map(String.init)
         let events: [Event] = lines.filter { $0.hasPrefix("event ") }.compactMap { line in
             let fields = line.split(separator: " ").map(String.init)
             func value(_ key: String) -> String? { fields.first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) } }
             guard fields.count == 5, let round = value("round").flatMap(Int.init), let main = value("main"),
-                  let at = value("at_us").flatMap(Int.init) else { return nil }
+                let at = value("at_us").flatMap(Int.init)
+            else { return nil }
             return Event(what: fields[1], round: round, main: main == "true", at: at)
         }
         func first(_ what: String, _ round: Int = 0) -> Int? { events.firstIndex { $0.what == what && $0.round == round } }
         let order = events.map { "\($0.what)#\($0.round)@\($0.main ? "main" : "secondary")" }
-        var expected = ["register-main#0@main", "register-secondary#0@main", "send#1@main", "schedule-returned#0@secondary",
-                        "secondary-perform#1@secondary", "main-perform#1@main"]
-        for round in 2...rounds { expected += ["send#\(round)@main", "secondary-perform#\(round)@secondary", "main-perform#\(round)@main"] }
+        var expected = [
+            "register-main#0@main", "register-secondary#0@main", "send#1@main", "schedule-returned#0@secondary",
+            "secondary-perform#1@secondary", "main-perform#1@main",
+        ]
+        for round in 2...rounds {
+            expected += ["send#\(round)@main", "secondary-perform#\(round)@secondary", "main-perform#\(round)@main"]
+        }
         expected += ["stop#0@secondary", "cancel-secondary#0@secondary", "unregister-secondary#0@main", "cancel-main#0@main"]
         XCTAssertEqual(order, expected, result.standardOutput)
         for round in 2...rounds {
             guard let send = first("send", round), let previous = first("main-perform", round - 1) else { continue }
-            XCTAssertGreaterThanOrEqual(events[send].at - events[previous].at, intervalMicroseconds - 1,
-                                        "round \(round) was sent before the timer armed by round \(round - 1) was due")
+            XCTAssertGreaterThanOrEqual(
+                events[send].at - events[previous].at, intervalMicroseconds - 1,
+                "round \(round) was sent before the timer armed by round \(round - 1) was due")
         }
         XCTAssertEqual(lines.last, "exit finished", "the secondary loop should end as empty once its source is cancelled")
     }
@@ -436,9 +476,12 @@ final class RunLoopTests: XCTestCase {
         for madeBy in ["current", "perform"] {
             let result = try ChildProcess.run("runloop-foreign-run-named", [madeBy])
             XCTAssertTrue(result.signalled || result.status != 0, madeBy)
-            XCTAssertTrue(result.standardError.contains("ThreadKit misuse: TKRunLoop.run called on thread"), "\(madeBy): \(result.standardError)")
-            XCTAssertNotNil(result.standardError.range(of: #"but this run loop belongs to thread [0-9]+ \("loop-owner"\)\."#,
-                                                       options: .regularExpression), "\(madeBy): \(result.standardError)")
+            XCTAssertTrue(
+                result.standardError.contains("ThreadKit misuse: TKRunLoop.run called on thread"), "\(madeBy): \(result.standardError)")
+            XCTAssertNotNil(
+                result.standardError.range(
+                    of: #"but this run loop belongs to thread [0-9]+ \("loop-owner"\)\."#,
+                    options: .regularExpression), "\(madeBy): \(result.standardError)")
         }
     }
 

@@ -47,7 +47,7 @@ final class RunLoopTimerTests: XCTestCase {
         let fires = Shared<[ContinuousClock.Instant]>([])
         let timer = TKTimer(fireAt: first, interval: interval, repeats: true) { t in
             fires.value.append(.now)
-            if fires.value.count == 1 { TKThread.sleep(for: .milliseconds(70)) }   // misses slots 2, 3 and 4
+            if fires.value.count == 1 { TKThread.sleep(for: .milliseconds(70)) } // misses slots 2, 3 and 4
             if fires.value.count == 3 { t.invalidate() }
         }
         loop.add(timer, forMode: custom)
@@ -87,8 +87,12 @@ final class RunLoopTimerTests: XCTestCase {
     }
 
     func testATimerBelongsToOneLoop() throws {
-        try assertMisuse("runloop-timer-second-loop", mentions: ["TKTimer added to the run loop of thread",
-                                                                 "a timer belongs to one run loop", "Fix:"])
+        try assertMisuse(
+            "runloop-timer-second-loop",
+            mentions: [
+                "TKTimer added to the run loop of thread",
+                "a timer belongs to one run loop", "Fix:",
+            ])
     }
 
     func testFiredAndInvalidatedTimersAreFreed() {
@@ -214,7 +218,8 @@ final class RunLoopTimerTests: XCTestCase {
             }
         }
         let created = ContinuousClock.now
-        let fireDate = created + .milliseconds(100), interval = Duration.milliseconds(50)
+        let fireDate = created + .milliseconds(100)
+        let interval = Duration.milliseconds(50)
         let fires = Guarded<[(at: ContinuousClock.Instant, thread: pthread_t)]>([])
         let timer = TKTimer(fireAt: fireDate, interval: interval, repeats: true) { _ in
             fires.withLock { $0.append((.now, pthread_self())) }
@@ -240,7 +245,10 @@ final class RunLoopTimerTests: XCTestCase {
         let timerBox = Guarded<TKTimer?>(nil)
         let t = TKThread {
             let timer = TKTimer.scheduledTimer(withInterval: .milliseconds(1), repeats: true, userInfo: "This is a arg") { sender in
-                let count = seen.withLock { $0.append(sender.userInfo as? String ?? "nil"); return $0.count }
+                let count = seen.withLock {
+                    $0.append(sender.userInfo as? String ?? "nil")
+                    return $0.count
+                }
                 if count == 3 { sender.invalidate() }
             }
             timerBox.withLock { $0 = timer }

@@ -54,7 +54,10 @@ final class SocketListenerTests: XCTestCase {
         let done = Workers.start {
             let loop = TKRunLoop.current
             let accepted = JudgedCounter()
-            let counting = try! TKSocketListener { fd in accepted.add(); close(fd) }
+            let counting = try! TKSocketListener { fd in
+                accepted.add()
+                close(fd)
+            }
             let other = LoopbackClient.connect(port: counting.port)
             counting.schedule(in: loop, forMode: "io")
             let timer = TKTimer(interval: .seconds(100), repeats: false) { _ in }
@@ -104,10 +107,12 @@ final class SocketListenerTests: XCTestCase {
         guard words.count == 6 else { return }
         XCTAssertEqual(words[1], "3", "every waiting client is accepted once descriptors come back")
         XCTAssertEqual(words[3], "0", "nothing can be accepted while out of descriptors")
-        XCTAssertLessThan(Int(words[5].trimmingCharacters(in: .whitespacesAndNewlines)) ?? 999, 150,
-                          "CPU while out of descriptors for 0.5 s")
-        XCTAssertEqual(result.standardError.components(separatedBy: "out of file descriptors").count - 1, 1,
-                       "said once on standard error: \(result.standardError)")
+        XCTAssertLessThan(
+            Int(words[5].trimmingCharacters(in: .whitespacesAndNewlines)) ?? 999, 150,
+            "CPU while out of descriptors for 0.5 s")
+        XCTAssertEqual(
+            result.standardError.components(separatedBy: "out of file descriptors").count - 1, 1,
+            "said once on standard error: \(result.standardError)")
     }
 }
 

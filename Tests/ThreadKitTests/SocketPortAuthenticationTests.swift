@@ -9,6 +9,7 @@
 import Foundation
 import Synchronization
 import XCTest
+
 @testable import ThreadKit
 
 final class SocketPortAuthenticationTests: XCTestCase {
@@ -34,11 +35,13 @@ final class SocketPortAuthenticationTests: XCTestCase {
         init(_ token: String) {
             let mine = Array(token.utf8)
             let counts = counts
-            authenticator = TKSocketPortAuthenticator(sign: { _ in mine }, verify: { body, data in
-                counts.calls.wrappingAdd(1, ordering: .relaxed)
-                if body.count > counts.largest.load(ordering: .relaxed) { counts.largest.store(body.count, ordering: .relaxed) }
-                return Array(data) == mine
-            })
+            authenticator = TKSocketPortAuthenticator(
+                sign: { _ in mine },
+                verify: { body, data in
+                    counts.calls.wrappingAdd(1, ordering: .relaxed)
+                    if body.count > counts.largest.load(ordering: .relaxed) { counts.largest.store(body.count, ordering: .relaxed) }
+                    return Array(data) == mine
+                })
         }
     }
 
@@ -62,21 +65,25 @@ final class SocketPortAuthenticationTests: XCTestCase {
         XCTAssertEqual(control.status, 0, control.standardError)
         let attack = try ChildProcess.run("port-auth-flood", ["attack", "8"])
         XCTAssertEqual(attack.status, 0, attack.standardError)
-        let c = fields(control.standardOutput), a = fields(attack.standardOutput)
+        let c = fields(control.standardOutput)
+        let a = fields(attack.standardOutput)
         for (name, f, output) in [("control", c, control.standardOutput), ("attack", a, attack.standardOutput)] {
             XCTAssertEqual(f["delivered"], f["sent-true"], "\(name): a send returned true and its message was lost: \(output)")
             XCTAssertEqual(f["sent-true"], "8", "\(name): \(output)")
         }
         XCTAssertEqual(a["refused"], "6", attack.standardOutput)
-        XCTAssertEqual(a["attackers-cut-off"], "6", "every keyless connection was closed before its frame was sent: \(attack.standardOutput)")
+        XCTAssertEqual(
+            a["attackers-cut-off"], "6", "every keyless connection was closed before its frame was sent: \(attack.standardOutput)")
         // Closed on the first read (the attacker's kernel buffers take a few MiB at most).
         XCTAssertLessThan(Int(a["attacker-max-kb"] ?? "") ?? .max, 32 << 10, attack.standardOutput)
-        XCTAssertEqual(attack.standardOutput.components(separatedBy: "first segment (at most 2071 bytes").count - 1, 4, attack.standardOutput)
+        XCTAssertEqual(
+            attack.standardOutput.components(separatedBy: "first segment (at most 2071 bytes").count - 1, 4, attack.standardOutput)
         XCTAssertEqual(attack.standardOutput.components(separatedBy: "does not match").count - 1, 2, attack.standardOutput)
         // The bound: 16 MiB over the control, for 360 MiB of keyless frames (each connection
         // may cost one 64 KiB read; the rest is noise between two processes).
         let growth = (Int(a["maxrss-kb"] ?? "") ?? .max) - (Int(c["maxrss-kb"] ?? "") ?? 0)
-        XCTAssertLessThan(growth, 16 << 10, "peak RSS over the control (kB): control \(control.standardOutput) attack \(attack.standardOutput)")
+        XCTAssertLessThan(
+            growth, 16 << 10, "peak RSS over the control (kB): control \(control.standardOutput) attack \(attack.standardOutput)")
     }
 
     func testAWrongKeyCostsOneSmallVerificationPerConnection() throws {
@@ -117,19 +124,25 @@ final class SocketPortAuthenticationTests: XCTestCase {
         XCTAssertTrue(listener.waitForMessages(1))
         XCTAssertEqual(listener.collector.ids, [2])
         XCTAssertEqual(listener.collector.received.withLock { $0.first?.data }, data)
-        XCTAssertTrue(waitUntil(.now + .seconds(30)) { TKSocketPort.unfinishedFrameBytes == 0 }, "\(TKSocketPort.unfinishedFrameBytes) bytes still held")
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(30)) { TKSocketPort.unfinishedFrameBytes == 0 },
+            "\(TKSocketPort.unfinishedFrameBytes) bytes still held")
     }
 
     func testAVerifyingDecoderHoldsOnlyWhatWasVerifiedAndRefusesSplicedSegments() throws {
         let key = try TKSocketPortAuthenticator.sharedKey(Array("a shared secret of 32 bytes!!!!!".utf8))
         func message(_ msgid: UInt32, _ size: Int, _ authenticator: TKSocketPortAuthenticator) throws -> [UInt8] {
-            try PortWireFormat.encode(.init(msgid: msgid, reply: nil, components: [.data([UInt8](repeating: UInt8(msgid), count: size))]),
-                                      sign: authenticator.sign).get()
+            try PortWireFormat.encode(
+                .init(msgid: msgid, reply: nil, components: [.data([UInt8](repeating: UInt8(msgid), count: size))]),
+                sign: authenticator.sign
+            ).get()
         }
         // Forged segments (another signer) of a 4 MiB message, fed a read at a time: refused at
         // the first, having held one read.
-        let forged = try PortWireFormat.encode(.init(msgid: 1, reply: nil, components: [.data([UInt8](repeating: 1, count: 4 << 20))]),
-                                               sign: { _ in [UInt8](repeating: 0xEE, count: 32) }).get()
+        let forged = try PortWireFormat.encode(
+            .init(msgid: 1, reply: nil, components: [.data([UInt8](repeating: 1, count: 4 << 20))]),
+            sign: { _ in [UInt8](repeating: 0xEE, count: 32) }
+        ).get()
         var decoder = PortWireFormat.Decoder()
         var offset = 0
         var outcome: Result<PortWireFormat.Frame?, PortWireFormat.FrameError> = .success(nil)
@@ -161,13 +174,16 @@ final class SocketPortAuthenticationTests: XCTestCase {
         XCTAssertFalse(decoder.isAssembling)
 
         // Segments of two signed messages spliced: refused, whatever each MAC says.
-        let a = try message(3, 200 << 10, key), b = try message(4, 200 << 10, key)
+        let a = try message(3, 200 << 10, key)
+        let b = try message(4, 200 << 10, key)
         let firstLength = 4 + PortWireFormat.segmentHeaderLength + PortWireFormat.firstSegmentData + 32 + 2
         let secondLength = 4 + PortWireFormat.segmentHeaderLength + PortWireFormat.segmentData + 32 + 2
         let spliced = Array(a[0..<firstLength]) + Array(b[firstLength..<firstLength + secondLength])
         decoder = PortWireFormat.Decoder()
         spliced.withUnsafeBytes { decoder.append($0) }
-        guard case .failure(.malformed(let order)) = decoder.next(verifier: key.verify) else { return XCTFail("spliced segments were taken") }
+        guard case .failure(.malformed(let order)) = decoder.next(verifier: key.verify) else {
+            return XCTFail("spliced segments were taken")
+        }
         XCTAssertTrue(order.contains("was due"), order)
 
         // Wire version 1's envelope is refused with a reason, with or without a verifier.
@@ -191,12 +207,15 @@ final class SocketPortAuthenticationTests: XCTestCase {
             let number = try XCTUnwrap(listener.port.localPort)
 
             // A key holder sends half of a 2 MiB message and stops: admitted, it holds 2.25 MiB.
-            let first = try PortWireFormat.encode(.init(msgid: 1, reply: nil, components: [.data([UInt8](repeating: 1, count: 2 << 20))]),
-                                                  sign: hook.authenticator.sign).get()
+            let first = try PortWireFormat.encode(
+                .init(msgid: 1, reply: nil, components: [.data([UInt8](repeating: 1, count: 2 << 20))]),
+                sign: hook.authenticator.sign
+            ).get()
             let staller = RawClient.connect(tcpPort: number)
             defer { close(staller) }
             RawClient.write(staller, Array(first[0..<(1 << 20)]))
-            XCTAssertTrue(waitUntil(.now + .seconds(30)) { TKSocketPort.unfinishedFrameBytes >= 2 << 20 }, "the first message was not admitted")
+            XCTAssertTrue(
+                waitUntil(.now + .seconds(30)) { TKSocketPort.unfinishedFrameBytes >= 2 << 20 }, "the first message was not admitted")
 
             // Another key holder's 2 MiB message does not fit beside it: its connection waits.
             let waitsBefore = UnfinishedFrameBudget.waits
@@ -205,10 +224,13 @@ final class SocketPortAuthenticationTests: XCTestCase {
             holder.authenticator = hook.authenticator
             let sent = Atomic<Int>(0)
             let sender = TKThread {
-                if sendMessage(holder, 2, [UInt8](repeating: 2, count: 2 << 20), before: .now + .seconds(60)) { sent.store(1, ordering: .releasing) }
+                if sendMessage(holder, 2, [UInt8](repeating: 2, count: 2 << 20), before: .now + .seconds(60)) {
+                    sent.store(1, ordering: .releasing)
+                }
             }
             sender.start()
-            XCTAssertTrue(waitUntil(.now + .seconds(30)) { UnfinishedFrameBudget.waits > waitsBefore }, "the second connection never waited")
+            XCTAssertTrue(
+                waitUntil(.now + .seconds(30)) { UnfinishedFrameBudget.waits > waitsBefore }, "the second connection never waited")
             XCTAssertLessThanOrEqual(TKSocketPort.unfinishedFrameBytes, 3 << 20, "over the budget")
             XCTAssertEqual(listener.collector.count, 0)
             XCTAssertEqual(listener.refusals.withLock { $0 }, [], "a connection was closed instead of waiting")
@@ -221,7 +243,9 @@ final class SocketPortAuthenticationTests: XCTestCase {
             XCTAssertEqual(listener.collector.ids, [1, 2])
             XCTAssertEqual(listener.collector.received.withLock { $0.map(\.data.count) }, [2 << 20, 2 << 20])
             XCTAssertEqual(listener.refusals.withLock { $0 }, [])
-            XCTAssertTrue(waitUntil(.now + .seconds(30)) { TKSocketPort.unfinishedFrameBytes == 0 }, "\(TKSocketPort.unfinishedFrameBytes) bytes still held")
+            XCTAssertTrue(
+                waitUntil(.now + .seconds(30)) { TKSocketPort.unfinishedFrameBytes == 0 },
+                "\(TKSocketPort.unfinishedFrameBytes) bytes still held")
         }
     }
 
@@ -242,7 +266,10 @@ final class SocketPortAuthenticationTests: XCTestCase {
                 remote.authenticator = hook.authenticator
                 remotes.append(remote)
                 let sender = TKThread {
-                    for i in 0..<perSender where sendMessage(remote, UInt32(s * 100 + i), [UInt8](repeating: UInt8(s), count: 2 << 20), before: .now + .seconds(60)) {
+                    for i in 0..<perSender
+                    where sendMessage(
+                        remote, UInt32(s * 100 + i), [UInt8](repeating: UInt8(s), count: 2 << 20), before: .now + .seconds(60))
+                    {
                         sentTrue.wrappingAdd(1, ordering: .relaxed)
                     }
                 }

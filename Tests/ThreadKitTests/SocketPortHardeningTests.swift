@@ -5,6 +5,7 @@
 // delegate's own record, memory by /proc/self/status and malloc's statistics.
 import Foundation
 import XCTest
+
 @testable import ThreadKit
 
 final class SocketPortHardeningTests: XCTestCase {
@@ -13,7 +14,7 @@ final class SocketPortHardeningTests: XCTestCase {
     override func setUp() {
         directory = NSTemporaryDirectory() + "tk-hardening-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        chmod(directory, 0o755)   // another user's child must reach the sockets in it
+        chmod(directory, 0o755) // another user's child must reach the sockets in it
     }
 
     override func tearDown() {
@@ -49,7 +50,8 @@ final class SocketPortHardeningTests: XCTestCase {
         // Hand-built: 257 port components in a frame of the right length.
         var body = Array("TKPM".utf8) + [1, 0, 0, 0, 1, 0, 0, 0, 1, 1]
         for i in 0..<257 { body += [1, 1, UInt8(i >> 8), UInt8(i & 0xFF), 0, 1, UInt8(ascii: "h")] }
-        let frame = [UInt8(body.count >> 24), UInt8(body.count >> 16 & 0xFF), UInt8(body.count >> 8 & 0xFF), UInt8(body.count & 0xFF)] + body
+        let frame =
+            [UInt8(body.count >> 24), UInt8(body.count >> 16 & 0xFF), UInt8(body.count >> 8 & 0xFF), UInt8(body.count & 0xFF)] + body
         var decoder = PortWireFormat.Decoder()
         frame.withUnsafeBytes { decoder.append($0) }
         guard case .failure(.overLimit(let why)) = decoder.next() else { return XCTFail("257 port references were decoded") }
@@ -61,10 +63,14 @@ final class SocketPortHardeningTests: XCTestCase {
         final class Inspector: TKPortDelegate, @unchecked Sendable {
             let seen = Guarded<(messages: Int, ports: Int, bare: Int)>((0, 0, 0))
             func handlePortMessage(_ message: TKPortMessage) {
-                var ports = 0, bare = 0
+                var ports = 0
+                var bare = 0
                 for case .port(let port) in message.components {
                     ports += 1
-                    if let port = port as? TKSocketPort, port.isRemote, port.readBuffer == nil, port.sender.withLock({ port.remoteFD }) < 0 { bare += 1 }
+                    if let port = port as? TKSocketPort, port.isRemote, port.readBuffer == nil, port.sender.withLock({ port.remoteFD }) < 0
+                    {
+                        bare += 1
+                    }
                 }
                 seen.withLock { $0 = ($0.messages + 1, $0.ports + ports, $0.bare + bare) }
             }
@@ -74,7 +80,10 @@ final class SocketPortHardeningTests: XCTestCase {
         let inspector = Inspector()
         port.delegate = inspector
         worker.loop.add(port, forMode: .default)
-        defer { port.invalidate(); worker.finish() }
+        defer {
+            port.invalidate()
+            worker.finish()
+        }
         let messages = 20
         let fd = RawClient.connect(tcpPort: try XCTUnwrap(port.localPort))
         for m in 0..<messages {
@@ -122,7 +131,9 @@ final class SocketPortHardeningTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(shed, 12, "at most 8 connections of 2 MiB fit in 16 MiB: \(result.standardOutput)")
         XCTAssertEqual(f["budget-reasons"], "\(shed)", "every shed connection was reported as over the budget")
         XCTAssertLessThanOrEqual(Int(f["max-held"] ?? "") ?? .max, 16 << 20, result.standardOutput)
-        XCTAssertLessThan(Int(f["hwm-growth-kb"] ?? "") ?? .max, 40 << 10, "peak RSS growth (kB), with 2 MiB of the clients' own: \(result.standardOutput)")
+        XCTAssertLessThan(
+            Int(f["hwm-growth-kb"] ?? "") ?? .max, 40 << 10,
+            "peak RSS growth (kB), with 2 MiB of the clients' own: \(result.standardOutput)")
         XCTAssertEqual(f["released"], "true", "connections that hung up gave their bytes back: \(result.standardOutput)")
         XCTAssertEqual(f["delivered"], "1", result.standardOutput)
     }
@@ -135,11 +146,15 @@ final class SocketPortHardeningTests: XCTestCase {
         var decoded = 0
         while offset < stream.count {
             let end = min(offset + (64 << 10), stream.count)
-            XCTAssertLessThanOrEqual(decoder.heldByteCount(appending: end - offset), stream.count + (16 << 10),
-                                     "never more than the frame (and malloc's rounding)")
+            XCTAssertLessThanOrEqual(
+                decoder.heldByteCount(appending: end - offset), stream.count + (16 << 10),
+                "never more than the frame (and malloc's rounding)")
             stream[offset..<end].withUnsafeBytes { decoder.append($0) }
             offset = end
-            while case .success(let frame?) = decoder.next() { decoded += 1; XCTAssertEqual(frame.msgid, 9) }
+            while case .success(let frame?) = decoder.next() {
+                decoded += 1
+                XCTAssertEqual(frame.msgid, 9)
+            }
         }
         XCTAssertEqual(decoded, 1)
         XCTAssertEqual(decoder.heldByteCount, 0)
@@ -153,7 +168,9 @@ final class SocketPortHardeningTests: XCTestCase {
         defer { close(fd) }
         RawClient.write(fd, stream)
         XCTAssertTrue(listener.waitForMessages(1))
-        XCTAssertTrue(waitUntil(.now + .seconds(30)) { TKSocketPort.unfinishedFrameBytes == 0 }, "\(TKSocketPort.unfinishedFrameBytes) bytes still held")
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(30)) { TKSocketPort.unfinishedFrameBytes == 0 },
+            "\(TKSocketPort.unfinishedFrameBytes) bytes still held")
         XCTAssertEqual(TKSocketPort.unfinishedFrameBudget, 256 << 20, "the documented default")
     }
 
@@ -170,8 +187,9 @@ final class SocketPortHardeningTests: XCTestCase {
         XCTAssertEqual(f["received"], "3", "every waiting client's message arrives once descriptors come back: \(result.standardOutput)")
         XCTAssertEqual(f["while-full"], "0", result.standardOutput)
         XCTAssertLessThan(Int(f["cpu-ms"] ?? "") ?? .max, 150, "CPU while out of descriptors for 0.5 s (spinning uses ~500)")
-        XCTAssertEqual(result.standardError.components(separatedBy: "out of file descriptors").count - 1, 1,
-                       "said once on standard error: \(result.standardError)")
+        XCTAssertEqual(
+            result.standardError.components(separatedBy: "out of file descriptors").count - 1, 1,
+            "said once on standard error: \(result.standardError)")
     }
 
     // MARK: 4. Who may send
@@ -240,14 +258,16 @@ final class SocketPortHardeningTests: XCTestCase {
             stranger.invalidate()
         }
         // An altered frame: one byte of a signed body changed.
-        var signed = try PortWireFormat.encode(.init(msgid: 3, reply: nil, components: [.data([9, 9])]), sign: holder.authenticator?.sign).get()
+        var signed = try PortWireFormat.encode(.init(msgid: 3, reply: nil, components: [.data([9, 9])]), sign: holder.authenticator?.sign)
+            .get()
         signed[20] ^= 1
         let fd = RawClient.connect(tcpPort: number)
         RawClient.write(fd, signed)
         XCTAssertEqual(listener.refused.wait(timeout: .now() + 30), .success, "altered frame: no refusal")
         close(fd)
         // A plain frame announcing 1 MiB is refused from its first bytes, before the rest is sent.
-        let head = try PortWireFormat.encode(.init(msgid: 4, reply: nil, components: [.data([UInt8](repeating: 0, count: 1 << 20))])).get().prefix(64)
+        let head = try PortWireFormat.encode(.init(msgid: 4, reply: nil, components: [.data([UInt8](repeating: 0, count: 1 << 20))])).get()
+            .prefix(64)
         let early = RawClient.connect(tcpPort: number)
         RawClient.write(early, Array(head))
         XCTAssertEqual(listener.refused.wait(timeout: .now() + 30), .success, "unauthenticated head: no refusal")
@@ -255,14 +275,20 @@ final class SocketPortHardeningTests: XCTestCase {
         XCTAssertEqual(recv(early, &byte, 1, 0), 0, "the connection was closed after 64 bytes")
         close(early)
         XCTAssertEqual(listener.collector.ids, [1], "only the key holder's message arrived")
-        XCTAssertThrowsError(try TKSocketPortAuthenticator.sharedKey([1, 2, 3])) { XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument) }
+        XCTAssertThrowsError(try TKSocketPortAuthenticator.sharedKey([1, 2, 3])) {
+            XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument)
+        }
     }
 
     func testTheAuthenticationHookSignsEveryFrameAndRepliesAreSignedToo() throws {
         // NSConnection's pair as closures: a token and the body's length, checked on arrival.
-        let signed = Guarded(0), verified = Guarded(0)
+        let signed = Guarded(0)
+        let verified = Guarded(0)
         let hook = TKSocketPortAuthenticator(
-            sign: { body in signed.withLock { $0 += 1 }; return Array("token".utf8) + [UInt8(body.count & 0xFF)] },
+            sign: { body in
+                signed.withLock { $0 += 1 }
+                return Array("token".utf8) + [UInt8(body.count & 0xFF)]
+            },
             verify: { body, data in
                 verified.withLock { $0 += 1 }
                 return Array(data) == Array("token".utf8) + [UInt8(body.count & 0xFF)]

@@ -4,6 +4,7 @@
 import Foundation
 import Synchronization
 import XCTest
+
 @testable import ThreadKit
 
 /// Writes raw bytes to a listener with a plain socket, then closes (or keeps) the connection.
@@ -96,19 +97,24 @@ final class SocketPortTests: XCTestCase {
         XCTAssertEqual(result.status, 0, result.standardError)
         XCTAssertTrue(listener.waitForMessages(count))
         XCTAssertEqual(listener.collector.ids, (0..<count).map(UInt32.init))
-        XCTAssertTrue(listener.collector.received.withLock { $0.allSatisfy { $0.thread == Int32(listener.worker.thread.attributes.current.tid) } })
+        XCTAssertTrue(
+            listener.collector.received.withLock { $0.allSatisfy { $0.thread == Int32(listener.worker.thread.attributes.current.tid) } })
     }
 
     func testAnotherProcessAnswersThroughTheReplyPort() throws {
         let out = Pipe()
         let child = try ChildProcess.start("port-echo", ["tcp:0"], stdout: out)
-        defer { if child.isRunning { child.terminate() }; child.waitUntilExit() }
+        defer {
+            if child.isRunning { child.terminate() }
+            child.waitUntilExit()
+        }
         let line = try XCTUnwrap(LineReader(out).next(timeout: 30))
         XCTAssertTrue(line.hasPrefix("listening tcp:"), line)
         let remote = try TKSocketPort(remoteHost: "127.0.0.1", port: try XCTUnwrap(UInt16(line.dropFirst("listening tcp:".count))))
         let replies = Listener(try TKSocketPort(tcpPort: 0))
         defer { replies.finish() }
-        let message = TKPortMessage(sendPort: remote, receivePort: replies.port, components: [.data(Array("hello".utf8)), .port(replies.port)])
+        let message = TKPortMessage(
+            sendPort: remote, receivePort: replies.port, components: [.data(Array("hello".utf8)), .port(replies.port)])
         message.msgid = 1000
         XCTAssertTrue(message.send(before: .now + .seconds(30)), message.failureReason ?? "")
         XCTAssertTrue(replies.waitForMessages(1))
@@ -202,7 +208,10 @@ final class SocketPortTests: XCTestCase {
         let remote = try TKSocketPort(remoteHost: "127.0.0.1", port: try XCTUnwrap(listener.port.localPort))
         let count = TKSocketPort.defaultQueueLimit + stress(50_000)
         let sender = TestThread {
-            for i in 0..<count where !sendMessage(remote, UInt32(i), [1, 2, 3, 4]) { XCTFail("send \(i) failed"); return }
+            for i in 0..<count where !sendMessage(remote, UInt32(i), [1, 2, 3, 4]) {
+                XCTFail("send \(i) failed")
+                return
+            }
         }
         gate.signal()
         XCTAssertTrue(sender.join(until: .now + .seconds(120)))
@@ -211,17 +220,27 @@ final class SocketPortTests: XCTestCase {
     }
 
     func testBadArgumentsAreRefused() throws {
-        XCTAssertThrowsError(try TKSocketPort(remoteHost: "127.0.0.1", port: 0)) { XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument) }
-        XCTAssertThrowsError(try TKSocketPort(remoteHost: "no-such-host.invalid", port: 9)) { XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument) }
-        XCTAssertThrowsError(try TKSocketPort(unixSocketPath: String(repeating: "x", count: 200))) { XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument) }
-        XCTAssertThrowsError(try TKSocketPort(unixSocketPath: directory + "/missing/port.sock")) { XCTAssertEqual(($0 as? TKError)?.code, .systemCall) }
+        XCTAssertThrowsError(try TKSocketPort(remoteHost: "127.0.0.1", port: 0)) {
+            XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument)
+        }
+        XCTAssertThrowsError(try TKSocketPort(remoteHost: "no-such-host.invalid", port: 9)) {
+            XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument)
+        }
+        XCTAssertThrowsError(try TKSocketPort(unixSocketPath: String(repeating: "x", count: 200))) {
+            XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument)
+        }
+        XCTAssertThrowsError(try TKSocketPort(unixSocketPath: directory + "/missing/port.sock")) {
+            XCTAssertEqual(($0 as? TKError)?.code, .systemCall)
+        }
         XCTAssertThrowsError(try TKSocketPort(unixSocketPath: directory)) { XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument) }
         let live = try TKSocketPort(unixSocketPath: directory + "/live.sock")
         XCTAssertThrowsError(try TKSocketPort(unixSocketPath: directory + "/live.sock"), "a live listener's path is refused")
         live.invalidate()
         XCTAssertFalse(FileManager.default.fileExists(atPath: directory + "/live.sock"), "invalidate removes the socket file")
         let taken = try TKSocketPort(tcpPort: 0)
-        XCTAssertThrowsError(try TKSocketPort(tcpPort: try XCTUnwrap(taken.localPort))) { XCTAssertEqual(($0 as? TKError)?.errno, EADDRINUSE) }
+        XCTAssertThrowsError(try TKSocketPort(tcpPort: try XCTUnwrap(taken.localPort))) {
+            XCTAssertEqual(($0 as? TKError)?.errno, EADDRINUSE)
+        }
         XCTAssertNil(try TKSocketPort(remoteHost: "127.0.0.1", port: 9).localPort)
     }
 
@@ -230,9 +249,13 @@ final class SocketPortTests: XCTestCase {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in _ = path.utf8CString.withUnsafeBytes { memcpy(raw.baseAddress!, $0.baseAddress!, $0.count) } }
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
-        close(fd)   // bound, never listened, closed: a stale file
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            _ = path.utf8CString.withUnsafeBytes { memcpy(raw.baseAddress!, $0.baseAddress!, $0.count) }
+        }
+        _ = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        close(fd) // bound, never listened, closed: a stale file
         XCTAssertTrue(FileManager.default.fileExists(atPath: path))
         let port = try TKSocketPort(unixSocketPath: path)
         port.invalidate()
@@ -243,7 +266,9 @@ final class PortWireFormatTests: XCTestCase {
     func testFramesRoundTripWhateverTheChunking() throws {
         let frames: [PortWireFormat.Frame] = [
             .init(msgid: 0, reply: nil, components: []),
-            .init(msgid: 1000, reply: .tcp(host: "127.0.0.1", port: 4242), components: [.data(Array(0..<200)), .port(.unix(path: "/tmp/x.sock"))]),
+            .init(
+                msgid: 1000, reply: .tcp(host: "127.0.0.1", port: 4242),
+                components: [.data(Array(0..<200)), .port(.unix(path: "/tmp/x.sock"))]),
             .init(msgid: UInt32.max, reply: .unix(path: "/tmp/ü.sock"), components: [.data([]), .data([9])]),
         ]
         let stream = try frames.flatMap { try PortWireFormat.encode($0).get() }
@@ -263,7 +288,8 @@ final class PortWireFormatTests: XCTestCase {
     }
 
     func testTheSizeLimitIsEnforcedBothWays() {
-        let big = PortWireFormat.Frame(msgid: 1, reply: nil, components: [.data([UInt8](repeating: 0, count: PortWireFormat.maximumBodyLength))])
+        let big = PortWireFormat.Frame(
+            msgid: 1, reply: nil, components: [.data([UInt8](repeating: 0, count: PortWireFormat.maximumBodyLength))])
         guard case .failure(.oversized) = PortWireFormat.encode(big) else { return XCTFail("an oversized frame was encoded") }
         var decoder = PortWireFormat.Decoder()
         ([0x04, 0x00, 0x00, 0x01] as [UInt8]).withUnsafeBytes { decoder.append($0) }

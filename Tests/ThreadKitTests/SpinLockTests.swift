@@ -27,16 +27,17 @@ final class SpinLockTests: XCTestCase {
         let lock = TKSpinLock()
         lock.lock()
         let waiting = Flag()
-        let measured = Shared((cpu: Duration.zero, wall: Duration.zero))   // written by the waiter before join
+        let measured = Shared((cpu: Duration.zero, wall: Duration.zero)) // written by the waiter before join
         let waiter = TestThread("waiter") {
-            let wallStart = ContinuousClock.now, cpuStart = threadCPUTime()
+            let wallStart = ContinuousClock.now
+            let cpuStart = threadCPUTime()
             waiting.set()
             lock.lock()
             measured.value = (cpu: threadCPUTime() - cpuStart, wall: ContinuousClock.now - wallStart)
             lock.unlock()
         }
         XCTAssertTrue(waiting.wait())
-        usleep(300_000)   // the hold under test: the waiter's lock() spans at least these 300 ms
+        usleep(300_000) // the hold under test: the waiter's lock() spans at least these 300 ms
         lock.unlock()
         XCTAssertTrue(waiter.join())
         let (cpu, wall) = measured.value

@@ -22,7 +22,10 @@ final class StreamTests: XCTestCase {
         var got: [UInt8] = []
         while true {
             let n = stream.read(&buffer, maxLength: 64)
-            if n <= 0 { XCTAssertEqual(n, 0); break }
+            if n <= 0 {
+                XCTAssertEqual(n, 0)
+                break
+            }
             got += buffer[0..<n]
         }
         XCTAssertEqual(got, data)
@@ -90,15 +93,17 @@ final class StreamTests: XCTestCase {
             events.append(event)
             guard event == .hasSpaceAvailable else { return }
             let start = offset.withLock { $0 }
-            guard start < data.count else { return }   // nothing to write: no further events
-            let n = data[start...].prefix(999).withUnsafeBufferPointer { (s as! TKOutputStream).write($0.baseAddress!, maxLength: $0.count) }
+            guard start < data.count else { return } // nothing to write: no further events
+            let n = data[start...].prefix(999).withUnsafeBufferPointer {
+                (s as! TKOutputStream).write($0.baseAddress!, maxLength: $0.count)
+            }
             offset.withLock { $0 += n }
         }
         stream.delegate = handler
         stream.schedule(in: worker.loop, forMode: .default)
         stream.open()
         XCTAssertTrue(waitUntil(.now + .seconds(20)) { offset.withLock { $0 } == data.count })
-        for _ in 0..<5 { worker.sync { } }
+        for _ in 0..<5 { worker.sync {} }
         XCTAssertEqual(stream.dataWrittenToMemory, data)
         XCTAssertEqual(events.values.filter { $0 == .hasSpaceAvailable }.count, 12, "one per write (11), plus the first")
         XCTAssertNil(TKOutputStream(toFileAtPath: "/no/such/dir/x", append: false)?.dataWrittenToMemory)
@@ -166,7 +171,10 @@ final class StreamTests: XCTestCase {
         var buffer = [UInt8](repeating: 0, count: 8_192)
         while true {
             let n = input.read(&buffer, maxLength: buffer.count)
-            if n <= 0 { XCTAssertEqual(n, 0); break }
+            if n <= 0 {
+                XCTAssertEqual(n, 0)
+                break
+            }
             got += buffer[0..<n]
         }
         XCTAssertEqual(writer.wait(timeout: .now() + 30), .success)
@@ -176,15 +184,21 @@ final class StreamTests: XCTestCase {
         input.close()
         // Writing after the reader closed fails with an error, not a crash.
         let (i2, o2) = TKStream.getBoundStreams(withBufferSize: 16)
-        i2.open(); o2.open(); i2.close()
+        i2.open()
+        o2.open()
+        i2.close()
         XCTAssertEqual(o2.write([1], maxLength: 1), -1)
         XCTAssertEqual(o2.streamStatus, .error)
         XCTAssertEqual(o2.streamError?.errno, EPIPE)
     }
 
     func testBoundPairEndsScheduledOnTwoLoops() {
-        let readerLoop = IOLoopThread(name: "reader"), writerLoop = IOLoopThread(name: "writer")
-        defer { readerLoop.stop(); writerLoop.stop() }
+        let readerLoop = IOLoopThread(name: "reader")
+        let writerLoop = IOLoopThread(name: "writer")
+        defer {
+            readerLoop.stop()
+            writerLoop.stop()
+        }
         let (input, output) = TKStream.getBoundStreams(withBufferSize: 1_000)
         let data = pattern(stress(1_000_000) + 3)
         let offset = Guarded(0)
@@ -233,7 +247,10 @@ final class StreamTests: XCTestCase {
         var buffer = [UInt8](repeating: 0, count: 7)
         while true {
             let n = input.read(&buffer, maxLength: buffer.count)
-            if n <= 0 { XCTAssertEqual(n, 0); break }
+            if n <= 0 {
+                XCTAssertEqual(n, 0)
+                break
+            }
             answer += buffer[0..<n]
         }
         XCTAssertTrue(String(decoding: answer, as: UTF8.self).hasSuffix("\r\n\r\nhello from the server"))
@@ -256,8 +273,12 @@ final class StreamTests: XCTestCase {
     }
 
     func testEchoServerWithAHundredClientsOnOneLoopThread() throws {
-        let serverLoop = IOLoopThread(name: "server"), clientLoop = IOLoopThread(name: "clients")
-        defer { serverLoop.stop(); clientLoop.stop() }
+        let serverLoop = IOLoopThread(name: "server")
+        let clientLoop = IOLoopThread(name: "clients")
+        defer {
+            serverLoop.stop()
+            clientLoop.stop()
+        }
         let baseline = ProcessProbe.openDescriptors
         let connections = Guarded<[EchoConnection]>([])
         let listener = try TKSocketListener(backlog: 1024) { fd in
@@ -275,7 +296,10 @@ final class StreamTests: XCTestCase {
             XCTAssertEqual(client.finished.values.first, "ok", "client \(i)")
             XCTAssertTrue(client.onLoopThread.withLock { $0 }, "client \(i) events off its loop thread")
         }
-        XCTAssertTrue(waitUntil(.now + .seconds(20)) { connections.withLock { $0.allSatisfy { $0.isClosed } } && connections.withLock { $0.count } == 100 })
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(20)) {
+                connections.withLock { $0.allSatisfy { $0.isClosed } } && connections.withLock { $0.count } == 100
+            })
         listener.invalidate()
         XCTAssertLessThanOrEqual(ProcessProbe.descriptors(settlingAtMost: baseline), baseline, "descriptors leaked")
     }
@@ -358,7 +382,7 @@ final class StreamTests: XCTestCase {
         let worker = IOLoopThread()
         defer { worker.stop() }
         let (input, output) = TKStream.getStreamsToHost(withName: "127.0.0.1", port: Int(server.port))
-        let total = 64 << 20   // more than the kernel's send and receive buffers hold
+        let total = 64 << 20 // more than the kernel's send and receive buffers hold
         let chunk = [UInt8](repeating: 5, count: 65_536)
         let written = Guarded(0)
         let spaceEvents = JudgedCounter()
@@ -378,12 +402,13 @@ final class StreamTests: XCTestCase {
         XCTAssertTrue(waitUntil(.now + .seconds(20)) { written.withLock { $0 } > 0 })
         var stalled = spaceEvents.count
         var stablePasses = 0
-        XCTAssertTrue(waitUntil(.now + .seconds(30)) {
-            worker.sync { }
-            stablePasses = spaceEvents.count == stalled ? stablePasses + 1 : 0
-            stalled = spaceEvents.count
-            return stablePasses >= 5
-        })
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(30)) {
+                worker.sync {}
+                stablePasses = spaceEvents.count == stalled ? stablePasses + 1 : 0
+                stalled = spaceEvents.count
+                return stablePasses >= 5
+            })
         XCTAssertLessThan(written.withLock { $0 }, total)
         let cpuBefore = ProcessProbe.cpuTime
         let start = ContinuousClock.now
@@ -434,7 +459,9 @@ final class StreamTests: XCTestCase {
         XCTAssertEqual(open.withLock { $0.count }, 0)
         listener.invalidate()
         // Sockets only: Foundation's Process keeps a run loop of its own (epoll, eventfd, timerfd).
-        XCTAssertTrue(waitUntil(.now + .seconds(10)) { ProcessProbe.openSockets <= baseline }, "sockets leaked: \(ProcessProbe.openSockets) > \(baseline)")
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(10)) { ProcessProbe.openSockets <= baseline },
+            "sockets leaked: \(ProcessProbe.openSockets) > \(baseline)")
     }
 
     /// Starts the client process, checks the half-open phase, then lets the process exit.
@@ -442,14 +469,15 @@ final class StreamTests: XCTestCase {
         let process = Process()
         process.executableURL = ChildProcess.executable
         process.arguments = ["io-clients", "\(port)", "\(count)", "\(half)"]
-        let stdin = Pipe(), stdout = Pipe()
+        let stdin = Pipe()
+        let stdout = Pipe()
         process.standardInput = stdin
         process.standardOutput = stdout
         try process.run()
         let output = DrainedPipe(stdout)
         // The half that shut down their sending side end; the others stay open and quiet.
         XCTAssertTrue(waitUntil(.now + .seconds(120)) { ends.count >= half }, "\(ends.count) of \(half) ended")
-        worker.sync { }
+        worker.sync {}
         let cpuBefore = ProcessProbe.cpuTime
         let start = ContinuousClock.now
         while ContinuousClock.now - start < .milliseconds(300) { usleep(20_000) }
@@ -528,9 +556,9 @@ final class EchoClient: TKStreamDelegate, @unchecked Sendable {
 final class EchoConnection: TKStreamDelegate, @unchecked Sendable {
     private let input: TKInputStream
     private let output: TKOutputStream
-    private var pending: [UInt8] = []     // loop thread only
-    private var canWrite = false          // loop thread only
-    private var ended = false             // loop thread only
+    private var pending: [UInt8] = [] // loop thread only
+    private var canWrite = false // loop thread only
+    private var ended = false // loop thread only
     private let closed = Guarded(false)
     private var buffer = [UInt8](repeating: 0, count: 65_536)
 
@@ -573,8 +601,14 @@ final class EchoConnection: TKStreamDelegate, @unchecked Sendable {
 /// The README's example, run against the HTTP server.
 final class ReadmeClient: TKStreamDelegate {
     func stream(_ s: TKStream, handle event: TKStream.Event) {
-        if event == .hasBytesAvailable { var b = [UInt8](repeating: 0, count: 4096); _ = (s as! TKInputStream).read(&b, maxLength: b.count) }
-        if event == .endEncountered || event == .errorOccurred { s.close(); TKRunLoop.current.stop() }
+        if event == .hasBytesAvailable {
+            var b = [UInt8](repeating: 0, count: 4096)
+            _ = (s as! TKInputStream).read(&b, maxLength: b.count)
+        }
+        if event == .endEncountered || event == .errorOccurred {
+            s.close()
+            TKRunLoop.current.stop()
+        }
     }
 }
 
@@ -587,11 +621,12 @@ extension StreamTests {
             let client = ReadmeClient()
             let (input, output) = TKStream.getStreamsToHost(withName: "127.0.0.1", port: port)
             input.delegate = client
-            input.schedule(in: .current, forMode: .default)   // events arrive on this thread
-            input.open(); output.open()
+            input.schedule(in: .current, forMode: .default) // events arrive on this thread
+            input.open()
+            output.open()
             let request = Array("GET / HTTP/1.1\r\n\r\n".utf8)
             XCTAssertEqual(output.write(request, maxLength: request.count), request.count)
-            TKRunLoop.current.run()                            // until the delegate stops it
+            TKRunLoop.current.run() // until the delegate stops it
             XCTAssertEqual(input.streamStatus, .closed)
             output.close()
         }
@@ -623,9 +658,13 @@ extension StreamTests {
     /// The public names and signatures the tour and benchmarks are written against.
     func testPublicSignatures() throws {
         let types: TKFileDescriptorSource.CallBackTypes = [.read, .write]
-        let source = TKFileDescriptorSource(fileDescriptor: -1, closeOnInvalidate: false) { (_: TKFileDescriptorSource, _: TKFileDescriptorSource.CallBackTypes) in }
+        let source = TKFileDescriptorSource(fileDescriptor: -1, closeOnInvalidate: false) {
+            (_: TKFileDescriptorSource, _: TKFileDescriptorSource.CallBackTypes) in
+        }
         let fd: Int32 = source.fileDescriptor
-        source.enableCallBacks(types); source.disableCallBacks(.write); source.invalidate()
+        source.enableCallBacks(types)
+        source.disableCallBacks(.write)
+        source.invalidate()
         XCTAssertFalse(source.isValid)
         XCTAssertEqual(fd, -1)
         let pair: (inputStream: TKInputStream, outputStream: TKOutputStream) = TKStream.getBoundStreams(withBufferSize: 8)

@@ -1,11 +1,12 @@
+import Foundation
+import Synchronization
+import XCTest
+
 // synchronized(token): one recursive lock per token identity. Same token excludes, different
 // tokens do not block each other, nesting, errors release and propagate, return values, and the
 // token table shrinks back to empty; tokens crowding one stripe (more than its sticky slots, so
 // slots are rebound and overflow entries made) still exclude per token and never across tokens.
 @testable import ThreadKit
-import Foundation
-import Synchronization
-import XCTest
 
 final class SynchronizedTests: XCTestCase {
     private final class Token: @unchecked Sendable {}
@@ -13,8 +14,9 @@ final class SynchronizedTests: XCTestCase {
 
     func testSameTokenExcludes() {
         let token = Token()
-        let counter = Shared(0)            // guarded by synchronized(token)
-        let inside = Atomic<Int>(0), overlaps = Atomic<Int>(0)
+        let counter = Shared(0) // guarded by synchronized(token)
+        let inside = Atomic<Int>(0)
+        let overlaps = Atomic<Int>(0)
         let perThread = stress(100_000)
         let workers = TestThread.spawn(2, "sync") { _ in
             for _ in 0..<perThread {
@@ -34,7 +36,8 @@ final class SynchronizedTests: XCTestCase {
         let held = Token()
         // More tokens than the table has stripes, so some share a stripe with `held`.
         let others = (0..<200).map { _ in Token() }
-        let aInside = Flag(), bDone = Flag()
+        let aInside = Flag()
+        let bDone = Flag()
         let bodyCompleted = Atomic<Bool>(false)
         let a = TestThread("A") {
             synchronized(held) {
@@ -75,8 +78,9 @@ final class SynchronizedTests: XCTestCase {
     func testDeepNestingExcludesOtherThreadsUntilTheOutermostBodyReturns() {
         let token = Token()
         let outerLevel = 200
-        let otherGotIn = Atomic<Bool>(false), sawOtherInside = Atomic<Bool>(false)
-        let other = Shared<TestThread?>(nil)   // written and read by the nester only, then joined
+        let otherGotIn = Atomic<Bool>(false)
+        let sawOtherInside = Atomic<Bool>(false)
+        let other = Shared<TestThread?>(nil) // written and read by the nester only, then joined
         @Sendable func nest(_ level: Int) -> Int {
             synchronized(token) {
                 if level == 0 {
@@ -86,7 +90,7 @@ final class SynchronizedTests: XCTestCase {
                     return 0
                 }
                 let inner = nest(level - 1)
-                if level == outerLevel {   // every inner level has returned; the outermost still holds it
+                if level == outerLevel { // every inner level has returned; the outermost still holds it
                     Thread.sleep(forTimeInterval: 0.05)
                     if otherGotIn.load(ordering: .relaxed) { sawOtherInside.store(true, ordering: .relaxed) }
                 }
@@ -147,7 +151,8 @@ final class SynchronizedTests: XCTestCase {
 
     func testManyTokensOfOneStripeHeldAtOnceEachExcludeOnlyTheirOwn() {
         let tokens = tokensSharingAStripe(3 * SyncTable.slotsPerStripe)
-        let holding = Flag(), release = DispatchSemaphore(value: 0)
+        let holding = Flag()
+        let release = DispatchSemaphore(value: 0)
         let holder = TestThread {
             func nest(_ i: Int) {
                 guard i < tokens.count else {
@@ -177,14 +182,15 @@ final class SynchronizedTests: XCTestCase {
 
     func testTokensCrowdingOneStripeLoseNoIncrementsUnderContention() {
         let tokens = tokensSharingAStripe(2 * SyncTable.slotsPerStripe + 1)
-        let counters = tokens.map { _ in Shared(0) }   // each guarded by synchronized(its token)
+        let counters = tokens.map { _ in Shared(0) } // each guarded by synchronized(its token)
         let rounds = stress(20_000)
         let workers = TestThread.spawn(4, "crowd") { w in
             var state = UInt64(w + 1)
             for _ in 0..<rounds {
-                state = state &* 6364136223846793005 &+ 1442695040888963407
-                let x = Int(state >> 33) % tokens.count, y = Int(state >> 13) % tokens.count
-                let (a, b) = (min(x, y), max(x, y))   // one lock order: nesting in any order could deadlock
+                state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                let x = Int(state >> 33) % tokens.count
+                let y = Int(state >> 13) % tokens.count
+                let (a, b) = (min(x, y), max(x, y)) // one lock order: nesting in any order could deadlock
                 synchronized(tokens[a]) {
                     counters[a].value += 1
                     synchronized(tokens[b]) { if b != a { counters[b].value += 1 } }
@@ -197,8 +203,9 @@ final class SynchronizedTests: XCTestCase {
         for w in 0..<4 {
             var state = UInt64(w + 1)
             for _ in 0..<rounds {
-                state = state &* 6364136223846793005 &+ 1442695040888963407
-                let x = Int(state >> 33) % tokens.count, y = Int(state >> 13) % tokens.count
+                state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                let x = Int(state >> 33) % tokens.count
+                let y = Int(state >> 13) % tokens.count
                 let (a, b) = (min(x, y), max(x, y))
                 expected[a] += 1
                 if b != a { expected[b] += 1 }

@@ -11,7 +11,8 @@ import XCTest
 final class ThreadLimitTests: XCTestCase {
     func testQueuedWorkRunsOnceThreadsAreAvailableAndEachFailureIsReportedOnce() throws {
         let result = try ChildProcess.run("thread-limit", timeout: .seconds(120))
-        let out = result.standardOutput, err = result.standardError
+        let out = result.standardOutput
+        let err = result.standardError
         XCTAssertEqual(result.status, 0, "stdout: \(out)\nstderr: \(err)")
         XCTAssertTrue(out.contains("startOrThrow: systemCall errno=\(EAGAIN)"), out)
         XCTAssertTrue(out.contains("pthread_create failed with EAGAIN"), out)

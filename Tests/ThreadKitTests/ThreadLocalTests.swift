@@ -21,7 +21,7 @@ final class ThreadLocalTests: XCTestCase {
     }
 
     func testDestructorRunsAtThreadExitOnThatThread() {
-        let destroyed = Shared<[Int]>([])   // guarded by lock
+        let destroyed = Shared<[Int]>([]) // guarded by lock
         let lock = NSLock()
         let local = TKThreadLocal<Int> { value in
             lock.lock()
@@ -31,8 +31,14 @@ final class ThreadLocalTests: XCTestCase {
         let threads = (1...3).map { n in TKThread { local.value = n } }
         for t in threads { t.start() }
         for t in threads { XCTAssertTrue(t.join(until: .now + .seconds(30))) }
-        XCTAssertTrue(waitUntil(.now + .seconds(30)) { lock.lock(); defer { lock.unlock() }; return destroyed.value.count == 3 }, "timed out waiting until three destructors ran")
-        lock.lock(); defer { lock.unlock() }
+        XCTAssertTrue(
+            waitUntil(.now + .seconds(30)) {
+                lock.lock()
+                defer { lock.unlock() }
+                return destroyed.value.count == 3
+            }, "timed out waiting until three destructors ran")
+        lock.lock()
+        defer { lock.unlock() }
         XCTAssertEqual(destroyed.value.sorted(), [1, 2, 3])
     }
 
@@ -61,8 +67,11 @@ final class ThreadLocalTests: XCTestCase {
 
     func testValuesHeldByLiveThreadsAreFinishedWhenTheLocalIsDeinitialised() {
         let n = stress(32)
-        let destroyed = JudgedCounter(), freed = JudgedCounter()
-        let holding = DispatchSemaphore(value: 0), exit = DispatchSemaphore(value: 0), exited = DispatchSemaphore(value: 0)
+        let destroyed = JudgedCounter()
+        let freed = JudgedCounter()
+        let holding = DispatchSemaphore(value: 0)
+        let exit = DispatchSemaphore(value: 0)
+        let exited = DispatchSemaphore(value: 0)
         var local: TKThreadLocal<Payload>? = TKThreadLocal<Payload> { _ in destroyed.add() }
         // Each thread reaches the local through an unowned reference: the test's is the only one.
         let threads = (0..<n).map { _ in
@@ -88,8 +97,10 @@ final class ThreadLocalTests: XCTestCase {
     func testThreadsExitingWhileTheLocalIsDroppedFinishEachValueOnce() {
         let rounds = stress(50)
         for _ in 0..<rounds {
-            let destroyed = JudgedCounter(), freed = JudgedCounter()
-            let holding = DispatchSemaphore(value: 0), go = DispatchSemaphore(value: 0)
+            let destroyed = JudgedCounter()
+            let freed = JudgedCounter()
+            let holding = DispatchSemaphore(value: 0)
+            let go = DispatchSemaphore(value: 0)
             let n = 4
             var local: TKThreadLocal<Payload>? = TKThreadLocal<Payload> { _ in destroyed.add() }
             let threads = (0..<n).map { _ in
@@ -102,7 +113,7 @@ final class ThreadLocalTests: XCTestCase {
             for t in threads { t.start() }
             for _ in 0..<n { XCTAssertEqual(holding.wait(timeout: .now() + 30), .success) }
             for _ in 0..<n { go.signal() }
-            local = nil   // races with the threads' exits
+            local = nil // races with the threads' exits
             for t in threads { XCTAssertTrue(t.join(until: .now + .seconds(30))) }
             XCTAssertEqual(destroyed.count, n)
             XCTAssertEqual(freed.count, n)

@@ -1,13 +1,14 @@
+import CThreadKit
+import Foundation
+import Synchronization
+import XCTest
+
 // TKThread: the three forms, names (also as the OS sees them), scheduling, stack sizes, state,
 // current/main, notifications, sleeping, call stacks, uncaught errors, joining, exit-time joins.
 // A thread the OS cannot create is started in a child process whose address space is capped
 // (`ThreadKitTestChild thread-stack-unmappable`). Each point that Foundation's Thread gets wrong on
 // Linux is tested explicitly.
 @testable import ThreadKit
-import CThreadKit
-import Foundation
-import Synchronization
-import XCTest
 
 final class ThreadTests: XCTestCase {
     /// /proc/thread-self/comm of the calling thread: the name the OS shows.
@@ -19,15 +20,18 @@ final class ThreadTests: XCTestCase {
     /// Field `index` (1-based, as in proc(5)) of /proc/self/task/TID/stat.
     static func statField(tid: UInt32, _ index: Int) -> String? {
         guard let stat = try? String(contentsOfFile: "/proc/self/task/\(tid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return nil }
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
         let fields = stat[stat.index(after: close)...].split(separator: " ")
         return index - 3 < fields.count ? String(fields[index - 3]) : nil
     }
 
     /// Runs `body` on a started TKThread configured by `configure`, and returns its result.
-    func onThread<T: Sendable>(_ configure: (TKThread) -> Void = { _ in },
-                               _ body: @escaping @Sendable () -> T) -> T {
-        let result = Shared<T?>(nil)   // written by the thread before it finishes; read after join
+    func onThread<T: Sendable>(
+        _ configure: (TKThread) -> Void = { _ in },
+        _ body: @escaping @Sendable () -> T
+    ) -> T {
+        let result = Shared<T?>(nil) // written by the thread before it finishes; read after join
         let thread = TKThread { result.value = body() }
         configure(thread)
         thread.start()
@@ -43,7 +47,12 @@ final class ThreadTests: XCTestCase {
         let throwing = TKThread(name: "t", throwing: { ran.add() })
         final class Adder: TKThread, @unchecked Sendable {
             let a: Int, b: Int, counter: JudgedCounter
-            init(_ a: Int, _ b: Int, _ counter: JudgedCounter) { self.a = a; self.b = b; self.counter = counter; super.init() }
+            init(_ a: Int, _ b: Int, _ counter: JudgedCounter) {
+                self.a = a
+                self.b = b
+                self.counter = counter
+                super.init()
+            }
             override func main() { counter.add(a + b) }
         }
         let subclass = Adder(2, 3, ran)
@@ -146,12 +155,14 @@ final class ThreadTests: XCTestCase {
         let result = try ChildProcess.run("thread-priority-unprivileged")
         XCTAssertEqual(result.status, 0, result.standardError)
         let lines = result.standardOutput.split(separator: "\n").map(String.init)
-        XCTAssertEqual(lines, [
-            "raise-to-1.0 ok=false priority=0.5 nice=0",
-            "lower-to-0.25 ok=true priority=0.25 nice=5",
-            "raise-to-0.5 ok=false priority=0.25 nice=5",
-            "qos-userInteractive ok=true priority=0.25 nice=5",
-        ], result.standardOutput)
+        XCTAssertEqual(
+            lines,
+            [
+                "raise-to-1.0 ok=false priority=0.5 nice=0",
+                "lower-to-0.25 ok=true priority=0.25 nice=5",
+                "raise-to-0.5 ok=false priority=0.25 nice=5",
+                "qos-userInteractive ok=true priority=0.25 nice=5",
+            ], result.standardOutput)
     }
 
     // MARK: Stack size
@@ -196,11 +207,14 @@ final class ThreadTests: XCTestCase {
         pthread_attr_setstacksize(&attr, 1 << 20)
         var handle = pthread_t()
         let context = Unmanaged.passRetained(box).toOpaque()
-        XCTAssertEqual(pthread_create(&handle, &attr, { raw in
-            let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
-            box.size = TKThread.current.stackSize
-            return nil
-        }, context), 0)
+        XCTAssertEqual(
+            pthread_create(
+                &handle, &attr,
+                { raw in
+                    let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+                    box.size = TKThread.current.stackSize
+                    return nil
+                }, context), 0)
         XCTAssertEqual(pthread_join(handle, nil), 0)
         XCTAssertGreaterThanOrEqual(box.size, 1 << 20)
         XCTAssertLessThan(box.size, (1 << 20) + (64 << 10), "the thread's own stack, not ThreadKit's 512 KiB default")
@@ -269,9 +283,11 @@ final class ThreadTests: XCTestCase {
     }
 
     func testCurrentForAThreadThreadKitDidNotCreateIsStableAndFinishesWithIt() {
-        let first = Shared<TKThread?>(nil), same = Shared(false)
+        let first = Shared<TKThread?>(nil)
+        let same = Shared(false)
         let foreign = Workers.start {
-            let a = TKThread.current, b = TKThread.current
+            let a = TKThread.current
+            let b = TKThread.current
             first.value = a
             same.value = a === b && !a.isMainThread && a.isExecuting
         }
@@ -286,7 +302,7 @@ final class ThreadTests: XCTestCase {
     // MARK: Notifications
 
     func testWillExitIsPostedOnTheExitingThread() {
-        let postedOn = Shared<(TKThread?, Bool)>((nil, false))   // guarded by lock
+        let postedOn = Shared<(TKThread?, Bool)>((nil, false)) // guarded by lock
         let lock = NSLock()
         let thread = TKThread(name: "leaving") {}
         let token = TKNotificationCenter.default.addObserver(forName: TKThread.willExitNotification, object: thread) { note in
@@ -297,13 +313,15 @@ final class ThreadTests: XCTestCase {
         defer { TKNotificationCenter.default.removeObserver(token) }
         thread.start()
         XCTAssertTrue(thread.join(until: .now + .seconds(30)))
-        lock.lock(); defer { lock.unlock() }
+        lock.lock()
+        defer { lock.unlock() }
         XCTAssertTrue(postedOn.value.0 === thread)
         XCTAssertTrue(postedOn.value.1, "posted on the exiting thread itself")
     }
 
     func testExitPostsWillExitAndEndsTheThread() {
-        let after = Atomic<Bool>(false), posted = Atomic<Bool>(false)
+        let after = Atomic<Bool>(false)
+        let posted = Atomic<Bool>(false)
         let thread = TKThread {
             TKThread.exit()
         }
@@ -341,21 +359,24 @@ final class ThreadTests: XCTestCase {
         let workerPthread = Guarded<pthread_t?>(nil)
         let outcome = Guarded<(chunks: Int, exitNow: Bool)?>(nil)
         let finished = DispatchSemaphore(value: 0)
-        let source = TKRunLoopSource(schedule: { loop, _ in
-            loopBox.withLock { $0 = loop }
-            scheduled.signal()
-        }, perform: {
-            TKThread.current.threadDictionary["ThreadShouldExitNow"] = true
-            let onWorker = workerPthread.withLock { $0.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
-            performed.withLock { $0 = (onWorker, chunksDone.load(ordering: .relaxed)) }
-        })
+        let source = TKRunLoopSource(
+            schedule: { loop, _ in
+                loopBox.withLock { $0 = loop }
+                scheduled.signal()
+            },
+            perform: {
+                TKThread.current.threadDictionary["ThreadShouldExitNow"] = true
+                let onWorker = workerPthread.withLock { $0.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+                performed.withLock { $0 = (onWorker, chunksDone.load(ordering: .relaxed)) }
+            })
         let total = 10_000_000
         let worker = TKThread(name: "listing-2-3") {
             workerPthread.withLock { $0 = pthread_self() }
             TKThread.current.threadDictionary["ThreadShouldExitNow"] = false
             let loop = TKRunLoop.current
             loop.add(source, forMode: .default)
-            var exitNow = false, chunks = 0
+            var exitNow = false
+            var chunks = 0
             while chunks < total && !exitNow {
                 var x: UInt64 = 1
                 for i in 0..<1_000 { x = x &* 6_364_136_223_846_793_005 &+ UInt64(i) }
@@ -391,8 +412,12 @@ final class ThreadTests: XCTestCase {
         let result = try ChildProcess.run("perform-in-background")
         XCTAssertEqual(result.status, 0, result.standardError)
         let lines = result.standardOutput.split(separator: "\n").map(String.init)
-        XCTAssertEqual(lines, ["before multithreaded=false", "background onMainPthread=false name=performInBackground",
-                               "detached=true", "after multithreaded=true"])
+        XCTAssertEqual(
+            lines,
+            [
+                "before multithreaded=false", "background onMainPthread=false name=performInBackground",
+                "detached=true", "after multithreaded=true",
+            ])
     }
 
     // MARK: Sleeping, call stacks, errors
@@ -406,7 +431,7 @@ final class ThreadTests: XCTestCase {
             TKThread.sleep(for: .milliseconds(ms))
             XCTAssertGreaterThanOrEqual(ContinuousClock.now - start, .milliseconds(ms))
         }
-        TKThread.sleep(for: .seconds(-5))   // returns at once rather than sleeping "forever"
+        TKThread.sleep(for: .seconds(-5)) // returns at once rather than sleeping "forever"
         TKThread.sleep(until: .now - .seconds(5))
     }
 
@@ -415,13 +440,14 @@ final class ThreadTests: XCTestCase {
         let symbols = TKThread.callStackSymbols
         XCTAssertGreaterThan(addresses.count, 3)
         XCTAssertGreaterThan(symbols.count, 3)
-        XCTAssertTrue(symbols.contains { $0.contains("XCTest") && $0.contains(".") && !$0.contains("$s") },
-                      "no demangled Swift frame in:\n\(symbols.joined(separator: "\n"))")
+        XCTAssertTrue(
+            symbols.contains { $0.contains("XCTest") && $0.contains(".") && !$0.contains("$s") },
+            "no demangled Swift frame in:\n\(symbols.joined(separator: "\n"))")
     }
 
     func testAnErrorEscapingAThrowingBlockGoesToTheHandler() {
         struct DiskFull: Error {}
-        let got = Shared<(String?, Bool)>((nil, false))   // written on the thread, read after join
+        let got = Shared<(String?, Bool)>((nil, false)) // written on the thread, read after join
         let previous = TKThread.uncaughtErrorHandler
         TKThread.uncaughtErrorHandler = { thread, error in got.value = (thread.name, error is DiskFull) }
         defer { TKThread.uncaughtErrorHandler = previous }
@@ -460,9 +486,18 @@ final class ThreadTests: XCTestCase {
         // included. The second destructor sets a third local, which needs another round.
         for _ in 0..<200 {
             let ran = JudgedCounter()
-            let third = TKThreadLocal<Int> { _ in sched_yield(); ran.add() }
-            let first = TKThreadLocal<Int> { _ in sched_yield(); ran.add() }
-            let second = TKThreadLocal<Int> { _ in ran.add(); third.value = 3 }
+            let third = TKThreadLocal<Int> { _ in
+                sched_yield()
+                ran.add()
+            }
+            let first = TKThreadLocal<Int> { _ in
+                sched_yield()
+                ran.add()
+            }
+            let second = TKThreadLocal<Int> { _ in
+                ran.add()
+                third.value = 3
+            }
             let thread = TKThread {
                 first.value = 1
                 second.value = 2
@@ -486,7 +521,12 @@ final class ThreadTests: XCTestCase {
         thread.start()
         XCTAssertNil(thread.value, "no value while it runs")
         let got = Guarded<[[Int]?]>([])
-        let joiners = (0..<3).map { _ in Workers.start { let v = thread.joinValue(); got.withLock { $0.append(v) } } }
+        let joiners = (0..<3).map { _ in
+            Workers.start {
+                let v = thread.joinValue()
+                got.withLock { $0.append(v) }
+            }
+        }
         release.signal()
         for j in joiners { XCTAssertEqual(j.wait(timeout: .now() + 30), .success) }
         XCTAssertEqual(got.withLock { $0 }, [[1, 2, 3], [1, 2, 3], [1, 2, 3]])
@@ -515,7 +555,7 @@ final class ThreadTests: XCTestCase {
         let release = DispatchSemaphore(value: 0)
         let thread = TKJoinableThread<Int> {
             release.wait()
-            TKThread.exit()   // pthread_exit(NULL): no value
+            TKThread.exit() // pthread_exit(NULL): no value
         }
         thread.start()
         let deadline = ContinuousClock.now + .milliseconds(20)
@@ -527,8 +567,12 @@ final class ThreadTests: XCTestCase {
     }
 
     func testExitWithAValueOnAnotherKindOfThreadStopsTheProcess() throws {
-        try assertMisuse("joinable-exit-elsewhere", mentions: ["TKJoinableThread<Int>.exit(with:)", "not a TKJoinableThread<Int>",
-                                                               "Fix:"])
+        try assertMisuse(
+            "joinable-exit-elsewhere",
+            mentions: [
+                "TKJoinableThread<Int>.exit(with:)", "not a TKJoinableThread<Int>",
+                "Fix:",
+            ])
     }
 
     // MARK: Detaching after start (pthread_detach)
@@ -546,7 +590,7 @@ final class ThreadTests: XCTestCase {
         XCTAssertTrue(thread.isDetached)
         release.signal()
         XCTAssertTrue(thread.join(until: .now + .seconds(30)))
-        thread.isDetached = true   // unchanged: no-op after the end too
+        thread.isDetached = true // unchanged: no-op after the end too
     }
 
     func testMakingAStartedDetachedThreadJoinableStopsTheProcess() throws {
@@ -564,7 +608,8 @@ final class ThreadTests: XCTestCase {
                 loop.perform { TKRunLoop.current.stop() }
                 loop.run(mode: .default, for: .seconds(30), returnAfterSourceHandled: false)
             }
-            for (name, thread) in [("plain", plain), ("joinable", joinable), ("with a perform request", requested)] as [(String, TKThread)] {
+            for (name, thread) in [("plain", plain), ("joinable", joinable), ("with a perform request", requested)] as [(String, TKThread)]
+            {
                 freed.watch(name, thread)
                 thread.start()
             }
@@ -593,7 +638,8 @@ final class ThreadTests: XCTestCase {
     func testStartingTwiceStopsTheProcess() throws {
         let result = try ChildProcess.run("thread-start-twice")
         XCTAssertTrue(result.signalled || result.status != 0)
-        XCTAssertTrue(result.standardError.contains("ThreadKit misuse: TKThread \"worker\".start() called again"),
-                      result.standardError)
+        XCTAssertTrue(
+            result.standardError.contains("ThreadKit misuse: TKThread \"worker\".start() called again"),
+            result.standardError)
     }
 }

@@ -14,7 +14,8 @@ final class TraceCommandTests: XCTestCase {
 
     func testTraceCommandRecordsATourScenarioAsJSONAndHTML() throws {
         let directory = try temporaryDirectory()
-        let json = directory.appendingPathComponent("graph.json").path, html = directory.appendingPathComponent("graph.html").path
+        let json = directory.appendingPathComponent("graph.json").path
+        let html = directory.appendingPathComponent("graph.html").path
         let result = try ChildProcess.runCommand(["trace", "operation-graph", "-o", json, "--html", html], timeout: .seconds(120))
         XCTAssertEqual(result.status, 0, result.standardOutput + result.standardError)
         XCTAssertTrue(result.standardOutput.contains("trace: "), result.standardOutput)

@@ -13,9 +13,10 @@ final class TraceExportBoundsTests: XCTestCase {
 
     /// Runs the role; returns the peak-RSS growth across the export (KiB).
     private func run(_ mode: String, _ path: String) throws -> Int {
-        let result = try ChildProcess.run("trace-export-bounded",
-                                          [mode, path, "\(Self.threads)", "\(Self.events)", "\(Self.capacity)", "\(Self.total)"],
-                                          timeout: .seconds(240))
+        let result = try ChildProcess.run(
+            "trace-export-bounded",
+            [mode, path, "\(Self.threads)", "\(Self.events)", "\(Self.capacity)", "\(Self.total)"],
+            timeout: .seconds(240))
         XCTAssertEqual(result.status, 0, result.standardOutput + result.standardError)
         func value(_ key: String) -> Int? {
             result.standardOutput.split(separator: "\n").first { $0.hasPrefix(key + " ") }.flatMap { Int($0.dropFirst(key.count + 1)) }

@@ -6,6 +6,7 @@
 // and is skipped elsewhere, saying how to install it.
 import Foundation
 import XCTest
+
 @testable import ThreadKit
 
 final class TraceRenderingTests: XCTestCase {
@@ -44,8 +45,9 @@ final class TraceRenderingTests: XCTestCase {
         // The screenshot, tall enough for every row: its pixels must show one band per thread.
         let shot = directory.appendingPathComponent("trace.png").path
         let height = max(600, (tops.last ?? 0) + 400)
-        _ = try chromium.run(["--screenshot=" + shot, "--window-size=1400,\(height)", "file://" + page],
-                             profile: directory.appendingPathComponent("profile").path)
+        _ = try chromium.run(
+            ["--screenshot=" + shot, "--window-size=1400,\(height)", "file://" + page],
+            profile: directory.appendingPathComponent("profile").path)
         let image = try PNGImage(Data(contentsOf: URL(fileURLWithPath: shot)))
         XCTAssertEqual(image.width, 1400)
         XCTAssertEqual(image.height, height)
@@ -89,14 +91,16 @@ struct Chromium {
 
     static func locate() throws -> Chromium {
         let environment = ProcessInfo.processInfo.environment
-        let candidates = [environment["TK_CHROMIUM"]].compactMap { $0 }
+        let candidates =
+            [environment["TK_CHROMIUM"]].compactMap { $0 }
             + ["chromium", "chromium-browser", "google-chrome"].flatMap { name in
                 (environment["PATH"] ?? "/usr/bin").split(separator: ":").map { "\($0)/\(name)" }
             }
         if let found = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) {
             return Chromium(path: found)
         }
-        let message = "headless Chromium is needed to render the trace's HTML timeline and was not found "
+        let message =
+            "headless Chromium is needed to render the trace's HTML timeline and was not found "
             + "(looked for TK_CHROMIUM, chromium, chromium-browser, google-chrome on PATH). "
             + "Install it: sudo apt-get update && sudo apt-get install -y chromium"
         if environment["TK_REQUIRE_CHROMIUM"] == "1" || environment["CI"] != nil {
@@ -111,9 +115,13 @@ struct Chromium {
     func run(_ arguments: [String], profile: String) throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-                             "--user-data-dir=" + profile] + arguments
-        let output = Pipe(), errors = Pipe()
+        process.arguments =
+            [
+                "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+                "--user-data-dir=" + profile,
+            ] + arguments
+        let output = Pipe()
+        let errors = Pipe()
         process.standardOutput = output
         process.standardError = errors
         try process.run()

@@ -5,19 +5,24 @@
 // is rendered by headless Chromium (TraceRenderingTests).
 import Foundation
 import XCTest
+
 @testable import ThreadKit
 
 /// Checks a Chrome trace-event JSON document; returns its events, failing the test on each fault.
 enum TraceJudge {
     static func events(_ json: String, file: StaticString = #filePath, line: UInt = #line) -> [[String: Any]] {
         guard let object = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any],
-              let events = object["traceEvents"] as? [[String: Any]] else {
+            let events = object["traceEvents"] as? [[String: Any]]
+        else {
             XCTFail("not a trace-event JSON object", file: file, line: line)
             return []
         }
-        var named = Set<Int>(), used = Set<Int>()
-        var open: [Int: [String]] = [:], last: [Int: Double] = [:]
-        var flowStarts = Set<Int>(), flowEnds = Set<Int>()
+        var named = Set<Int>()
+        var used = Set<Int>()
+        var open: [Int: [String]] = [:]
+        var last: [Int: Double] = [:]
+        var flowStarts = Set<Int>()
+        var flowEnds = Set<Int>()
         for event in events {
             guard let ph = event["ph"] as? String, let tid = event["tid"] as? Int, event["pid"] is Int else {
                 XCTFail("event without ph/pid/tid: \(event)", file: file, line: line)
@@ -96,15 +101,22 @@ enum TracedWork {
         let lock = TKLock()
         lock.name = "trace.lock"
         lock.lock()
-        let waiter = TestThread("trace-waiter") { lock.lock(); lock.unlock() }
+        let waiter = TestThread("trace-waiter") {
+            lock.lock()
+            lock.unlock()
+        }
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { waiter.isParked }, "the waiter never parked")
         lock.unlock()
         XCTAssertTrue(waiter.join())
 
         // Three operations, the last depending on the first two.
         let operations = TKOperationQueue()
-        let a = TKBlockOperation {}, b = TKBlockOperation {}, c = TKBlockOperation {}
-        a.name = "op.a"; b.name = "op.b"; c.name = "op.c"
+        let a = TKBlockOperation {}
+        let b = TKBlockOperation {}
+        let c = TKBlockOperation {}
+        a.name = "op.a"
+        b.name = "op.b"
+        c.name = "op.c"
         try c.addDependency(a)
         try c.addDependency(b)
         operations.addOperations([c, a, b], waitUntilFinished: true)
@@ -174,7 +186,8 @@ final class TraceTests: XCTestCase {
 
     func testSnapshotsTakenWhileThreadsRecordAndWrapAreNeverTorn() {
         TKTrace.start(capacity: 256)
-        let writers = 3, rounds = stress(200)
+        let writers = 3
+        let rounds = stress(200)
         let stop = Flag()
         let threads = TestThread.spawn(writers, "trace-writer") { index in
             // Each writer marks with its own name until told to stop: a torn slot would show
@@ -226,11 +239,13 @@ final class TraceTests: XCTestCase {
         }
         // An end from before the ring's window, an inner span left open when the outer one ends,
         // and an outer span still open at the end of the trace.
-        let thread = TKTraceThread(threadID: t, name: "t", events: [
-            e(10, .lockWait, .end, 1),
-            e(20, .dispatchItem, .begin, 2), e(30, .lockWait, .begin, 3), e(40, .dispatchItem, .end, 2),
-            e(50, .operation, .begin, 4), e(60, .mark, .instant, 0),
-        ], overwritten: 3)
+        let thread = TKTraceThread(
+            threadID: t, name: "t",
+            events: [
+                e(10, .lockWait, .end, 1),
+                e(20, .dispatchItem, .begin, 2), e(30, .lockWait, .begin, 3), e(40, .dispatchItem, .end, 2),
+                e(50, .operation, .begin, 4), e(60, .mark, .instant, 0),
+            ], overwritten: 3)
         let events = TraceJudge.events(TraceChromeJSON.render(TraceTimeline([thread])))
         let phases = events.filter { $0["tid"] as? Int == 7 && $0["ph"] as? String != "M" }.map { $0["ph"] as! String }
         XCTAssertEqual(phases, ["B", "B", "E", "E", "B", "i", "E"])

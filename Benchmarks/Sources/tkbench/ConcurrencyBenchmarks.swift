@@ -75,32 +75,54 @@ enum ConcurrencyBenchmarks {
     }
 
     static func actorHop() -> Row {
-        let loop = BenchLoop()   // a TKThread running loop.run in default mode with a keep-alive source
+        let loop = BenchLoop() // a TKThread running loop.run in default mode with a keep-alive source
         let tk = LoopActor(loop.loop)
         let nio = NIOActor(RunLoopBenchmarks.group.next())
         let gcd = DispatchActor(DispatchQueueExecutor(DispatchQueue(label: "bench-actor")))
         let work = CallerWork()
-        return Row(group: "concurrency", name: "actor call from a task on the default executor, onto the actor's thread and back (await actor.f(), per call)", operations: 20_000, unit: .microseconds, contenders: [
-            Contender(name: "actor on TKRunLoop") { n in
-                awaitTimed { for _ in 0..<n { await tk.f(); work.note() } }
-            },
-            Contender(name: "actor on NIO EventLoop.executor") { n in
-                awaitTimed { for _ in 0..<n { await nio.f(); work.note() } }
-            },
-            Contender(name: "actor on DispatchQueue (custom SerialExecutor)") { n in
-                awaitTimed { for _ in 0..<n { await gcd.f(); work.note() } }
-            },
-        ], reference: "actor on NIO EventLoop.executor", target: "≤ 0.7× NIO")
+        return Row(
+            group: "concurrency",
+            name: "actor call from a task on the default executor, onto the actor's thread and back (await actor.f(), per call)",
+            operations: 20_000, unit: .microseconds,
+            contenders: [
+                Contender(name: "actor on TKRunLoop") { n in
+                    awaitTimed {
+                        for _ in 0..<n {
+                            await tk.f()
+                            work.note()
+                        }
+                    }
+                },
+                Contender(name: "actor on NIO EventLoop.executor") { n in
+                    awaitTimed {
+                        for _ in 0..<n {
+                            await nio.f()
+                            work.note()
+                        }
+                    }
+                },
+                Contender(name: "actor on DispatchQueue (custom SerialExecutor)") { n in
+                    awaitTimed {
+                        for _ in 0..<n {
+                            await gcd.f()
+                            work.note()
+                        }
+                    }
+                },
+            ], reference: "actor on NIO EventLoop.executor", target: "≤ 0.7× NIO")
     }
 
     // MARK: Main actor round trip (child processes)
 
     static func mainActorRoundTrip() -> Row {
-        Row(group: "concurrency", name: "@MainActor round trip from a detached task, fresh process (await MainActor.run {})", operations: 20_000, unit: .microseconds, contenders: [
-            childContender("TKRunLoop.main.run()", ["mainactor-child", "tk"]),
-            childContender("TKRunLoop.main.run(), pool as global executor", ["mainactor-child", "tk-global"]),
-            childContender("Foundation RunLoop.main.run()", ["mainactor-child", "foundation"]),
-        ], reference: "Foundation RunLoop.main.run()", target: "≤ 0.5×")
+        Row(
+            group: "concurrency", name: "@MainActor round trip from a detached task, fresh process (await MainActor.run {})",
+            operations: 20_000, unit: .microseconds,
+            contenders: [
+                childContender("TKRunLoop.main.run()", ["mainactor-child", "tk"]),
+                childContender("TKRunLoop.main.run(), pool as global executor", ["mainactor-child", "tk-global"]),
+                childContender("Foundation RunLoop.main.run()", ["mainactor-child", "foundation"]),
+            ], reference: "Foundation RunLoop.main.run()", target: "≤ 0.5×")
     }
 
     /// The child side: the main thread runs the loop; a detached task makes n main-actor round
@@ -132,23 +154,28 @@ enum ConcurrencyBenchmarks {
     // MARK: Many small tasks
 
     static func taskExecutorTasks() -> Row {
-        Row(group: "concurrency", name: "empty tasks in a discarding task group (throughput)", operations: 200_000, unit: .tasksPerSecond, contenders: [
-            Contender(name: "TKConcurrency.taskExecutor preference") { n in
-                awaitTimed {
-                    await withTaskExecutorPreference(TKConcurrency.taskExecutor) { await taskGroup(n) }
-                }
-            },
-            Contender(name: "default global executor") { n in
-                awaitTimed { await taskGroup(n) }
-            },
-        ], reference: "default global executor", target: "≥ 1.5× throughput")
+        Row(
+            group: "concurrency", name: "empty tasks in a discarding task group (throughput)", operations: 200_000, unit: .tasksPerSecond,
+            contenders: [
+                Contender(name: "TKConcurrency.taskExecutor preference") { n in
+                    awaitTimed {
+                        await withTaskExecutorPreference(TKConcurrency.taskExecutor) { await taskGroup(n) }
+                    }
+                },
+                Contender(name: "default global executor") { n in
+                    awaitTimed { await taskGroup(n) }
+                },
+            ], reference: "default global executor", target: "≥ 1.5× throughput")
     }
 
     static func globalExecutorTasks() -> Row {
-        Row(group: "concurrency", name: "empty tasks in a discarding task group, fresh process (throughput)", operations: 200_000, unit: .tasksPerSecond, contenders: [
-            childContender("TKConcurrency.installGlobalExecutor()", ["tasks-child", "tk"]),
-            childContender("default global executor", ["tasks-child", "default"]),
-        ], reference: "default global executor", target: "≥ 1.5× throughput")
+        Row(
+            group: "concurrency", name: "empty tasks in a discarding task group, fresh process (throughput)", operations: 200_000,
+            unit: .tasksPerSecond,
+            contenders: [
+                childContender("TKConcurrency.installGlobalExecutor()", ["tasks-child", "tk"]),
+                childContender("default global executor", ["tasks-child", "default"]),
+            ], reference: "default global executor", target: "≥ 1.5× throughput")
     }
 
     /// n empty child tasks added to one discarding group, which ends when all have run. A
@@ -170,7 +197,7 @@ enum ConcurrencyBenchmarks {
                 return 1
             }
         }
-        _ = awaitTimed { await taskGroup(max(1, n / 10)) }   // starts the workers
+        _ = awaitTimed { await taskGroup(max(1, n / 10)) } // starts the workers
         print(UInt64(awaitTimed { await taskGroup(n) }))
         return 0
     }
@@ -183,7 +210,9 @@ enum ConcurrencyBenchmarks {
         for (label, row) in [("one process", taskExecutorTasks()), ("fresh process", globalExecutorTasks())] {
             let times = row.contenders.map { $0.measure(n) / Double(n) }
             for (i, c) in row.contenders.enumerated() {
-                print(String(format: "| %@ | %@ | %.2f M tasks/s | %.2f× |", i == 0 ? label : "", c.name, 1e3 / times[i], times[1] / times[i]))
+                print(
+                    String(format: "| %@ | %@ | %.2f M tasks/s | %.2f× |", i == 0 ? label : "", c.name, 1e3 / times[i], times[1] / times[i])
+                )
             }
         }
         print("")
@@ -195,42 +224,45 @@ enum ConcurrencyBenchmarks {
     /// Dispatch's as Swift's default executor on Linux is libdispatch), then ThreadKit's group
     /// awaited from a task on the default executor (every await crosses between the two pools).
     static func groupAwait() -> Row {
-        Row(group: "concurrency", name: "await a group after async(group:) of an empty block (per await)", operations: 20_000, unit: .microseconds, contenders: [
-            Contender(name: "TKDispatchGroup.finished(), task on TKConcurrency.taskExecutor") { n in
-                let group = TKDispatchGroup()
-                let q = TKDispatchQueue.global()
-                return awaitTimed {
-                    await withTaskExecutorPreference(TKConcurrency.taskExecutor) {
+        Row(
+            group: "concurrency", name: "await a group after async(group:) of an empty block (per await)", operations: 20_000,
+            unit: .microseconds,
+            contenders: [
+                Contender(name: "TKDispatchGroup.finished(), task on TKConcurrency.taskExecutor") { n in
+                    let group = TKDispatchGroup()
+                    let q = TKDispatchQueue.global()
+                    return awaitTimed {
+                        await withTaskExecutorPreference(TKConcurrency.taskExecutor) {
+                            for _ in 0..<n {
+                                q.async(group: group) {}
+                                try? await group.finished()
+                            }
+                        }
+                    }
+                },
+                Contender(name: "TKDispatchGroup.finished(), task on the default executor") { n in
+                    let group = TKDispatchGroup()
+                    let q = TKDispatchQueue.global()
+                    return awaitTimed {
                         for _ in 0..<n {
                             q.async(group: group) {}
                             try? await group.finished()
                         }
                     }
-                }
-            },
-            Contender(name: "TKDispatchGroup.finished(), task on the default executor") { n in
-                let group = TKDispatchGroup()
-                let q = TKDispatchQueue.global()
-                return awaitTimed {
-                    for _ in 0..<n {
-                        q.async(group: group) {}
-                        try? await group.finished()
-                    }
-                }
-            },
-            Contender(name: "DispatchGroup.notify + withCheckedContinuation") { n in
-                let group = DispatchGroup()
-                let q = DispatchQueue.global()
-                return awaitTimed {
-                    for _ in 0..<n {
-                        q.async(group: group) {}
-                        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                            group.notify(queue: q) { c.resume() }
+                },
+                Contender(name: "DispatchGroup.notify + withCheckedContinuation") { n in
+                    let group = DispatchGroup()
+                    let q = DispatchQueue.global()
+                    return awaitTimed {
+                        for _ in 0..<n {
+                            q.async(group: group) {}
+                            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                                group.notify(queue: q) { c.resume() }
+                            }
                         }
                     }
-                }
-            },
-        ], reference: "DispatchGroup.notify + withCheckedContinuation", target: "")
+                },
+            ], reference: "DispatchGroup.notify + withCheckedContinuation", target: "")
     }
 
     // MARK: Helpers

@@ -18,153 +18,205 @@ import ThreadKit
 
 enum DispatchBenchmarks {
     static func rows() -> [Row] {
-        [globalAsync(), serialAsync(), hop(), groupEnterLeave(), semaphorePingPong(), concurrentPerform(),
-         manyQueues(), interactiveBehindBackground()]
+        [
+            globalAsync(), serialAsync(), hop(), groupEnterLeave(), semaphorePingPong(), concurrentPerform(),
+            manyQueues(), interactiveBehindBackground(),
+        ]
     }
 
     static func globalAsync() -> Row {
-        Row(group: "dispatch", name: "async empty blocks to a global queue (per block)", operations: 200_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKDispatchQueue.global()") { n in
-                let group = TKDispatchGroup()
-                let q = TKDispatchQueue.global()
-                return timed {
-                    for _ in 0..<n { q.async(group: group) {} }
-                    group.wait()
-                }
-            },
-            Contender(name: "DispatchQueue.global()") { n in
-                let group = DispatchGroup()
-                let q = DispatchQueue.global()
-                return timed {
-                    for _ in 0..<n { q.async(group: group) {} }
-                    group.wait()
-                }
-            },
-        ], reference: "DispatchQueue.global()", target: "≤ 0.5× (2× throughput)")
+        Row(
+            group: "dispatch", name: "async empty blocks to a global queue (per block)", operations: 200_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKDispatchQueue.global()") { n in
+                    let group = TKDispatchGroup()
+                    let q = TKDispatchQueue.global()
+                    return timed {
+                        for _ in 0..<n { q.async(group: group) {} }
+                        group.wait()
+                    }
+                },
+                Contender(name: "DispatchQueue.global()") { n in
+                    let group = DispatchGroup()
+                    let q = DispatchQueue.global()
+                    return timed {
+                        for _ in 0..<n { q.async(group: group) {} }
+                        group.wait()
+                    }
+                },
+            ], reference: "DispatchQueue.global()", target: "≤ 0.5× (2× throughput)")
     }
 
     static func serialAsync() -> Row {
-        Row(group: "dispatch", name: "async empty blocks to one serial queue (per block)", operations: 200_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKDispatchQueue serial") { n in
-                let q = TKDispatchQueue(label: "bench-serial")
-                return timed {
-                    for _ in 0..<n { q.async {} }
-                    q.sync {}
-                }
-            },
-            Contender(name: "DispatchQueue serial") { n in
-                let q = DispatchQueue(label: "bench-serial")
-                return timed {
-                    for _ in 0..<n { q.async {} }
-                    q.sync {}
-                }
-            },
-        ], reference: "DispatchQueue serial", target: "≤ 0.5× (2× throughput)")
+        Row(
+            group: "dispatch", name: "async empty blocks to one serial queue (per block)", operations: 200_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKDispatchQueue serial") { n in
+                    let q = TKDispatchQueue(label: "bench-serial")
+                    return timed {
+                        for _ in 0..<n { q.async {} }
+                        q.sync {}
+                    }
+                },
+                Contender(name: "DispatchQueue serial") { n in
+                    let q = DispatchQueue(label: "bench-serial")
+                    return timed {
+                        for _ in 0..<n { q.async {} }
+                        q.sync {}
+                    }
+                },
+            ], reference: "DispatchQueue serial", target: "≤ 0.5× (2× throughput)")
     }
 
     static func hop() -> Row {
-        Row(group: "dispatch", name: "ping-pong between two serial queues (per hop)", operations: 50_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKDispatchQueue") { n in
-                let a = TKDispatchQueue(label: "a"), b = TKDispatchQueue(label: "b")
-                let done = DispatchSemaphore(value: 0)
-                let count = Counter()   // touched by one hop at a time
-                @Sendable func step(_ onA: Bool) {
-                    count.value += 1
-                    if count.value == n { done.signal(); return }
-                    (onA ? b : a).async { step(!onA) }
-                }
-                return timed {
-                    a.async { step(true) }
-                    done.wait()
-                }
-            },
-            Contender(name: "DispatchQueue") { n in
-                let a = DispatchQueue(label: "a"), b = DispatchQueue(label: "b")
-                let done = DispatchSemaphore(value: 0)
-                let count = Counter()
-                @Sendable func step(_ onA: Bool) {
-                    count.value += 1
-                    if count.value == n { done.signal(); return }
-                    (onA ? b : a).async { step(!onA) }
-                }
-                return timed {
-                    a.async { step(true) }
-                    done.wait()
-                }
-            },
-        ], reference: "DispatchQueue", target: "≤ 0.8×")
+        Row(
+            group: "dispatch", name: "ping-pong between two serial queues (per hop)", operations: 50_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKDispatchQueue") { n in
+                    let a = TKDispatchQueue(label: "a")
+                    let b = TKDispatchQueue(label: "b")
+                    let done = DispatchSemaphore(value: 0)
+                    let count = Counter() // touched by one hop at a time
+                    @Sendable func step(_ onA: Bool) {
+                        count.value += 1
+                        if count.value == n {
+                            done.signal()
+                            return
+                        }
+                        (onA ? b : a).async { step(!onA) }
+                    }
+                    return timed {
+                        a.async { step(true) }
+                        done.wait()
+                    }
+                },
+                Contender(name: "DispatchQueue") { n in
+                    let a = DispatchQueue(label: "a")
+                    let b = DispatchQueue(label: "b")
+                    let done = DispatchSemaphore(value: 0)
+                    let count = Counter()
+                    @Sendable func step(_ onA: Bool) {
+                        count.value += 1
+                        if count.value == n {
+                            done.signal()
+                            return
+                        }
+                        (onA ? b : a).async { step(!onA) }
+                    }
+                    return timed {
+                        a.async { step(true) }
+                        done.wait()
+                    }
+                },
+            ], reference: "DispatchQueue", target: "≤ 0.8×")
     }
 
     static func groupEnterLeave() -> Row {
-        Row(group: "dispatch", name: "group enter + leave", operations: 2_000_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKDispatchGroup") { n in
-                let g = TKDispatchGroup()
-                return timed { for _ in 0..<n { g.enter(); g.leave() } }
-            },
-            Contender(name: "DispatchGroup") { n in
-                let g = DispatchGroup()
-                return timed { for _ in 0..<n { g.enter(); g.leave() } }
-            },
-        ], reference: "DispatchGroup", target: "≤ 1.0×")
+        Row(
+            group: "dispatch", name: "group enter + leave", operations: 2_000_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKDispatchGroup") { n in
+                    let g = TKDispatchGroup()
+                    return timed {
+                        for _ in 0..<n {
+                            g.enter()
+                            g.leave()
+                        }
+                    }
+                },
+                Contender(name: "DispatchGroup") { n in
+                    let g = DispatchGroup()
+                    return timed {
+                        for _ in 0..<n {
+                            g.enter()
+                            g.leave()
+                        }
+                    }
+                },
+            ], reference: "DispatchGroup", target: "≤ 1.0×")
     }
 
     static func semaphorePingPong() -> Row {
-        Row(group: "dispatch", name: "semaphore ping-pong between two threads (round trip)", operations: 20_000, unit: .microseconds, contenders: [
-            Contender(name: "TKDispatchSemaphore") { n in
-                let ping = TKDispatchSemaphore(value: 0), pong = TKDispatchSemaphore(value: 0)
-                return parallel(2) { me in
-                    for _ in 0..<n {
-                        if me == 0 { ping.signal(); pong.wait() } else { ping.wait(); pong.signal() }
+        Row(
+            group: "dispatch", name: "semaphore ping-pong between two threads (round trip)", operations: 20_000, unit: .microseconds,
+            contenders: [
+                Contender(name: "TKDispatchSemaphore") { n in
+                    let ping = TKDispatchSemaphore(value: 0)
+                    let pong = TKDispatchSemaphore(value: 0)
+                    return parallel(2) { me in
+                        for _ in 0..<n {
+                            if me == 0 {
+                                ping.signal()
+                                pong.wait()
+                            } else {
+                                ping.wait()
+                                pong.signal()
+                            }
+                        }
                     }
-                }
-            },
-            Contender(name: "DispatchSemaphore") { n in
-                let ping = DispatchSemaphore(value: 0), pong = DispatchSemaphore(value: 0)
-                return parallel(2) { me in
-                    for _ in 0..<n {
-                        if me == 0 { ping.signal(); pong.wait() } else { ping.wait(); pong.signal() }
+                },
+                Contender(name: "DispatchSemaphore") { n in
+                    let ping = DispatchSemaphore(value: 0)
+                    let pong = DispatchSemaphore(value: 0)
+                    return parallel(2) { me in
+                        for _ in 0..<n {
+                            if me == 0 {
+                                ping.signal()
+                                pong.wait()
+                            } else {
+                                ping.wait()
+                                pong.signal()
+                            }
+                        }
                     }
-                }
-            },
-        ], reference: "DispatchSemaphore", target: "≤ 0.5×")
+                },
+            ], reference: "DispatchSemaphore", target: "≤ 0.5×")
     }
 
     static func concurrentPerform() -> Row {
-        Row(group: "dispatch", name: "concurrentPerform, 10^6 trivial iterations (per iteration)", operations: 1_000_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKDispatchQueue.concurrentPerform") { n in
-                let sum = Atomic<Int>(0)
-                return timed {
-                    TKDispatchQueue.concurrentPerform(iterations: n) { i in if i & 0xFFFF == 0 { sum.wrappingAdd(1, ordering: .relaxed) } }
-                }
-            },
-            Contender(name: "DispatchQueue.concurrentPerform") { n in
-                let sum = Atomic<Int>(0)
-                return timed {
-                    DispatchQueue.concurrentPerform(iterations: n) { i in if i & 0xFFFF == 0 { sum.wrappingAdd(1, ordering: .relaxed) } }
-                }
-            },
-        ], reference: "DispatchQueue.concurrentPerform", target: "≤ 1.0×")
+        Row(
+            group: "dispatch", name: "concurrentPerform, 10^6 trivial iterations (per iteration)", operations: 1_000_000,
+            unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKDispatchQueue.concurrentPerform") { n in
+                    let sum = Atomic<Int>(0)
+                    return timed {
+                        TKDispatchQueue.concurrentPerform(iterations: n) { i in
+                            if i & 0xFFFF == 0 { sum.wrappingAdd(1, ordering: .relaxed) }
+                        }
+                    }
+                },
+                Contender(name: "DispatchQueue.concurrentPerform") { n in
+                    let sum = Atomic<Int>(0)
+                    return timed {
+                        DispatchQueue.concurrentPerform(iterations: n) { i in if i & 0xFFFF == 0 { sum.wrappingAdd(1, ordering: .relaxed) }
+                        }
+                    }
+                },
+            ], reference: "DispatchQueue.concurrentPerform", target: "≤ 1.0×")
     }
 
     static func manyQueues() -> Row {
-        Row(group: "dispatch", name: "blocks across 1,000 serial queues (per block)", operations: 200_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKDispatchQueue ×1000") { n in
-                let queues = (0..<1_000).map { TKDispatchQueue(label: "q\($0)") }
-                let group = TKDispatchGroup()
-                return timed {
-                    for i in 0..<n { queues[i % 1_000].async(group: group) {} }
-                    group.wait()
-                }
-            },
-            Contender(name: "DispatchQueue ×1000") { n in
-                let queues = (0..<1_000).map { DispatchQueue(label: "q\($0)") }
-                let group = DispatchGroup()
-                return timed {
-                    for i in 0..<n { queues[i % 1_000].async(group: group) {} }
-                    group.wait()
-                }
-            },
-        ], reference: "DispatchQueue ×1000", target: "")
+        Row(
+            group: "dispatch", name: "blocks across 1,000 serial queues (per block)", operations: 200_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKDispatchQueue ×1000") { n in
+                    let queues = (0..<1_000).map { TKDispatchQueue(label: "q\($0)") }
+                    let group = TKDispatchGroup()
+                    return timed {
+                        for i in 0..<n { queues[i % 1_000].async(group: group) {} }
+                        group.wait()
+                    }
+                },
+                Contender(name: "DispatchQueue ×1000") { n in
+                    let queues = (0..<1_000).map { DispatchQueue(label: "q\($0)") }
+                    let group = DispatchGroup()
+                    return timed {
+                        for i in 0..<n { queues[i % 1_000].async(group: group) {} }
+                        group.wait()
+                    }
+                },
+            ], reference: "DispatchQueue ×1000", target: "")
     }
 
     /// Per operation: the latency from submitting an interactive item behind 200 background items
@@ -172,14 +224,17 @@ enum DispatchBenchmarks {
     /// as median × n, so the harness's per-operation figure is that median). A mean let one
     /// 1–4 ms scheduling outlier of the 2-core VM, on either side, decide a round.
     static func interactiveBehindBackground() -> Row {
-        Row(group: "dispatch", name: "interactive item behind a background flood (start latency, median)", operations: 30, unit: .microseconds, contenders: [
-            Contender(name: "TKDispatchQueue") { n in
-                medianTimesCount((0..<n).map { _ in interactiveSample(ours: true) }.map { Double($0.started - $0.submitted) })
-            },
-            Contender(name: "DispatchQueue") { n in
-                medianTimesCount((0..<n).map { _ in interactiveSample(ours: false) }.map { Double($0.started - $0.submitted) })
-            },
-        ], reference: "DispatchQueue", target: "≤ 1.0×, fewer threads")
+        Row(
+            group: "dispatch", name: "interactive item behind a background flood (start latency, median)", operations: 30,
+            unit: .microseconds,
+            contenders: [
+                Contender(name: "TKDispatchQueue") { n in
+                    medianTimesCount((0..<n).map { _ in interactiveSample(ours: true) }.map { Double($0.started - $0.submitted) })
+                },
+                Contender(name: "DispatchQueue") { n in
+                    medianTimesCount((0..<n).map { _ in interactiveSample(ours: false) }.map { Double($0.started - $0.submitted) })
+                },
+            ], reference: "DispatchQueue", target: "≤ 1.0×, fewer threads")
     }
 
     /// One item of the row above: 200 background items of ~50 µs, then an interactive item; returns
@@ -242,19 +297,43 @@ enum DispatchBenchmarks {
         // Each side in a fresh process, so neither pool has threads left over from earlier rows.
         let (tkTime, tkPeak) = blockingInChild("tk")
         let (gcdTime, gcdPeak) = blockingInChild("gcd")
-        print(String(format: "| 8 items blocking 1 s each, fresh process (wall time, peak threads of the process) | TKDispatchQueue | %.2f s, %d threads | < 1.5 s |", tkTime, tkPeak))
+        print(
+            String(
+                format:
+                    "| 8 items blocking 1 s each, fresh process (wall time, peak threads of the process) | TKDispatchQueue | %.2f s, %d threads | < 1.5 s |",
+                tkTime, tkPeak))
         print(String(format: "| | DispatchQueue | %.2f s, %d threads | |", gcdTime, gcdPeak))
         let (tkReadTime, tkReadPeak) = blockingInChild("tk-read")
         let (gcdReadTime, gcdReadPeak) = blockingInChild("gcd-read")
-        print(String(format: "| 8 items blocked in read(2) on a pipe, a 9th item writes their bytes, fresh process (wall time, peak threads) | TKDispatchQueue | %.3f s, %d threads | < 0.1 s |", tkReadTime, tkReadPeak))
+        print(
+            String(
+                format:
+                    "| 8 items blocked in read(2) on a pipe, a 9th item writes their bytes, fresh process (wall time, peak threads) | TKDispatchQueue | %.3f s, %d threads | < 0.1 s |",
+                tkReadTime, tkReadPeak))
         print(String(format: "| | DispatchQueue | %.3f s, %d threads | |", gcdReadTime, gcdReadPeak))
         let tkFlood = backgroundBehindFlood(
-            submitFlood: { n, finished in for _ in 0..<n { TKDispatchQueue.global(qos: .userInteractive).async { spin(20); finished.value.wrappingAdd(1, ordering: .relaxed) } } },
+            submitFlood: { n, finished in
+                for _ in 0..<n {
+                    TKDispatchQueue.global(qos: .userInteractive).async {
+                        spin(20)
+                        finished.value.wrappingAdd(1, ordering: .relaxed)
+                    }
+                }
+            },
             submitBackground: { body in TKDispatchQueue.global(qos: .background).async(execute: body) })
         let gcdFlood = backgroundBehindFlood(
-            submitFlood: { n, finished in for _ in 0..<n { DispatchQueue.global(qos: .userInteractive).async { spin(20); finished.value.wrappingAdd(1, ordering: .relaxed) } } },
+            submitFlood: { n, finished in
+                for _ in 0..<n {
+                    DispatchQueue.global(qos: .userInteractive).async {
+                        spin(20)
+                        finished.value.wrappingAdd(1, ordering: .relaxed)
+                    }
+                }
+            },
             submitBackground: { body in DispatchQueue.global(qos: .background).async(execute: body) })
-        print("| background item behind 2,000 interactive items (flood items done when it started) | TKDispatchQueue | \(tkFlood) of 2000 | most of them |")
+        print(
+            "| background item behind 2,000 interactive items (flood items done when it started) | TKDispatchQueue | \(tkFlood) of 2000 | most of them |"
+        )
         print("| | DispatchQueue | \(gcdFlood) of 2000 | |")
         print("")
     }
@@ -270,7 +349,8 @@ enum DispatchBenchmarks {
         let data = out.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         let fields = String(decoding: data, as: UTF8.self).split(separator: " ")
-        guard fields.count == 2, let seconds = Double(fields[0]), let peak = Int(fields[1].trimmingCharacters(in: .whitespacesAndNewlines)) else { return (-1, -1) }
+        guard fields.count == 2, let seconds = Double(fields[0]), let peak = Int(fields[1].trimmingCharacters(in: .whitespacesAndNewlines))
+        else { return (-1, -1) }
         return (seconds, peak)
     }
 
@@ -281,14 +361,25 @@ enum DispatchBenchmarks {
             print(String(format: "%.3f %d", seconds, peak))
             return 0
         }
-        let (seconds, peak) = kind == "tk"
+        let (seconds, peak) =
+            kind == "tk"
             ? blocking { done in
                 let s = TKDispatchSemaphore(value: 0)
-                for _ in 0..<8 { TKDispatchQueue.global().async { _ = s.wait(until: .now + .seconds(1)); done.signal() } }
+                for _ in 0..<8 {
+                    TKDispatchQueue.global().async {
+                        _ = s.wait(until: .now + .seconds(1))
+                        done.signal()
+                    }
+                }
             }
             : blocking { done in
                 let s = DispatchSemaphore(value: 0)
-                for _ in 0..<8 { DispatchQueue.global().async { _ = s.wait(timeout: .now() + 1); done.signal() } }
+                for _ in 0..<8 {
+                    DispatchQueue.global().async {
+                        _ = s.wait(timeout: .now() + 1)
+                        done.signal()
+                    }
+                }
             }
         print(String(format: "%.3f %d", seconds, peak))
         return 0
@@ -344,8 +435,10 @@ enum DispatchBenchmarks {
 
     final class AtomicCount: Sendable { let value = Atomic<Int>(0) }
 
-    private static func backgroundBehindFlood(submitFlood: (Int, AtomicCount) -> Void,
-                                              submitBackground: (@escaping @Sendable () -> Void) -> Void) -> Int {
+    private static func backgroundBehindFlood(
+        submitFlood: (Int, AtomicCount) -> Void,
+        submitBackground: (@escaping @Sendable () -> Void) -> Void
+    ) -> Int {
         let finished = AtomicCount()
         let seen = Atomic<Int>(-1)
         submitFlood(2_000, finished)

@@ -54,10 +54,14 @@ struct Harness {
             let medians = medians(row)
             let referenceIndex = row.contenders.firstIndex { $0.name == row.reference } ?? 0
             for (i, c) in row.contenders.enumerated() {
-                let ratio = i == referenceIndex ? "1.00"
-                    : row.unit.isThroughput ? String(format: "%.2f× %@'s throughput", medians[referenceIndex] / medians[i], row.reference)
-                    : String(format: "%.2f× %@", medians[i] / medians[referenceIndex], row.reference)
-                print("| \(i == 0 ? row.name : "") | \(c.name) | \(format(medians[i], row.unit)) | \(ratio) | \(i == 0 ? row.target : "") |")
+                let ratio =
+                    i == referenceIndex
+                    ? "1.00"
+                    : row.unit.isThroughput
+                        ? String(format: "%.2f× %@'s throughput", medians[referenceIndex] / medians[i], row.reference)
+                        : String(format: "%.2f× %@", medians[i] / medians[referenceIndex], row.reference)
+                print(
+                    "| \(i == 0 ? row.name : "") | \(c.name) | \(format(medians[i], row.unit)) | \(ratio) | \(i == 0 ? row.target : "") |")
             }
             fflush(nil)
         }
@@ -70,10 +74,13 @@ struct Harness {
         // profiling one side); the others read as NaN.
         let only = ProcessInfo.processInfo.environment["TKBENCH_CONTENDER"]
         func skipped(_ c: Contender) -> Bool { only.map { !c.name.contains($0) } ?? false }
-        for c in row.contenders where !skipped(c) { _ = c.measure(max(1, row.operations / 10)) }   // warm-up
+        for c in row.contenders where !skipped(c) { _ = c.measure(max(1, row.operations / 10)) } // warm-up
         for _ in 0..<rounds {
             for (i, c) in row.contenders.enumerated() {
-                if skipped(c) { samples[i].append(.nan); continue }
+                if skipped(c) {
+                    samples[i].append(.nan)
+                    continue
+                }
                 samples[i].append(c.measure(row.operations) / Double(row.operations))
             }
         }

@@ -154,13 +154,16 @@ enum IOBenchmarks {
     static func rows() -> [Row] {
         let tk = BenchLoop()
         let nio = RunLoopBenchmarks.group.next()
-        return [echoClient(tk, nio), echoBesideIdleConnections(), echoServer(tk, nio),
-                bulkSend(tk, nio), bulkReceive(tk, nio)]
+        return [
+            echoClient(tk, nio), echoBesideIdleConnections(), echoServer(tk, nio),
+            bulkSend(tk, nio), bulkReceive(tk, nio),
+        ]
     }
 
     /// Each contender's client, connected over loopback to a blocking peer of its own.
     static func clients(_ tk: BenchLoop, _ nio: any EventLoop, peers role: BlockingPeer.Role)
-        -> (TKClient, BlockingPeer, NIOClient, BlockingPeer, FileHandleClient, BlockingPeer) {
+        -> (TKClient, BlockingPeer, NIOClient, BlockingPeer, FileHandleClient, BlockingPeer)
+    {
         let (listener, port) = Loopback.listener()
         defer { close(listener) }
         let tkClient = TKClient(loop: tk.loop, port: port)
@@ -177,11 +180,13 @@ enum IOBenchmarks {
 
     static func echoClient(_ tk: BenchLoop, _ nio: any EventLoop) -> Row {
         let (tkClient, _, nioClient, _, fdClient, _) = clients(tk, nio, peers: .echo)
-        return Row(group: "io", name: "echo round trip, 64 B (client on the loop, blocking echo peer)", operations: 20_000, unit: .microseconds, contenders: [
-            Contender(name: "TKStream on TKRunLoop") { n in tkClient.echo(n) },
-            Contender(name: "NIO channel") { n in nioClient.echo(n) },
-            Contender(name: "Foundation FileHandle.readabilityHandler") { n in fdClient.echo(n) },
-        ], reference: "NIO channel", target: "≤ 1.0× NIO")
+        return Row(
+            group: "io", name: "echo round trip, 64 B (client on the loop, blocking echo peer)", operations: 20_000, unit: .microseconds,
+            contenders: [
+                Contender(name: "TKStream on TKRunLoop") { n in tkClient.echo(n) },
+                Contender(name: "NIO channel") { n in nioClient.echo(n) },
+                Contender(name: "Foundation FileHandle.readabilityHandler") { n in fdClient.echo(n) },
+            ], reference: "NIO channel", target: "≤ 1.0× NIO")
     }
 
     /// The echo client of the row above, alone on its loop and beside 1,000 and 10,000 idle
@@ -203,9 +208,10 @@ enum IOBenchmarks {
             let name = count == 0 ? "TKStream echo client, no idle connections" : "beside \(count.formatted()) idle connections"
             return Contender(name: name) { n in withExtendedLifetime(idle) { client.echo(n) } }
         }
-        return Row(group: "io", name: "echo round trip, 64 B, beside idle connections on the loop (events/s = 10⁶ / µs)", operations: 20_000,
-                   unit: .microseconds, contenders: contenders, reference: contenders[0].name,
-                   target: "10,000 idle: ≥ 0.8× the events/s (≤ 1.25× the time) of no idle")
+        return Row(
+            group: "io", name: "echo round trip, 64 B, beside idle connections on the loop (events/s = 10⁶ / µs)", operations: 20_000,
+            unit: .microseconds, contenders: contenders, reference: contenders[0].name,
+            target: "10,000 idle: ≥ 0.8× the events/s (≤ 1.25× the time) of no idle")
     }
 
     /// Lifts the soft descriptor limit to at least `needed` (up to the hard limit); stops with a
@@ -216,8 +222,10 @@ enum IOBenchmarks {
         guard limit.rlim_cur < rlim_t(needed) else { return }
         limit.rlim_cur = min(limit.rlim_max, rlim_t(needed))
         setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-        precondition(limit.rlim_cur >= rlim_t(needed),
-                     "tkbench io: the idle-connections row needs \(needed) descriptors; the hard limit is \(limit.rlim_max). Fix: ulimit -Hn \(needed)")
+        precondition(
+            limit.rlim_cur >= rlim_t(needed),
+            "tkbench io: the idle-connections row needs \(needed) descriptors; the hard limit is \(limit.rlim_max). Fix: ulimit -Hn \(needed)"
+        )
     }
 
     static func echoServer(_ tk: BenchLoop, _ nio: any EventLoop) -> Row {
@@ -232,29 +240,58 @@ enum IOBenchmarks {
         let fdPeer = Loopback.connect(port: port)
         let fdServer = FileHandleClient(fd: Loopback.accept(listener), echoes: true)
         close(listener)
-        return Row(group: "io", name: "echo server round trip, 64 B (server on the loop, blocking client)", operations: 20_000, unit: .microseconds, contenders: [
-            Contender(name: "TKSocketListener + TKStream") { n in withExtendedLifetime(tkServer) { blockingEcho(tkPeer, n) } },
-            Contender(name: "NIO ServerBootstrap") { n in blockingEcho(nioPeer, n) },
-            Contender(name: "Foundation FileHandle.readabilityHandler") { n in withExtendedLifetime(fdServer) { blockingEcho(fdPeer, n) } },
-        ], reference: "NIO ServerBootstrap", target: "≤ 1.0× NIO")
+        return Row(
+            group: "io", name: "echo server round trip, 64 B (server on the loop, blocking client)", operations: 20_000,
+            unit: .microseconds,
+            contenders: [
+                Contender(name: "TKSocketListener + TKStream") { n in withExtendedLifetime(tkServer) { blockingEcho(tkPeer, n) } },
+                Contender(name: "NIO ServerBootstrap") { n in blockingEcho(nioPeer, n) },
+                Contender(name: "Foundation FileHandle.readabilityHandler") { n in
+                    withExtendedLifetime(fdServer) { blockingEcho(fdPeer, n) }
+                },
+            ], reference: "NIO ServerBootstrap", target: "≤ 1.0× NIO")
     }
 
     static func bulkSend(_ tk: BenchLoop, _ nio: any EventLoop) -> Row {
         let (tkClient, tkPeer, nioClient, nioPeer, fdClient, fdPeer) = clients(tk, nio, peers: .sink)
-        return Row(group: "io", name: "bulk send, 64 KiB writes (per MiB)", operations: 64, unit: .mebibytesPerSecond, contenders: [
-            Contender(name: "TKOutputStream on TKRunLoop") { n in tkPeer.expect(n * mebibyte); return timed { tkClient.send(n * mebibyte); tkPeer.awaitSunk() } },
-            Contender(name: "NIO channel") { n in nioPeer.expect(n * mebibyte); return timed { nioClient.send(n * mebibyte); nioPeer.awaitSunk() } },
-            Contender(name: "Foundation FileHandle.write") { n in fdPeer.expect(n * mebibyte); return timed { fdClient.send(n * mebibyte); fdPeer.awaitSunk() } },
-        ], reference: "NIO channel", target: "≥ 0.9× NIO, ≥ 2× Foundation")
+        return Row(
+            group: "io", name: "bulk send, 64 KiB writes (per MiB)", operations: 64, unit: .mebibytesPerSecond,
+            contenders: [
+                Contender(name: "TKOutputStream on TKRunLoop") { n in
+                    tkPeer.expect(n * mebibyte)
+                    return timed {
+                        tkClient.send(n * mebibyte)
+                        tkPeer.awaitSunk()
+                    }
+                },
+                Contender(name: "NIO channel") { n in
+                    nioPeer.expect(n * mebibyte)
+                    return timed {
+                        nioClient.send(n * mebibyte)
+                        nioPeer.awaitSunk()
+                    }
+                },
+                Contender(name: "Foundation FileHandle.write") { n in
+                    fdPeer.expect(n * mebibyte)
+                    return timed {
+                        fdClient.send(n * mebibyte)
+                        fdPeer.awaitSunk()
+                    }
+                },
+            ], reference: "NIO channel", target: "≥ 0.9× NIO, ≥ 2× Foundation")
     }
 
     static func bulkReceive(_ tk: BenchLoop, _ nio: any EventLoop) -> Row {
         let (tkClient, tkPeer, nioClient, nioPeer, fdClient, fdPeer) = clients(tk, nio, peers: .source)
-        return Row(group: "io", name: "bulk receive (per MiB)", operations: 64, unit: .mebibytesPerSecond, contenders: [
-            Contender(name: "TKInputStream on TKRunLoop") { n in tkClient.receive(n * mebibyte) { tkPeer.send(n * mebibyte) } },
-            Contender(name: "NIO channel") { n in nioClient.receive(n * mebibyte) { nioPeer.send(n * mebibyte) } },
-            Contender(name: "Foundation FileHandle.readabilityHandler") { n in fdClient.receive(n * mebibyte) { fdPeer.send(n * mebibyte) } },
-        ], reference: "NIO channel", target: "≥ 0.9× NIO, ≥ 2× Foundation")
+        return Row(
+            group: "io", name: "bulk receive (per MiB)", operations: 64, unit: .mebibytesPerSecond,
+            contenders: [
+                Contender(name: "TKInputStream on TKRunLoop") { n in tkClient.receive(n * mebibyte) { tkPeer.send(n * mebibyte) } },
+                Contender(name: "NIO channel") { n in nioClient.receive(n * mebibyte) { nioPeer.send(n * mebibyte) } },
+                Contender(name: "Foundation FileHandle.readabilityHandler") { n in
+                    fdClient.receive(n * mebibyte) { fdPeer.send(n * mebibyte) }
+                },
+            ], reference: "NIO channel", target: "≥ 0.9× NIO, ≥ 2× Foundation")
     }
 
     /// n round trips of 64 bytes from this thread over a blocking socket.
@@ -275,8 +312,8 @@ enum IOBenchmarks {
 /// Fields: loop thread only, except `done` (a semaphore) and the set-up before a measurement,
 /// which happens-before the loop sees it through the contender's own hand-off.
 final class Tally: @unchecked Sendable {
-    var remaining = 0          // echo: round trips left; receive: bytes left
-    var partial = 0            // echo: bytes of the current reply received
+    var remaining = 0 // echo: round trips left; receive: bytes left
+    var partial = 0 // echo: bytes of the current reply received
     let done = DispatchSemaphore(value: 0)
 
     /// Counts `bytes` received; returns true when an echo round trip completed and another is due.
@@ -294,7 +331,10 @@ final class Tally: @unchecked Sendable {
     func received(_ bytes: Int) {
         guard remaining > 0 else { return }
         remaining -= bytes
-        if remaining <= 0 { remaining = 0; done.signal() }
+        if remaining <= 0 {
+            remaining = 0
+            done.signal()
+        }
     }
 }
 
@@ -327,7 +367,10 @@ final class TKClient: TKStreamDelegate, @unchecked Sendable {
         }
     }
 
-    func awaitOpen() { opened.wait(); opened.wait() }
+    func awaitOpen() {
+        opened.wait()
+        opened.wait()
+    }
 
     func stream(_ aStream: TKStream, handle eventCode: TKStream.Event) {
         if eventCode.contains(.openCompleted) { opened.signal() }
@@ -385,12 +428,18 @@ final class TKClient: TKStreamDelegate, @unchecked Sendable {
     }
 
     func send(_ bytes: Int) {
-        loop.perform { [self] in toSend = bytes; pump() }
+        loop.perform { [self] in
+            toSend = bytes
+            pump()
+        }
     }
 
     func receive(_ bytes: Int, start: () -> Void) -> Double {
         prepare(echoing: false, remaining: bytes)
-        return timed { start(); tally.done.wait() }
+        return timed {
+            start()
+            tally.done.wait()
+        }
     }
 }
 
@@ -399,7 +448,7 @@ final class TKClient: TKStreamDelegate, @unchecked Sendable {
 final class TKEchoServer: @unchecked Sendable {
     let listener: TKSocketListener
     var port: UInt16 { listener.port }
-    private var connections: [Connection] = []   // loop thread only
+    private var connections: [Connection] = [] // loop thread only
 
     final class Connection: TKStreamDelegate, @unchecked Sendable {
         let input: TKInputStream, output: TKOutputStream
@@ -411,12 +460,12 @@ final class TKEchoServer: @unchecked Sendable {
                 let n = input.read(buffer, maxLength: ioChunk)
                 if n <= 0 { return }
                 var sent = 0
-                while sent < n {   // 64-byte messages: the socket buffer always has room
+                while sent < n { // 64-byte messages: the socket buffer always has room
                     let w = output.write(buffer + sent, maxLength: n - sent)
                     precondition(w > 0, "tkbench: echo server write failed")
                     sent += w
                 }
-                if n < ioChunk || !input.hasBytesAvailable { return }   // drained; the read re-armed the event
+                if n < ioChunk || !input.hasBytesAvailable { return } // drained; the read re-armed the event
             }
         }
     }
@@ -435,7 +484,10 @@ final class TKEchoServer: @unchecked Sendable {
         }
         box.server = self
         let scheduled = DispatchSemaphore(value: 0)
-        loop.perform { [listener] in listener.schedule(in: loop, forMode: .default); scheduled.signal() }
+        loop.perform { [listener] in
+            listener.schedule(in: loop, forMode: .default)
+            scheduled.signal()
+        }
         scheduled.wait()
     }
     final class Box: @unchecked Sendable { weak var server: TKEchoServer? }
@@ -445,7 +497,7 @@ final class TKEchoServer: @unchecked Sendable {
 /// pair scheduled in the default mode and opened (the output's first hasSpaceAvailable is heard
 /// once; after that nothing is ever ready). Made on the loop's thread; kept until released.
 final class IdleConnections: TKStreamDelegate, @unchecked Sendable {
-    private var streams: [TKStream] = []   // written on the loop's thread before `init` returns
+    private var streams: [TKStream] = [] // written on the loop's thread before `init` returns
 
     init(_ count: Int, on loop: TKRunLoop) {
         guard count > 0 else { return }
@@ -489,7 +541,7 @@ final class NIOClient: @unchecked Sendable {
         var context: ChannelHandlerContext!
         var message: ByteBuffer!
         var chunk: ByteBuffer!
-        var toSend = 0                // loop thread only
+        var toSend = 0 // loop thread only
         var echoing = false
 
         func handlerAdded(context: ChannelHandlerContext) {
@@ -541,12 +593,21 @@ final class NIOClient: @unchecked Sendable {
     }
 
     func send(_ bytes: Int) {
-        channel.eventLoop.execute { [handler] in handler.toSend = bytes; handler.pump() }
+        channel.eventLoop.execute { [handler] in
+            handler.toSend = bytes
+            handler.pump()
+        }
     }
 
     func receive(_ bytes: Int, start: () -> Void) -> Double {
-        try! channel.eventLoop.submit { [handler] in handler.echoing = false; handler.tally.remaining = bytes }.wait()
-        return timed { start(); handler.tally.done.wait() }
+        try! channel.eventLoop.submit { [handler] in
+            handler.echoing = false
+            handler.tally.remaining = bytes
+        }.wait()
+        return timed {
+            start()
+            handler.tally.done.wait()
+        }
     }
 }
 
@@ -590,7 +651,10 @@ final class FileHandleClient: @unchecked Sendable {
         echoing.store(true, ordering: .relaxed)
         tally.remaining = n
         tally.partial = 0
-        return timed { handle.write(message); tally.done.wait() }
+        return timed {
+            handle.write(message)
+            tally.done.wait()
+        }
     }
 
     /// Foundation's send is a blocking write; made from the driver thread.
@@ -606,6 +670,9 @@ final class FileHandleClient: @unchecked Sendable {
     func receive(_ bytes: Int, start: () -> Void) -> Double {
         echoing.store(false, ordering: .relaxed)
         tally.remaining = bytes
-        return timed { start(); tally.done.wait() }
+        return timed {
+            start()
+            tally.done.wait()
+        }
     }
 }

@@ -6,23 +6,50 @@ import ThreadKit
 
 enum IdleBenchmarks {
     static func rows() -> [Row] {
-        [Row(group: "idle", name: "CPU while a waiter idles 0.3 s", operations: 1, unit: .millisecondsPerSecond, contenders: [
-            Contender(name: "TKCondition.wait") { _ in
-                let c = TKCondition(), go = Counter()
-                return idleCPU { c.lock(); while go.value == 0 { c.wait() }; c.unlock() }
-                    release: { c.lock(); go.value = 1; c.signal(); c.unlock() }
-            },
-            Contender(name: "TKLock.lock behind a holder") { _ in
-                let lock = TKLock()
-                lock.lock()
-                return idleCPU { lock.lock(); lock.unlock() } release: { lock.unlock() }
-            },
-            Contender(name: "NSCondition.wait") { _ in
-                let c = NSCondition(), go = Counter()
-                return idleCPU { c.lock(); while go.value == 0 { c.wait() }; c.unlock() }
-                    release: { c.lock(); go.value = 1; c.signal(); c.unlock() }
-            },
-        ], reference: "NSCondition.wait", target: "≈ 0 (no busy spinning)")]
+        [
+            Row(
+                group: "idle", name: "CPU while a waiter idles 0.3 s", operations: 1, unit: .millisecondsPerSecond,
+                contenders: [
+                    Contender(name: "TKCondition.wait") { _ in
+                        let c = TKCondition()
+                        let go = Counter()
+                        return idleCPU {
+                            c.lock()
+                            while go.value == 0 { c.wait() }
+                            c.unlock()
+                        } release: {
+                            c.lock()
+                            go.value = 1
+                            c.signal()
+                            c.unlock()
+                        }
+                    },
+                    Contender(name: "TKLock.lock behind a holder") { _ in
+                        let lock = TKLock()
+                        lock.lock()
+                        return idleCPU {
+                            lock.lock()
+                            lock.unlock()
+                        } release: {
+                            lock.unlock()
+                        }
+                    },
+                    Contender(name: "NSCondition.wait") { _ in
+                        let c = NSCondition()
+                        let go = Counter()
+                        return idleCPU {
+                            c.lock()
+                            while go.value == 0 { c.wait() }
+                            c.unlock()
+                        } release: {
+                            c.lock()
+                            go.value = 1
+                            c.signal()
+                            c.unlock()
+                        }
+                    },
+                ], reference: "NSCondition.wait", target: "≈ 0 (no busy spinning)")
+        ]
     }
 
     /// Starts `waiter` on a thread, lets it wait 0.3 s, calls `release`, and returns the process

@@ -11,13 +11,39 @@ enum LockBenchmarks {
     }
 
     static func uncontended() -> Row {
-        let tk = TKLock(), ns = NSLock(), pm = PThreadMutex(), mutex = Mutex<Int>(0)
-        return Row(group: "locks", name: "uncontended lock+unlock", operations: 2_000_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKLock") { n in timed { for _ in 0..<n { tk.lock(); tk.unlock() } } },
-            Contender(name: "NSLock") { n in timed { for _ in 0..<n { ns.lock(); ns.unlock() } } },
-            Contender(name: "pthread_mutex") { n in timed { for _ in 0..<n { pthread_mutex_lock(&pm.mutex); pthread_mutex_unlock(&pm.mutex) } } },
-            Contender(name: "Synchronization.Mutex") { n in timed { for _ in 0..<n { mutex.withLock { $0 &+= 1 } } } },
-        ], reference: "NSLock", target: "≤ 0.6× NSLock and ≤ 1.0× Mutex")
+        let tk = TKLock()
+        let ns = NSLock()
+        let pm = PThreadMutex()
+        let mutex = Mutex<Int>(0)
+        return Row(
+            group: "locks", name: "uncontended lock+unlock", operations: 2_000_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKLock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            tk.lock()
+                            tk.unlock()
+                        }
+                    }
+                },
+                Contender(name: "NSLock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            ns.lock()
+                            ns.unlock()
+                        }
+                    }
+                },
+                Contender(name: "pthread_mutex") { n in
+                    timed {
+                        for _ in 0..<n {
+                            pthread_mutex_lock(&pm.mutex)
+                            pthread_mutex_unlock(&pm.mutex)
+                        }
+                    }
+                },
+                Contender(name: "Synchronization.Mutex") { n in timed { for _ in 0..<n { mutex.withLock { $0 &+= 1 } } } },
+            ], reference: "NSLock", target: "≤ 0.6× NSLock and ≤ 1.0× Mutex")
     }
 
     static func contended() -> Row {
@@ -29,47 +55,135 @@ enum LockBenchmarks {
                 return elapsed
             }
         }
-        let tk = TKLock(), ns = NSLock(), pm = PThreadMutex(), mutex = Mutex<Int>(0)
-        return Row(group: "locks", name: "2 threads contending (per op)", operations: 1_000_000, unit: .nanoseconds, contenders: [
-            contender("TKLock") { c in tk.lock(); c.value += 1; tk.unlock() },
-            contender("NSLock") { c in ns.lock(); c.value += 1; ns.unlock() },
-            contender("pthread_mutex") { c in pthread_mutex_lock(&pm.mutex); c.value += 1; pthread_mutex_unlock(&pm.mutex) },
-            contender("Synchronization.Mutex") { c in mutex.withLock { _ in c.value += 1 } },
-        ], reference: "NSLock", target: "≤ 1.0× NSLock and Mutex")
+        let tk = TKLock()
+        let ns = NSLock()
+        let pm = PThreadMutex()
+        let mutex = Mutex<Int>(0)
+        return Row(
+            group: "locks", name: "2 threads contending (per op)", operations: 1_000_000, unit: .nanoseconds,
+            contenders: [
+                contender("TKLock") { c in
+                    tk.lock()
+                    c.value += 1
+                    tk.unlock()
+                },
+                contender("NSLock") { c in
+                    ns.lock()
+                    c.value += 1
+                    ns.unlock()
+                },
+                contender("pthread_mutex") { c in
+                    pthread_mutex_lock(&pm.mutex)
+                    c.value += 1
+                    pthread_mutex_unlock(&pm.mutex)
+                },
+                contender("Synchronization.Mutex") { c in mutex.withLock { _ in c.value += 1 } },
+            ], reference: "NSLock", target: "≤ 1.0× NSLock and Mutex")
     }
 
     static func recursive() -> Row {
-        let tk = TKRecursiveLock(), ns = NSRecursiveLock()
-        return Row(group: "locks", name: "recursive lock, depth 2", operations: 1_000_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKRecursiveLock") { n in timed { for _ in 0..<n { tk.lock(); tk.lock(); tk.unlock(); tk.unlock() } } },
-            Contender(name: "NSRecursiveLock") { n in timed { for _ in 0..<n { ns.lock(); ns.lock(); ns.unlock(); ns.unlock() } } },
-        ], reference: "NSRecursiveLock", target: "—")
+        let tk = TKRecursiveLock()
+        let ns = NSRecursiveLock()
+        return Row(
+            group: "locks", name: "recursive lock, depth 2", operations: 1_000_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKRecursiveLock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            tk.lock()
+                            tk.lock()
+                            tk.unlock()
+                            tk.unlock()
+                        }
+                    }
+                },
+                Contender(name: "NSRecursiveLock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            ns.lock()
+                            ns.lock()
+                            ns.unlock()
+                            ns.unlock()
+                        }
+                    }
+                },
+            ], reference: "NSRecursiveLock", target: "—")
     }
 
     static func readPath() -> Row {
-        let tk = TKReadWriteLock(), rw = PThreadRWLock()
-        return Row(group: "locks", name: "read lock+unlock, 1 thread", operations: 2_000_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKReadWriteLock") { n in timed { for _ in 0..<n { tk.readLock(); tk.unlock() } } },
-            Contender(name: "pthread_rwlock") { n in timed { for _ in 0..<n { pthread_rwlock_rdlock(&rw.lock); pthread_rwlock_unlock(&rw.lock) } } },
-        ], reference: "pthread_rwlock", target: "—")
+        let tk = TKReadWriteLock()
+        let rw = PThreadRWLock()
+        return Row(
+            group: "locks", name: "read lock+unlock, 1 thread", operations: 2_000_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKReadWriteLock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            tk.readLock()
+                            tk.unlock()
+                        }
+                    }
+                },
+                Contender(name: "pthread_rwlock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            pthread_rwlock_rdlock(&rw.lock)
+                            pthread_rwlock_unlock(&rw.lock)
+                        }
+                    }
+                },
+            ], reference: "pthread_rwlock", target: "—")
     }
 
     static func readPathTwoThreads() -> Row {
-        let tk = TKReadWriteLock(), rw = PThreadRWLock()
-        return Row(group: "locks", name: "read lock+unlock, 2 readers (per op)", operations: 1_000_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKReadWriteLock") { n in parallel(2) { _ in for _ in 0..<(n / 2) { tk.readLock(); tk.unlock() } } },
-            Contender(name: "pthread_rwlock") { n in
-                parallel(2) { _ in for _ in 0..<(n / 2) { pthread_rwlock_rdlock(&rw.lock); pthread_rwlock_unlock(&rw.lock) } }
-            },
-        ], reference: "pthread_rwlock", target: "—")
+        let tk = TKReadWriteLock()
+        let rw = PThreadRWLock()
+        return Row(
+            group: "locks", name: "read lock+unlock, 2 readers (per op)", operations: 1_000_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKReadWriteLock") { n in
+                    parallel(2) { _ in
+                        for _ in 0..<(n / 2) {
+                            tk.readLock()
+                            tk.unlock()
+                        }
+                    }
+                },
+                Contender(name: "pthread_rwlock") { n in
+                    parallel(2) { _ in
+                        for _ in 0..<(n / 2) {
+                            pthread_rwlock_rdlock(&rw.lock)
+                            pthread_rwlock_unlock(&rw.lock)
+                        }
+                    }
+                },
+            ], reference: "pthread_rwlock", target: "—")
     }
 
     static func spinAndSynchronized() -> Row {
-        let spin = TKSpinLock(), ns = NSLock(), token = NSObject()
-        return Row(group: "locks", name: "spin lock and synchronized(token)", operations: 1_000_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKSpinLock") { n in timed { for _ in 0..<n { spin.lock(); spin.unlock() } } },
-            Contender(name: "synchronized(token)") { n in timed { for _ in 0..<n { synchronized(token) { blackHole(0) } } } },
-            Contender(name: "NSLock") { n in timed { for _ in 0..<n { ns.lock(); ns.unlock() } } },
-        ], reference: "NSLock", target: "—")
+        let spin = TKSpinLock()
+        let ns = NSLock()
+        let token = NSObject()
+        return Row(
+            group: "locks", name: "spin lock and synchronized(token)", operations: 1_000_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKSpinLock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            spin.lock()
+                            spin.unlock()
+                        }
+                    }
+                },
+                Contender(name: "synchronized(token)") { n in timed { for _ in 0..<n { synchronized(token) { blackHole(0) } } } },
+                Contender(name: "NSLock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            ns.lock()
+                            ns.unlock()
+                        }
+                    }
+                },
+            ], reference: "NSLock", target: "—")
     }
 }

@@ -16,55 +16,59 @@ enum OperationBenchmarks {
     }
 
     static func throughput() -> Row {
-        Row(group: "operations", name: "block operations, max concurrency 2 (per operation)", operations: 100_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKOperationQueue") { n in
-                let q = TKOperationQueue()
-                q.maxConcurrentOperationCount = 2
-                return timed {
-                    for _ in 0..<n { q.addOperation {} }
-                    q.waitUntilAllOperationsAreFinished()
-                }
-            },
-            Contender(name: "OperationQueue") { n in
-                let q = OperationQueue()
-                q.maxConcurrentOperationCount = 2
-                return timed {
-                    for _ in 0..<n { q.addOperation {} }
-                    q.waitUntilAllOperationsAreFinished()
-                }
-            },
-        ], reference: "OperationQueue", target: "≤ 0.33× (3× throughput)")
+        Row(
+            group: "operations", name: "block operations, max concurrency 2 (per operation)", operations: 100_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKOperationQueue") { n in
+                    let q = TKOperationQueue()
+                    q.maxConcurrentOperationCount = 2
+                    return timed {
+                        for _ in 0..<n { q.addOperation {} }
+                        q.waitUntilAllOperationsAreFinished()
+                    }
+                },
+                Contender(name: "OperationQueue") { n in
+                    let q = OperationQueue()
+                    q.maxConcurrentOperationCount = 2
+                    return timed {
+                        for _ in 0..<n { q.addOperation {} }
+                        q.waitUntilAllOperationsAreFinished()
+                    }
+                },
+            ], reference: "OperationQueue", target: "≤ 0.33× (3× throughput)")
     }
 
     static func chain() -> Row {
-        Row(group: "operations", name: "dependency chain of 10,000 (per operation)", operations: 10_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKOperationQueue") { n in
-                let q = TKOperationQueue()
-                return timed {
-                    var previous: TKOperation?
-                    for _ in 0..<n {
-                        let op = TKBlockOperation {}
-                        if let previous { try! op.addDependency(previous) }
-                        q.addOperation(op)
-                        previous = op
+        Row(
+            group: "operations", name: "dependency chain of 10,000 (per operation)", operations: 10_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKOperationQueue") { n in
+                    let q = TKOperationQueue()
+                    return timed {
+                        var previous: TKOperation?
+                        for _ in 0..<n {
+                            let op = TKBlockOperation {}
+                            if let previous { try! op.addDependency(previous) }
+                            q.addOperation(op)
+                            previous = op
+                        }
+                        q.waitUntilAllOperationsAreFinished()
                     }
-                    q.waitUntilAllOperationsAreFinished()
-                }
-            },
-            Contender(name: "OperationQueue") { n in
-                let q = OperationQueue()
-                return timed {
-                    var previous: Operation?
-                    for _ in 0..<n {
-                        let op = BlockOperation {}
-                        if let previous { op.addDependency(previous) }
-                        q.addOperation(op)
-                        previous = op
+                },
+                Contender(name: "OperationQueue") { n in
+                    let q = OperationQueue()
+                    return timed {
+                        var previous: Operation?
+                        for _ in 0..<n {
+                            let op = BlockOperation {}
+                            if let previous { op.addDependency(previous) }
+                            q.addOperation(op)
+                            previous = op
+                        }
+                        q.waitUntilAllOperationsAreFinished()
                     }
-                    q.waitUntilAllOperationsAreFinished()
-                }
-            },
-        ], reference: "OperationQueue", target: "≤ 0.33× (3× throughput)")
+                },
+            ], reference: "OperationQueue", target: "≤ 0.33× (3× throughput)")
     }
 
     /// 8 operations that each wait 1 s, max concurrency 8: the wall time of each side.
@@ -85,7 +89,11 @@ enum OperationBenchmarks {
             for _ in 0..<8 { q.addOperation { _ = s.wait(timeout: .now() + 1) } }
             q.waitUntilAllOperationsAreFinished()
         }
-        print(String(format: "| 8 operations blocking 1 s each, max concurrency 8 (wall time) | TKOperationQueue | %.2f s (%.2f× the ideal 1 s) | < 1.5× the ideal |", tk, tk))
+        print(
+            String(
+                format:
+                    "| 8 operations blocking 1 s each, max concurrency 8 (wall time) | TKOperationQueue | %.2f s (%.2f× the ideal 1 s) | < 1.5× the ideal |",
+                tk, tk))
         print(String(format: "| | OperationQueue | %.2f s | |", foundation))
         print("")
     }

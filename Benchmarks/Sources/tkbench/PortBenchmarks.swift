@@ -48,23 +48,25 @@ enum PortBenchmarks {
         let worker = BenchLoop()
         let thread = worker.thread
         let nio = RunLoopBenchmarks.group.next()
-        return Row(group: "ports", name: "perform on another thread, waiting until done (round trip)", operations: 20_000, unit: .microseconds, contenders: [
-            Contender(name: "TKThread.perform(waitUntilDone:)") { n in
-                timed { for _ in 0..<n { try! thread.perform(waitUntilDone: true) {} } }
-            },
-            Contender(name: "TKRunLoop.perform + semaphore") { n in
-                let done = DispatchSemaphore(value: 0)
-                return timed {
-                    for _ in 0..<n {
-                        worker.loop.perform { done.signal() }
-                        done.wait()
+        return Row(
+            group: "ports", name: "perform on another thread, waiting until done (round trip)", operations: 20_000, unit: .microseconds,
+            contenders: [
+                Contender(name: "TKThread.perform(waitUntilDone:)") { n in
+                    timed { for _ in 0..<n { try! thread.perform(waitUntilDone: true) {} } }
+                },
+                Contender(name: "TKRunLoop.perform + semaphore") { n in
+                    let done = DispatchSemaphore(value: 0)
+                    return timed {
+                        for _ in 0..<n {
+                            worker.loop.perform { done.signal() }
+                            done.wait()
+                        }
                     }
-                }
-            },
-            Contender(name: "NIO submit().wait()") { n in
-                timed { for _ in 0..<n { try! nio.submit {}.wait() } }
-            },
-        ], reference: "TKRunLoop.perform + semaphore", target: "≤ 1.2× our loop wakeup round trip")
+                },
+                Contender(name: "NIO submit().wait()") { n in
+                    timed { for _ in 0..<n { try! nio.submit {}.wait() } }
+                },
+            ], reference: "TKRunLoop.perform + semaphore", target: "≤ 1.2× our loop wakeup round trip")
     }
 
     /// A message port on a loop thread of its own (which runs until the process ends), with a
@@ -81,20 +83,22 @@ enum PortBenchmarks {
     static func inProcessMessages() -> Row {
         let (port, delegate) = portOnLoop()
         let nio = RunLoopBenchmarks.group.next()
-        return Row(group: "ports", name: "port messages to a loop on another thread (per message)", operations: 500_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKMessagePort") { n in
-                delegate.expect(n)
-                return timed {
-                    for i in 0..<n {
-                        let message = TKPortMessage(sendPort: port, receivePort: nil, components: [])
-                        message.msgid = UInt32(truncatingIfNeeded: i)
-                        _ = message.send(before: .now + .seconds(60))
+        return Row(
+            group: "ports", name: "port messages to a loop on another thread (per message)", operations: 500_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKMessagePort") { n in
+                    delegate.expect(n)
+                    return timed {
+                        for i in 0..<n {
+                            let message = TKPortMessage(sendPort: port, receivePort: nil, components: [])
+                            message.msgid = UInt32(truncatingIfNeeded: i)
+                            _ = message.send(before: .now + .seconds(60))
+                        }
+                        delegate.done.wait()
                     }
-                    delegate.done.wait()
-                }
-            },
-            RunLoopBenchmarks.nioExecute(nio),
-        ], reference: "NIO EventLoop.execute", target: "≤ 1000 ns (≥ 1 M messages/s)")
+                },
+                RunLoopBenchmarks.nioExecute(nio),
+            ], reference: "NIO EventLoop.execute", target: "≤ 1000 ns (≥ 1 M messages/s)")
     }
 
     static func crossProcessMessages() -> Row {
@@ -102,7 +106,8 @@ enum PortBenchmarks {
         let path = "/tmp/tkbench-\(getpid()).sock"
         let unixPort = try! TKSocketPort(unixSocketPath: path)
         let tcpPort = try! TKSocketPort(tcpPort: 0)
-        let unixDelegate = CountingDelegate(), tcpDelegate = CountingDelegate()
+        let unixDelegate = CountingDelegate()
+        let tcpDelegate = CountingDelegate()
         unixPort.delegate = unixDelegate
         tcpPort.delegate = tcpDelegate
         worker.loop.add(unixPort, forMode: .default)
@@ -118,10 +123,13 @@ enum PortBenchmarks {
                 return Double(delegate.lastAt - delegate.firstArrival) * Double(n) / Double(max(1, n - 1))
             }
         }
-        return Row(group: "ports", name: "port messages from another process, 16-byte payload (per message)", operations: 200_000, unit: .nanoseconds, contenders: [
-            contender("TKSocketPort, Unix socket", "unix:\(path)", unixDelegate),
-            contender("TKSocketPort, loopback TCP", "tcp:\(tcpPort.localPort!)", tcpDelegate),
-        ], reference: "TKSocketPort, Unix socket", target: "(no incumbent on Linux)")
+        return Row(
+            group: "ports", name: "port messages from another process, 16-byte payload (per message)", operations: 200_000,
+            unit: .nanoseconds,
+            contenders: [
+                contender("TKSocketPort, Unix socket", "unix:\(path)", unixDelegate),
+                contender("TKSocketPort, loopback TCP", "tcp:\(tcpPort.localPort!)", tcpDelegate),
+            ], reference: "TKSocketPort, Unix socket", target: "(no incumbent on Linux)")
     }
 
     /// Starts `tkbench port-sender ADDRESS N` (this executable).

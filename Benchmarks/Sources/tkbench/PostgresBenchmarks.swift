@@ -18,8 +18,9 @@ import ThreadKitPostgres
 enum PostgresBenchmarks {
     static func rows() -> [Row] {
         guard let url = ProcessInfo.processInfo.environment["TK_POSTGRES_URL"] else {
-            print("postgres: skipped — TK_POSTGRES_URL is unset. Start a throwaway server with "
-                  + "`eval \"$(.ci/postgres-cluster.sh start)\"; export TK_POSTGRES_URL` (from the repository root).\n")
+            print(
+                "postgres: skipped — TK_POSTGRES_URL is unset. Start a throwaway server with "
+                    + "`eval \"$(.ci/postgres-cluster.sh start)\"; export TK_POSTGRES_URL` (from the repository root).\n")
             return []
         }
         return [uncontended(url), contended(url)]
@@ -31,21 +32,43 @@ enum PostgresBenchmarks {
         let plain = PlainAdvisoryLock(url: url)
         let path = "/tmp/tkbench-\(getpid()).lock"
         let file = try! TKDistributedLock(path: path)
-        return Row(group: "postgres", name: "uncontended acquire + release (one process, loopback server)", operations: 500,
-                   unit: .microseconds, contenders: [
-            Contender(name: "TKPostgresLock tryLock+unlock") { n in
-                timed { for _ in 0..<n { precondition(try! lock.tryLock()); try! lock.unlock() } }
-            },
-            Contender(name: "TKPostgresLock lock(before:)+unlock") { n in
-                timed { for _ in 0..<n { precondition(try! lock.lock(before: .now + .seconds(10))); try! lock.unlock() } }
-            },
-            Contender(name: "plain pg_advisory_lock/unlock") { n in
-                timed { for _ in 0..<n { plain.lock(); plain.unlock() } }
-            },
-            Contender(name: "TKDistributedLock (file)") { n in
-                timed { for _ in 0..<n { precondition(file.tryLock()); try! file.unlock() } }
-            },
-        ], reference: "plain pg_advisory_lock/unlock", target: "a few round trips; the file lock never leaves the machine")
+        return Row(
+            group: "postgres", name: "uncontended acquire + release (one process, loopback server)", operations: 500,
+            unit: .microseconds,
+            contenders: [
+                Contender(name: "TKPostgresLock tryLock+unlock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            precondition(try! lock.tryLock())
+                            try! lock.unlock()
+                        }
+                    }
+                },
+                Contender(name: "TKPostgresLock lock(before:)+unlock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            precondition(try! lock.lock(before: .now + .seconds(10)))
+                            try! lock.unlock()
+                        }
+                    }
+                },
+                Contender(name: "plain pg_advisory_lock/unlock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            plain.lock()
+                            plain.unlock()
+                        }
+                    }
+                },
+                Contender(name: "TKDistributedLock (file)") { n in
+                    timed {
+                        for _ in 0..<n {
+                            precondition(file.tryLock())
+                            try! file.unlock()
+                        }
+                    }
+                },
+            ], reference: "plain pg_advisory_lock/unlock", target: "a few round trips; the file lock never leaves the machine")
     }
 
     static func contended(_ url: String) -> Row {
@@ -64,21 +87,25 @@ enum PostgresBenchmarks {
                 try! process.run()
                 children.append((process, out))
             }
-            for (_, out) in children { _ = out.fileHandleForReading.readData(ofLength: 6) }   // "ready\n"
+            for (_, out) in children { _ = out.fileHandleForReading.readData(ofLength: 6) } // "ready\n"
             let elapsed = timed {
                 _ = FileManager.default.createFile(atPath: gate, contents: nil)
                 for (process, _) in children { process.waitUntilExit() }
             }
             unlink(gate)
-            for (process, _) in children where process.terminationStatus != 0 { print("pglock-child \(kind) failed: \(process.terminationStatus)") }
+            for (process, _) in children where process.terminationStatus != 0 {
+                print("pglock-child \(kind) failed: \(process.terminationStatus)")
+            }
             return elapsed
         }
-        return Row(group: "postgres", name: "8 processes contending (per acquisition, all processes together)", operations: 800,
-                   unit: .microseconds, contenders: [
-            Contender(name: "TKPostgresLock lock(before:)") { n in run("tk", n) },
-            Contender(name: "plain pg_advisory_lock") { n in run("plain", n) },
-            Contender(name: "TKDistributedLock (file, tryLock + backoff)") { n in run("file", n) },
-        ], reference: "plain pg_advisory_lock", target: "the server hands the lock over; the file lock polls")
+        return Row(
+            group: "postgres", name: "8 processes contending (per acquisition, all processes together)", operations: 800,
+            unit: .microseconds,
+            contenders: [
+                Contender(name: "TKPostgresLock lock(before:)") { n in run("tk", n) },
+                Contender(name: "plain pg_advisory_lock") { n in run("plain", n) },
+                Contender(name: "TKDistributedLock (file, tryLock + backoff)") { n in run("file", n) },
+            ], reference: "plain pg_advisory_lock", target: "the server hands the lock over; the file lock polls")
     }
 
     /// The child of the contended row: `pglock-child KIND URL|PATH NAME N GATE`.
@@ -100,13 +127,20 @@ enum PostgresBenchmarks {
             let file = try! TKDistributedLock(path: target)
             acquire = {
                 var backoff = 1
-                while !file.tryLock() { usleep(UInt32(backoff * 50)); backoff = min(backoff * 2, 20) }
+                while !file.tryLock() {
+                    usleep(UInt32(backoff * 50))
+                    backoff = min(backoff * 2, 20)
+                }
             }
             release = { try! file.unlock() }
         }
-        print("ready"); fflush(nil)
+        print("ready")
+        fflush(nil)
         while access(gate, F_OK) != 0 { usleep(100) }
-        for _ in 0..<n { acquire(); release() }
+        for _ in 0..<n {
+            acquire()
+            release()
+        }
         return 0
     }
 }
@@ -120,10 +154,13 @@ final class PlainAdvisoryLock: @unchecked Sendable {
 
     init(url: String) {
         let configuration = try! TKPostgresConfiguration(url: url)
-        let nio = PostgresConnection.Configuration(host: configuration.host, port: configuration.port, username: configuration.user,
-                                                   password: configuration.password, database: configuration.database, tls: .disable)
-        connection = try! PostgresConnection.connect(on: MultiThreadedEventLoopGroup.singleton.any(), configuration: nio, id: 1,
-                                                    logger: logger).wait()
+        let nio = PostgresConnection.Configuration(
+            host: configuration.host, port: configuration.port, username: configuration.user,
+            password: configuration.password, database: configuration.database, tls: .disable)
+        connection = try! PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: nio, id: 1,
+            logger: logger
+        ).wait()
     }
 
     func lock() { _ = try! connection.query("SELECT pg_advisory_lock(\(key))", logger: logger).wait() }

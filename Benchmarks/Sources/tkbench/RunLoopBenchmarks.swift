@@ -42,7 +42,7 @@ final class BenchLoop: @unchecked Sendable {
 
     func finish() {
         stopBox.flag.store(true, ordering: .releasing)
-        loop.perform { TKRunLoop.current.stop() }   // stops the run executing it
+        loop.perform { TKRunLoop.current.stop() } // stops the run executing it
         thread.join()
     }
 }
@@ -55,54 +55,71 @@ enum RunLoopBenchmarks {
     static let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
 
     static func roundTrip() -> Row {
-        let a = BenchLoop(), b = BenchLoop()
-        let nioA = group.next(), nioB = group.next()
-        return Row(group: "runloop", name: "cross-thread round trip (loop A → loop B → A)", operations: 20_000, unit: .microseconds, contenders: [
-            Contender(name: "TKRunLoop.perform") { n in
-                let done = DispatchSemaphore(value: 0)
-                let remaining = Counter()
-                @Sendable func hop() {
-                    b.loop.perform {
-                        a.loop.perform {
-                            remaining.value -= 1
-                            if remaining.value == 0 { done.signal() } else { hop() }
+        let a = BenchLoop()
+        let b = BenchLoop()
+        let nioA = group.next()
+        let nioB = group.next()
+        return Row(
+            group: "runloop", name: "cross-thread round trip (loop A → loop B → A)", operations: 20_000, unit: .microseconds,
+            contenders: [
+                Contender(name: "TKRunLoop.perform") { n in
+                    let done = DispatchSemaphore(value: 0)
+                    let remaining = Counter()
+                    @Sendable func hop() {
+                        b.loop.perform {
+                            a.loop.perform {
+                                remaining.value -= 1
+                                if remaining.value == 0 { done.signal() } else { hop() }
+                            }
                         }
                     }
-                }
-                remaining.value = n
-                return timed { a.loop.perform { hop() }; done.wait() }
-            },
-            Contender(name: "NIO EventLoop.execute") { n in
-                let done = DispatchSemaphore(value: 0)
-                let remaining = Counter()
-                @Sendable func hop() {
-                    nioB.execute {
-                        nioA.execute {
-                            remaining.value -= 1
-                            if remaining.value == 0 { done.signal() } else { hop() }
+                    remaining.value = n
+                    return timed {
+                        a.loop.perform { hop() }
+                        done.wait()
+                    }
+                },
+                Contender(name: "NIO EventLoop.execute") { n in
+                    let done = DispatchSemaphore(value: 0)
+                    let remaining = Counter()
+                    @Sendable func hop() {
+                        nioB.execute {
+                            nioA.execute {
+                                remaining.value -= 1
+                                if remaining.value == 0 { done.signal() } else { hop() }
+                            }
                         }
                     }
-                }
-                remaining.value = n
-                return timed { nioA.execute { hop() }; done.wait() }
-            },
-        ], reference: "NIO EventLoop.execute", target: "≤ 0.5× NIO")
+                    remaining.value = n
+                    return timed {
+                        nioA.execute { hop() }
+                        done.wait()
+                    }
+                },
+            ], reference: "NIO EventLoop.execute", target: "≤ 0.5× NIO")
     }
 
     static func crossThreadThroughput() -> Row {
         let a = BenchLoop()
         let nio = group.next()
-        return Row(group: "runloop", name: "blocks posted from another thread (per block)", operations: 500_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKRunLoop.perform") { n in
-                let done = DispatchSemaphore(value: 0)
-                let ran = Counter()
-                return timed {
-                    for _ in 0..<n { a.loop.perform { ran.value += 1; if ran.value == n { done.signal() } } }
-                    done.wait()
-                }
-            },
-            nioExecute(nio),
-        ], reference: "NIO EventLoop.execute", target: "throughput ≥ 1.5× NIO (≤ 0.67× time)")
+        return Row(
+            group: "runloop", name: "blocks posted from another thread (per block)", operations: 500_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKRunLoop.perform") { n in
+                    let done = DispatchSemaphore(value: 0)
+                    let ran = Counter()
+                    return timed {
+                        for _ in 0..<n {
+                            a.loop.perform {
+                                ran.value += 1
+                                if ran.value == n { done.signal() }
+                            }
+                        }
+                        done.wait()
+                    }
+                },
+                nioExecute(nio),
+            ], reference: "NIO EventLoop.execute", target: "throughput ≥ 1.5× NIO (≤ 0.67× time)")
     }
 
     /// n blocks posted to a NIO event loop from this thread, timed until the last has run.
@@ -111,31 +128,38 @@ enum RunLoopBenchmarks {
             let done = DispatchSemaphore(value: 0)
             let ran = Counter()
             return timed {
-                for _ in 0..<n { nio.execute { ran.value += 1; if ran.value == n { done.signal() } } }
+                for _ in 0..<n {
+                    nio.execute {
+                        ran.value += 1
+                        if ran.value == n { done.signal() }
+                    }
+                }
                 done.wait()
             }
         }
     }
 
     static func sameThreadDrain() -> Row {
-        Row(group: "runloop", name: "same-thread perform + drain (per block)", operations: 100_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKRunLoop.perform") { n in
-                let loop = TKRunLoop.current
-                let ran = Counter()
-                return timed {
-                    for _ in 0..<n { loop.perform { ran.value += 1 } }
-                    while ran.value < n { loop.run(mode: .default, for: .zero, returnAfterSourceHandled: false) }
-                }
-            },
-            Contender(name: "Foundation RunLoop.perform") { n in
-                let loop = RunLoop.current
-                let ran = Counter()
-                return timed {
-                    for _ in 0..<n { loop.perform { ran.value += 1 } }
-                    while ran.value < n { _ = loop.run(mode: .default, before: Date()) }
-                }
-            },
-        ], reference: "Foundation RunLoop.perform", target: "≤ 0.1× Foundation")
+        Row(
+            group: "runloop", name: "same-thread perform + drain (per block)", operations: 100_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKRunLoop.perform") { n in
+                    let loop = TKRunLoop.current
+                    let ran = Counter()
+                    return timed {
+                        for _ in 0..<n { loop.perform { ran.value += 1 } }
+                        while ran.value < n { loop.run(mode: .default, for: .zero, returnAfterSourceHandled: false) }
+                    }
+                },
+                Contender(name: "Foundation RunLoop.perform") { n in
+                    let loop = RunLoop.current
+                    let ran = Counter()
+                    return timed {
+                        for _ in 0..<n { loop.perform { ran.value += 1 } }
+                        while ran.value < n { _ = loop.run(mode: .default, before: Date()) }
+                    }
+                },
+            ], reference: "Foundation RunLoop.perform", target: "≤ 0.1× Foundation")
     }
 
     // MARK: Timer lateness
@@ -146,8 +170,10 @@ enum RunLoopBenchmarks {
         // hiccup of the host lands on all three alike rather than on one whole run.
         let fires = Int(seconds * 1000)
         let perRound = max(1, fires / 8)
-        var results: [(String, [Double])] = [("TKTimer (TKRunLoop)", []), ("Foundation Timer (RunLoop)", []),
-                                             ("NIO scheduleTask (absolute deadlines)", [])]
+        var results: [(String, [Double])] = [
+            ("TKTimer (TKRunLoop)", []), ("Foundation Timer (RunLoop)", []),
+            ("NIO scheduleTask (absolute deadlines)", []),
+        ]
         for _ in 0..<8 {
             results[0].1 += tkLateness(perRound)
             results[1].1 += foundationLateness(perRound)
@@ -159,8 +185,10 @@ enum RunLoopBenchmarks {
         for (i, (name, samples)) in results.enumerated() {
             let mean = samples.reduce(0, +) / Double(samples.count)
             let p99 = percentile(samples, 0.99)
-            print(String(format: "| | %@ | %.1f µs / %.1f µs | %.2f× | %@ |", name, mean / 1000, p99 / 1000, p99 / nioP99,
-                         i == 0 ? "p99 ≤ NIO's" : ""))
+            print(
+                String(
+                    format: "| | %@ | %.1f µs / %.1f µs | %.2f× | %@ |", name, mean / 1000, p99 / 1000, p99 / nioP99,
+                    i == 0 ? "p99 ≤ NIO's" : ""))
         }
         print("")
     }

@@ -34,9 +34,13 @@ struct ScalingResult {
         ([row, "\(cpus)", side, contender, "\(value)", unit, target] + (counters?.fields ?? [])).joined(separator: "\t")
     }
 
-    init(row: String, cpus: Int, side: String, contender: String, value: Double, unit: String, target: String,
-         counters: ScalingCounters? = nil) {
-        (self.row, self.cpus, self.side, self.contender, self.value, self.unit, self.target) = (row, cpus, side, contender, value, unit, target)
+    init(
+        row: String, cpus: Int, side: String, contender: String, value: Double, unit: String, target: String,
+        counters: ScalingCounters? = nil
+    ) {
+        (self.row, self.cpus, self.side, self.contender, self.value, self.unit, self.target) = (
+            row, cpus, side, contender, value, unit, target
+        )
         self.counters = counters
     }
 
@@ -44,8 +48,9 @@ struct ScalingResult {
     init?(line: Substring) {
         let f = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
         guard f.count == 7 || f.count == 7 + ScalingCounters.fieldCount, let cpus = Int(f[1]), let value = Double(f[4]) else { return nil }
-        self.init(row: f[0], cpus: cpus, side: f[2], contender: f[3], value: value, unit: f[5], target: f[6],
-                  counters: f.count > 7 ? ScalingCounters(fields: Array(f[7...])) : nil)
+        self.init(
+            row: f[0], cpus: cpus, side: f[2], contender: f[3], value: value, unit: f[5], target: f[6],
+            counters: f.count > 7 ? ScalingCounters(fields: Array(f[7...])) : nil)
     }
 }
 
@@ -82,12 +87,15 @@ struct ScalingCounters {
     }
     /// "cs 1.23, futex 4.5 w + 6.7 k, lock 1002" (per 1,000 items).
     var summary: String {
-        let futex = futexWaits == nil && futexWakes == nil ? "n/a" : "\(ScalingCounters.cell(futexWaits)) w + \(ScalingCounters.cell(futexWakes)) k"
-        return "cs \(ScalingCounters.cell(contextSwitches)), futex \(futex)" + (poolLock.map { ", pool lock \(ScalingCounters.cell($0))" } ?? "")
+        let futex =
+            futexWaits == nil && futexWakes == nil ? "n/a" : "\(ScalingCounters.cell(futexWaits)) w + \(ScalingCounters.cell(futexWakes)) k"
+        return "cs \(ScalingCounters.cell(contextSwitches)), futex \(futex)"
+            + (poolLock.map { ", pool lock \(ScalingCounters.cell($0))" } ?? "")
     }
     /// Table cells: context switches, futex waits + wakes, pool lock.
     var cells: [String] {
-        let futex = futexWaits == nil && futexWakes == nil ? "n/a" : "\(ScalingCounters.cell(futexWaits)) + \(ScalingCounters.cell(futexWakes))"
+        let futex =
+            futexWaits == nil && futexWakes == nil ? "n/a" : "\(ScalingCounters.cell(futexWaits)) + \(ScalingCounters.cell(futexWakes))"
         return [ScalingCounters.cell(contextSwitches), futex, poolLock.map { ScalingCounters.cell($0) } ?? "—"]
     }
 }
@@ -98,7 +106,7 @@ enum Scaling {
     /// glibc's sched_getaffinity / sched_setaffinity (not imported: they need _GNU_SOURCE).
     private typealias AffinityCall = @convention(c) (pid_t, Int, UnsafeMutableRawPointer) -> Int32
     private static func affinityCall(_ name: String) -> AffinityCall? {
-        dlsym(nil, name).map { unsafeBitCast($0, to: AffinityCall.self) }   // nil: RTLD_DEFAULT
+        dlsym(nil, name).map { unsafeBitCast($0, to: AffinityCall.self) } // nil: RTLD_DEFAULT
     }
     private static func sched_getaffinity(_ pid: pid_t, _ size: Int, _ set: UnsafeMutablePointer<cpu_set_t>) -> Int32 {
         affinityCall("sched_getaffinity")?(pid, size, set) ?? -1
@@ -152,7 +160,8 @@ enum Scaling {
         printTable(results)
         printCounters(results)
         printCurves(results)
-        let csv = "\(directory)/scaling.csv", svg = "\(directory)/scaling.svg"
+        let csv = "\(directory)/scaling.csv"
+        let svg = "\(directory)/scaling.svg"
         writeCSV(results, to: csv)
         writeSVG(results, to: svg)
         print("wrote \(csv) and \(svg)\n")
@@ -206,14 +215,18 @@ enum Scaling {
             var first = true
             for cpus in cpuCounts {
                 let pair = mine.filter { $0.cpus == cpus }
-                let ours = pair.filter { $0.side == "ours" }, theirs = pair.filter { $0.side == "theirs" }
+                let ours = pair.filter { $0.side == "ours" }
+                let theirs = pair.filter { $0.side == "theirs" }
                 guard !ours.isEmpty || !theirs.isEmpty else { continue }
                 // Rows with two measurements per side (wall time and threads) print both.
                 for i in 0..<max(ours.count, theirs.count) {
-                    let o = i < ours.count ? ours[i] : nil, t = i < theirs.count ? theirs[i] : nil
+                    let o = i < ours.count ? ours[i] : nil
+                    let t = i < theirs.count ? theirs[i] : nil
                     let ratio = (o != nil && t != nil) ? advantage(o!, t!) : "—"
                     let name = first ? "\(row) (\(o?.contender ?? "?") vs \(t?.contender ?? "?"))" : ""
-                    print("| \(name) | \(cpus) | \(o.map { format($0.value, $0.unit) } ?? "—") | \(t.map { format($0.value, $0.unit) } ?? "—") | \(ratio) | \(first ? (o?.target ?? "") : "") |")
+                    print(
+                        "| \(name) | \(cpus) | \(o.map { format($0.value, $0.unit) } ?? "—") | \(t.map { format($0.value, $0.unit) } ?? "—") | \(ratio) | \(first ? (o?.target ?? "") : "") |"
+                    )
                     first = false
                 }
             }
@@ -225,15 +238,18 @@ enum Scaling {
     static func printCounters(_ results: [ScalingResult]) {
         let counted = results.filter { $0.counters != nil }
         guard !counted.isEmpty else { return }
-        print("Per 1,000 items: context switches of the process (getrusage), ThreadKit's futex calls (waits + wakes; "
-              + "n/a for the incumbents: not countable in-process), our pool lock's acquisitions:\n")
+        print(
+            "Per 1,000 items: context switches of the process (getrusage), ThreadKit's futex calls (waits + wakes; "
+                + "n/a for the incumbents: not countable in-process), our pool lock's acquisitions:\n")
         print("| row | CPUs | side | context switches | futex calls (w + k) | pool lock |")
         print("|---|---|---|---|---|---|")
         for row in rows(counted) {
             var first = true
             for cpus in cpuCounts {
                 for r in counted where r.row == row && r.cpus == cpus {
-                    print("| \(first ? row : "") | \(cpus) | \(r.side) (\(r.contender)) | " + r.counters!.cells.joined(separator: " | ") + " |")
+                    print(
+                        "| \(first ? row : "") | \(cpus) | \(r.side) (\(r.contender)) | " + r.counters!.cells.joined(separator: " | ")
+                            + " |")
                     first = false
                 }
             }
@@ -267,7 +283,8 @@ enum Scaling {
         var text = "row,cpus,side,contender,value,unit,\(ScalingCounters.csvHeader)\n"
         for r in results {
             let counters = r.counters?.fields ?? Array(repeating: "", count: ScalingCounters.fieldCount)
-            text += ([quoted(r.row), "\(r.cpus)", r.side, quoted(r.contender), "\(r.value)", quoted(r.unit)] + counters)
+            text +=
+                ([quoted(r.row), "\(r.cpus)", r.side, quoted(r.contender), "\(r.value)", quoted(r.unit)] + counters)
                 .joined(separator: ",") + "\n"
         }
         try? text.write(toFile: path, atomically: true, encoding: .utf8)
@@ -277,18 +294,29 @@ enum Scaling {
     /// CPUs on a log2 axis, ours solid blue, theirs dashed orange, each panel scaled to its maximum.
     static func writeSVG(_ results: [ScalingResult], to path: String) {
         let names = rows(results).filter { row in results.contains { $0.row == row && $0.unit != "threads" } }
-        let columns = 3, panelW = 300.0, panelH = 190.0, pad = 40.0
+        let columns = 3
+        let panelW = 300.0
+        let panelH = 190.0
+        let pad = 40.0
         let rowsCount = (names.count + columns - 1) / columns
-        let width = Double(columns) * panelW, height = Double(max(1, rowsCount)) * panelH + 30
-        var svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(Int(width))\" height=\"\(Int(height))\" font-family=\"sans-serif\" font-size=\"10\">\n"
+        let width = Double(columns) * panelW
+        let height = Double(max(1, rowsCount)) * panelH + 30
+        var svg =
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(Int(width))\" height=\"\(Int(height))\" font-family=\"sans-serif\" font-size=\"10\">\n"
         svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-        svg += "<text x=\"10\" y=\"18\" font-size=\"13\">ThreadKit (blue, solid) vs incumbent (orange, dashed): throughput against CPUs (time rows as 1/time)</text>\n"
+        svg +=
+            "<text x=\"10\" y=\"18\" font-size=\"13\">ThreadKit (blue, solid) vs incumbent (orange, dashed): throughput against CPUs (time rows as 1/time)</text>\n"
         func escape(_ s: String) -> String {
-            s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;").replacingOccurrences(of: ">", with: "&gt;")
+            s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;").replacingOccurrences(
+                of: ">", with: "&gt;")
         }
         for (index, row) in names.enumerated() {
-            let x0 = Double(index % columns) * panelW, y0 = 30 + Double(index / columns) * panelH
-            let plotX = x0 + pad, plotY = y0 + 22, plotW = panelW - pad - 15, plotH = panelH - 55
+            let x0 = Double(index % columns) * panelW
+            let y0 = 30 + Double(index / columns) * panelH
+            let plotX = x0 + pad
+            let plotY = y0 + 22
+            let plotW = panelW - pad - 15
+            let plotH = panelH - 55
             let series = results.filter { $0.row == row && $0.unit != "threads" }
             func throughput(_ r: ScalingResult) -> Double { r.higherIsBetter ? r.value : (r.value > 0 ? 1 / r.value : 0) }
             let top = max(series.map(throughput).max() ?? 1, 1e-12)
@@ -311,7 +339,8 @@ enum Scaling {
                     return String(format: "%.1f,%.1f", x, y)
                 }
                 guard !points.isEmpty else { continue }
-                svg += "<polyline points=\"\(points.joined(separator: " "))\" fill=\"none\" stroke=\"\(color)\" stroke-width=\"2\"\(dash)/>\n"
+                svg +=
+                    "<polyline points=\"\(points.joined(separator: " "))\" fill=\"none\" stroke=\"\(color)\" stroke-width=\"2\"\(dash)/>\n"
                 for p in points {
                     let xy = p.split(separator: ",")
                     svg += "<circle cx=\"\(xy[0])\" cy=\"\(xy[1])\" r=\"2.5\" fill=\"\(color)\"/>\n"

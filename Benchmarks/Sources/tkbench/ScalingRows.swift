@@ -27,9 +27,10 @@ struct CounterSample {
     static func take(ours: Bool) -> CounterSample {
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
-        return CounterSample(contextSwitches: usage.ru_nvcsw + usage.ru_nivcsw,
-                             futexWaits: TKPoolIntrospection.futexWaitCalls, futexWakes: TKPoolIntrospection.futexWakeCalls,
-                             poolLock: ours ? TKPoolIntrospection.poolLockAcquisitions : 0)
+        return CounterSample(
+            contextSwitches: usage.ru_nvcsw + usage.ru_nivcsw,
+            futexWaits: TKPoolIntrospection.futexWaitCalls, futexWakes: TKPoolIntrospection.futexWakeCalls,
+            poolLock: ours ? TKPoolIntrospection.poolLockAcquisitions : 0)
     }
 }
 
@@ -47,7 +48,7 @@ final class CounterTotals {
         contextSwitches += after.contextSwitches - before.contextSwitches
         futexWaits += after.futexWaits - before.futexWaits
         futexWakes += after.futexWakes - before.futexWakes
-        if ours { poolLock += after.poolLock - before.poolLock - 1 }   // less the `before` read's own
+        if ours { poolLock += after.poolLock - before.poolLock - 1 } // less the `before` read's own
         self.items += items
         return result
     }
@@ -56,22 +57,27 @@ final class CounterTotals {
     var perThousand: ScalingCounters? {
         guard items > 0 else { return nil }
         let k = 1_000 / Double(items)
-        return ScalingCounters(contextSwitches: Double(contextSwitches) * k,
-                               futexWaits: ours ? Double(futexWaits) * k : nil, futexWakes: ours ? Double(futexWakes) * k : nil,
-                               poolLock: ours ? Double(poolLock) * k : nil)
+        return ScalingCounters(
+            contextSwitches: Double(contextSwitches) * k,
+            futexWaits: ours ? Double(futexWaits) * k : nil, futexWakes: ours ? Double(futexWakes) * k : nil,
+            poolLock: ours ? Double(poolLock) * k : nil)
     }
 }
 
 enum ScalingRows {
     static func child(cpus: Int, file: String, rounds: Int) -> Int32 {
         var out: [String] = []
-        func emit(_ row: String, _ side: String, _ contender: String, _ value: Double, _ unit: String, _ target: String,
-                  _ counters: ScalingCounters? = nil) {
-            let r = ScalingResult(row: row, cpus: cpus, side: side, contender: contender, value: value, unit: unit, target: target,
-                                  counters: counters)
+        func emit(
+            _ row: String, _ side: String, _ contender: String, _ value: Double, _ unit: String, _ target: String,
+            _ counters: ScalingCounters? = nil
+        ) {
+            let r = ScalingResult(
+                row: row, cpus: cpus, side: side, contender: contender, value: value, unit: unit, target: target,
+                counters: counters)
             out.append(r.line)
-            print("  \(cpus) CPU | \(row) | \(contender) | \(Scaling.format(value, unit))"
-                  + (counters.map { " | per 1,000 items: \($0.summary)" } ?? ""))
+            print(
+                "  \(cpus) CPU | \(row) | \(contender) | \(Scaling.format(value, unit))"
+                    + (counters.map { " | per 1,000 items: \($0.summary)" } ?? ""))
             fflush(nil)
             try? (out.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
         }
@@ -82,8 +88,10 @@ enum ScalingRows {
         func wants(_ name: String) -> Bool { only.map { $0.split(separator: "|").contains { name.contains($0) } } ?? true }
         /// A time-per-operation row: ours is contender 0, theirs the reference. An operation runs
         /// `itemsPerOperation` items (the counters' denominator).
-        func timeRow(_ name: String, _ row: @autoclosure () -> Row, throughput: Bool, unit: String = "ns", target: String,
-                     itemsPerOperation: Int = 1) {
+        func timeRow(
+            _ name: String, _ row: @autoclosure () -> Row, throughput: Bool, unit: String = "ns", target: String,
+            itemsPerOperation: Int = 1
+        ) {
             guard wants(name) else { return }
             let plain = row()
             let theirs = plain.contenders.firstIndex { $0.name == plain.reference } ?? 1
@@ -93,8 +101,9 @@ enum ScalingRows {
                 guard let total = totals[i] else { return c }
                 return Contender(name: c.name) { n in total.measure(items: n * itemsPerOperation) { c.measure(n) } }
             }
-            let row = Row(group: plain.group, name: plain.name, operations: plain.operations, unit: plain.unit, contenders: counted,
-                          reference: plain.reference, target: plain.target)
+            let row = Row(
+                group: plain.group, name: plain.name, operations: plain.operations, unit: plain.unit, contenders: counted,
+                reference: plain.reference, target: plain.target)
             let medians = harness.medians(row)
             for (side, i) in [("ours", 0), ("theirs", theirs)] {
                 let ns = medians[i]
@@ -107,11 +116,15 @@ enum ScalingRows {
         timeRow("blocks across 1,000 serial queues", DispatchBenchmarks.manyQueues(), throughput: true, target: "≥ 2× libdispatch")
         timeRow("queue ping-pong (per hop)", DispatchBenchmarks.hop(), throughput: false, target: "≤ 0.8× libdispatch")
         timeRow("concurrentPerform", DispatchBenchmarks.concurrentPerform(), throughput: true, target: "≥ 1× libdispatch")
-        timeRow("interactive behind background (start latency, median)", DispatchBenchmarks.interactiveBehindBackground(), throughput: false, unit: "µs", target: "≤ 1.0× libdispatch",
-                itemsPerOperation: 201)   // a sample: 200 background items and the interactive one
+        timeRow(
+            "interactive behind background (start latency, median)", DispatchBenchmarks.interactiveBehindBackground(), throughput: false,
+            unit: "µs", target: "≤ 1.0× libdispatch",
+            itemsPerOperation: 201) // a sample: 200 background items and the interactive one
         timeRow("TKOperationQueue throughput", operationThroughput(), throughput: true, target: "≥ 1× OperationQueue")
         timeRow("port messages into a loop, 1 sender", PortBenchmarks.inProcessMessages(), throughput: true, target: "≥ 1.0× NIO execute")
-        timeRow("port messages into a loop, N senders", portMessagesFromSenders(cpus), throughput: true, target: "≥ 1.0× NIO execute; 16 CPUs ≥ 4× 2 CPUs")
+        timeRow(
+            "port messages into a loop, N senders", portMessagesFromSenders(cpus), throughput: true,
+            target: "≥ 1.0× NIO execute; 16 CPUs ≥ 4× 2 CPUs")
         timeRow("uncontended recursive lock+unlock", recursiveLock(), throughput: false, target: "≤ 0.6× NSRecursiveLock")
         timeRow("uncontended synchronized(token)", synchronizedToken(), throughput: false, target: "one atomic to lock (no ratio target)")
         let programs = ScalingPrograms(rounds: max(1, min(3, rounds)))
@@ -126,42 +139,48 @@ enum ScalingRows {
     /// N producer threads (N = the CPU count) each submitting n/N empty blocks to the global queue;
     /// timed until every block has run.
     static func globalAsyncProducers(_ producers: Int) -> Row {
-        Row(group: "scaling", name: "global async, N producers", operations: 200_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKDispatchQueue.global()") { n in
-                let group = TKDispatchGroup(), q = TKDispatchQueue.global()
-                return parallel(producers) { _ in
-                    for _ in 0..<(n / producers) { q.async(group: group) {} }
-                    group.wait()
-                }
-            },
-            Contender(name: "DispatchQueue.global()") { n in
-                let group = DispatchGroup(), q = DispatchQueue.global()
-                return parallel(producers) { _ in
-                    for _ in 0..<(n / producers) { q.async(group: group) {} }
-                    group.wait()
-                }
-            },
-        ], reference: "DispatchQueue.global()", target: "")
+        Row(
+            group: "scaling", name: "global async, N producers", operations: 200_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKDispatchQueue.global()") { n in
+                    let group = TKDispatchGroup()
+                    let q = TKDispatchQueue.global()
+                    return parallel(producers) { _ in
+                        for _ in 0..<(n / producers) { q.async(group: group) {} }
+                        group.wait()
+                    }
+                },
+                Contender(name: "DispatchQueue.global()") { n in
+                    let group = DispatchGroup()
+                    let q = DispatchQueue.global()
+                    return parallel(producers) { _ in
+                        for _ in 0..<(n / producers) { q.async(group: group) {} }
+                        group.wait()
+                    }
+                },
+            ], reference: "DispatchQueue.global()", target: "")
     }
 
     /// Empty block operations with the default concurrency (the pool's width), until all finished.
     static func operationThroughput() -> Row {
-        Row(group: "scaling", name: "TKOperationQueue throughput", operations: 100_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKOperationQueue") { n in
-                let q = TKOperationQueue()
-                return timed {
-                    for _ in 0..<n { q.addOperation {} }
-                    q.waitUntilAllOperationsAreFinished()
-                }
-            },
-            Contender(name: "OperationQueue") { n in
-                let q = OperationQueue()
-                return timed {
-                    for _ in 0..<n { q.addOperation {} }
-                    q.waitUntilAllOperationsAreFinished()
-                }
-            },
-        ], reference: "OperationQueue", target: "")
+        Row(
+            group: "scaling", name: "TKOperationQueue throughput", operations: 100_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKOperationQueue") { n in
+                    let q = TKOperationQueue()
+                    return timed {
+                        for _ in 0..<n { q.addOperation {} }
+                        q.waitUntilAllOperationsAreFinished()
+                    }
+                },
+                Contender(name: "OperationQueue") { n in
+                    let q = OperationQueue()
+                    return timed {
+                        for _ in 0..<n { q.addOperation {} }
+                        q.waitUntilAllOperationsAreFinished()
+                    }
+                },
+            ], reference: "OperationQueue", target: "")
     }
 
     /// N sender threads each sending n/N port messages into one loop, against N threads each
@@ -169,49 +188,84 @@ enum ScalingRows {
     static func portMessagesFromSenders(_ senders: Int) -> Row {
         let (port, delegate) = PortBenchmarks.portOnLoop()
         let nio = RunLoopBenchmarks.group.next()
-        return Row(group: "scaling", name: "port messages, N senders", operations: 400_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKMessagePort") { n in
-                let each = n / senders
-                delegate.expect(each * senders)
-                let start = now()
-                _ = parallel(senders) { _ in
-                    for i in 0..<each {
-                        let message = TKPortMessage(sendPort: port, receivePort: nil, components: [])
-                        message.msgid = UInt32(truncatingIfNeeded: i)
-                        _ = message.send(before: .now + .seconds(60))
+        return Row(
+            group: "scaling", name: "port messages, N senders", operations: 400_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKMessagePort") { n in
+                    let each = n / senders
+                    delegate.expect(each * senders)
+                    let start = now()
+                    _ = parallel(senders) { _ in
+                        for i in 0..<each {
+                            let message = TKPortMessage(sendPort: port, receivePort: nil, components: [])
+                            message.msgid = UInt32(truncatingIfNeeded: i)
+                            _ = message.send(before: .now + .seconds(60))
+                        }
                     }
-                }
-                delegate.done.wait()
-                return Double(now() - start) * Double(n) / Double(max(1, each * senders))
-            },
-            Contender(name: "NIO EventLoop.execute") { n in
-                let each = n / senders
-                let done = DispatchSemaphore(value: 0)
-                let ran = Counter()   // touched only on the event loop
-                let total = each * senders
-                let start = now()
-                _ = parallel(senders) { _ in
-                    for _ in 0..<each { nio.execute { ran.value += 1; if ran.value == total { done.signal() } } }
-                }
-                done.wait()
-                return Double(now() - start) * Double(n) / Double(max(1, total))
-            },
-        ], reference: "NIO EventLoop.execute", target: "")
+                    delegate.done.wait()
+                    return Double(now() - start) * Double(n) / Double(max(1, each * senders))
+                },
+                Contender(name: "NIO EventLoop.execute") { n in
+                    let each = n / senders
+                    let done = DispatchSemaphore(value: 0)
+                    let ran = Counter() // touched only on the event loop
+                    let total = each * senders
+                    let start = now()
+                    _ = parallel(senders) { _ in
+                        for _ in 0..<each {
+                            nio.execute {
+                                ran.value += 1
+                                if ran.value == total { done.signal() }
+                            }
+                        }
+                    }
+                    done.wait()
+                    return Double(now() - start) * Double(n) / Double(max(1, total))
+                },
+            ], reference: "NIO EventLoop.execute", target: "")
     }
 
     static func recursiveLock() -> Row {
-        let tk = TKRecursiveLock(), ns = NSRecursiveLock()
-        return Row(group: "scaling", name: "uncontended recursive lock+unlock", operations: 2_000_000, unit: .nanoseconds, contenders: [
-            Contender(name: "TKRecursiveLock") { n in timed { for _ in 0..<n { tk.lock(); tk.unlock() } } },
-            Contender(name: "NSRecursiveLock") { n in timed { for _ in 0..<n { ns.lock(); ns.unlock() } } },
-        ], reference: "NSRecursiveLock", target: "")
+        let tk = TKRecursiveLock()
+        let ns = NSRecursiveLock()
+        return Row(
+            group: "scaling", name: "uncontended recursive lock+unlock", operations: 2_000_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "TKRecursiveLock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            tk.lock()
+                            tk.unlock()
+                        }
+                    }
+                },
+                Contender(name: "NSRecursiveLock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            ns.lock()
+                            ns.unlock()
+                        }
+                    }
+                },
+            ], reference: "NSRecursiveLock", target: "")
     }
 
     static func synchronizedToken() -> Row {
-        let token = NSObject(), ns = NSRecursiveLock()
-        return Row(group: "scaling", name: "uncontended synchronized(token)", operations: 1_000_000, unit: .nanoseconds, contenders: [
-            Contender(name: "synchronized(token)") { n in timed { for _ in 0..<n { synchronized(token) { blackHole(0) } } } },
-            Contender(name: "NSRecursiveLock") { n in timed { for _ in 0..<n { ns.lock(); blackHole(0); ns.unlock() } } },
-        ], reference: "NSRecursiveLock", target: "")
+        let token = NSObject()
+        let ns = NSRecursiveLock()
+        return Row(
+            group: "scaling", name: "uncontended synchronized(token)", operations: 1_000_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "synchronized(token)") { n in timed { for _ in 0..<n { synchronized(token) { blackHole(0) } } } },
+                Contender(name: "NSRecursiveLock") { n in
+                    timed {
+                        for _ in 0..<n {
+                            ns.lock()
+                            blackHole(0)
+                            ns.unlock()
+                        }
+                    }
+                },
+            ], reference: "NSRecursiveLock", target: "")
     }
 }

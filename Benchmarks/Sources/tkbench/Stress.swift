@@ -1,3 +1,6 @@
+import Foundation
+import Glibc
+import Synchronization
 // Stress: `tkbench stress [--seconds N] [--producers P]` (issue 24, item 6). Runs the dispatch
 // pool's stress workloads side by side for N seconds (default 60), each as rounds of a bounded
 // batch whose every item is counted, then prints one line per workload (ran, expected, out of
@@ -27,9 +30,6 @@
 // for the drivers and prints the summary; drivers start producer threads (Parallel.swift) per
 // round; items run on ThreadKit's pool. StressTally and StressProgress are safe from any thread.
 @_spi(Benchmarks) import ThreadKit
-import Foundation
-import Glibc
-import Synchronization
 
 /// Items submitted and completed by every workload: what the watchdog watches (progress only;
 /// the judgement is the Tallies').
@@ -49,7 +49,7 @@ final class StressTally: @unchecked Sendable {
     /// workload had items outstanding without one completing (ns): starvation of one workload,
     /// which the process-wide watchdog does not see while others progress.
     private var lastEvent: UInt64 = 0, longestWait: UInt64 = 0
-    private var messages: [String] = []   // the first few failures, as text
+    private var messages: [String] = [] // the first few failures, as text
 
     init(_ name: String, _ progress: StressProgress) {
         self.name = name
@@ -121,20 +121,24 @@ enum Stress {
         let seconds = max(1, value("--seconds") ?? 60)
         let producers = max(1, value("--producers") ?? max(4, ProcessInfo.processInfo.activeProcessorCount))
         let cap = TKPoolIntrospection.threadCap
-        let blockedPerKind = max(1, min(8, cap / 4))   // semaphore waiters and read(2) readers each
-        let poolSyncs = max(1, min(producers, cap / 4))   // pool items blocked in a sync at once
-        print("tkbench stress: \(seconds) s, \(producers) producers, pool width \(TKPoolIntrospection.width), "
-              + "thread cap \(cap); \(blockedPerKind) semaphore waiters + \(blockedPerKind) read(2) readers per round; "
-              + "watchdog: 5 s without a completed item")
+        let blockedPerKind = max(1, min(8, cap / 4)) // semaphore waiters and read(2) readers each
+        let poolSyncs = max(1, min(producers, cap / 4)) // pool items blocked in a sync at once
+        print(
+            "tkbench stress: \(seconds) s, \(producers) producers, pool width \(TKPoolIntrospection.width), "
+                + "thread cap \(cap); \(blockedPerKind) semaphore waiters + \(blockedPerKind) read(2) readers per round; "
+                + "watchdog: 5 s without a completed item")
         fflush(nil)
 
         let progress = StressProgress()
         let deadline = now() + UInt64(seconds) * 1_000_000_000
-        let workloads: [Workload] = arguments.contains("--wedge-test") ? [wedge(progress)] : [
-            globalQueues(producers, progress), serialQueues(producers, progress), stealing(producers, progress),
-            syncs(producers, poolSyncs, progress), barriers(progress), operations(progress),
-            blockedWorkers(blockedPerKind, progress),
-        ]
+        let workloads: [Workload] =
+            arguments.contains("--wedge-test")
+            ? [wedge(progress)]
+            : [
+                globalQueues(producers, progress), serialQueues(producers, progress), stealing(producers, progress),
+                syncs(producers, poolSyncs, progress), barriers(progress), operations(progress),
+                blockedWorkers(blockedPerKind, progress),
+            ]
         let tallies = workloads.flatMap(\.tallies)
 
         let watchdog = Watchdog(progress: progress, tallies: tallies, start: now())
@@ -162,13 +166,15 @@ enum Stress {
             let c = tally.counts
             let good = c.ran == c.expected && c.outOfOrder == 0 && c.failures == 0 && c.expected > 0
             ok = ok && good
-            print("| \(tally.name) | \(c.ran) | \(c.expected) | \(c.outOfOrder) | \(c.failures) | "
-                  + String(format: "%.2f s", c.longestWait) + " | \(good ? "ok" : "FAILED") |")
+            print(
+                "| \(tally.name) | \(c.ran) | \(c.expected) | \(c.outOfOrder) | \(c.failures) | "
+                    + String(format: "%.2f s", c.longestWait) + " | \(good ? "ok" : "FAILED") |")
             for m in c.messages { print("|   \(m) | | | | | | |") }
         }
-        print("\nstress: \(rounds.load(ordering: .relaxed)) rounds, \(progress.completed.load(ordering: .relaxed)) items in "
-              + String(format: "%.1f s", Double(now() - watchdog.startTime) / 1e9) + "; longest gap between completions "
-              + String(format: "%.2f s", watchdog.longestGap) + (ok ? "; PASSED" : "; FAILED"))
+        print(
+            "\nstress: \(rounds.load(ordering: .relaxed)) rounds, \(progress.completed.load(ordering: .relaxed)) items in "
+                + String(format: "%.1f s", Double(now() - watchdog.startTime) / 1e9) + "; longest gap between completions "
+                + String(format: "%.2f s", watchdog.longestGap) + (ok ? "; PASSED" : "; FAILED"))
         fflush(nil)
         return ok ? 0 : 1
     }
@@ -184,11 +190,17 @@ enum Stress {
     /// watchdog reports after 5 s.
     static func wedge(_ progress: StressProgress) -> Workload {
         let tally = StressTally("an item blocked forever (--wedge-test)", progress)
-        return ([tally], {
-            tally.expect(1)
-            TKDispatchQueue.global().async { DispatchSemaphore(value: 0).wait(); tally.ran() }
-            while true { sleep(1) }
-        })
+        return (
+            [tally],
+            {
+                tally.expect(1)
+                TKDispatchQueue.global().async {
+                    DispatchSemaphore(value: 0).wait()
+                    tally.ran()
+                }
+                while true { sleep(1) }
+            }
+        )
     }
 
     // MARK: Global queues at five QoS levels
@@ -196,21 +208,27 @@ enum Stress {
     static func globalQueues(_ producers: Int, _ progress: StressProgress) -> Workload {
         let tallies = levels.map { StressTally("global queue, \($0.0)", progress) }
         let queues = levels.map { TKDispatchQueue.global(qos: $0.1) }
-        let each = 400   // per producer and level per round
-        return (tallies, {
-            let group = DispatchGroup()
-            _ = parallel(producers) { _ in
-                for t in tallies { t.expect(each) }
-                for _ in 0..<(each * queues.count) { group.enter() }
-                for _ in 0..<each {
-                    for (level, q) in queues.enumerated() {
-                        let tally = tallies[level]
-                        q.async { tally.ran(); group.leave() }
+        let each = 400 // per producer and level per round
+        return (
+            tallies,
+            {
+                let group = DispatchGroup()
+                _ = parallel(producers) { _ in
+                    for t in tallies { t.expect(each) }
+                    for _ in 0..<(each * queues.count) { group.enter() }
+                    for _ in 0..<each {
+                        for (level, q) in queues.enumerated() {
+                            let tally = tallies[level]
+                            q.async {
+                                tally.ran()
+                                group.leave()
+                            }
+                        }
                     }
                 }
+                group.wait()
             }
-            group.wait()
-        })
+        )
     }
 
     // MARK: Serial queues, one producer each
@@ -219,8 +237,8 @@ enum Stress {
         let queue: TKDispatchQueue
         let inFlight = Atomic<Int>(0)
         var mutex = pthread_mutex_t()
-        var next = 0        // guarded by mutex: the index the next item should carry
-        var submitted = 0   // touched only by the queue's one producer (one round at a time)
+        var next = 0 // guarded by mutex: the index the next item should carry
+        var submitted = 0 // touched only by the queue's one producer (one round at a time)
         init(_ index: Int) {
             queue = TKDispatchQueue(label: "stress-serial-\(index)", qos: Stress.levels[index % Stress.levels.count].1)
             pthread_mutex_init(&mutex, nil)
@@ -230,63 +248,69 @@ enum Stress {
     static func serialQueues(_ producers: Int, _ progress: StressProgress) -> Workload {
         let tally = StressTally("200 serial queues, in order", progress)
         let states = (0..<200).map(SerialState.init)
-        let each = 50   // per queue per round
-        return ([tally], {
-            let group = DispatchGroup()
-            _ = parallel(producers) { p in
-                let mine = stride(from: p, to: states.count, by: producers).map { states[$0] }
-                tally.expect(mine.count * each)
-                for _ in 0..<(mine.count * each) { group.enter() }
-                for _ in 0..<each {
-                    for (q, state) in zip(stride(from: p, to: states.count, by: producers), mine) {
-                        let index = state.submitted
-                        state.submitted += 1
-                        state.queue.async {
-                            if state.inFlight.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue != 1 {
-                                tally.fail("serial queue \(q): item \(index) ran beside another item of its queue")
+        let each = 50 // per queue per round
+        return (
+            [tally],
+            {
+                let group = DispatchGroup()
+                _ = parallel(producers) { p in
+                    let mine = stride(from: p, to: states.count, by: producers).map { states[$0] }
+                    tally.expect(mine.count * each)
+                    for _ in 0..<(mine.count * each) { group.enter() }
+                    for _ in 0..<each {
+                        for (q, state) in zip(stride(from: p, to: states.count, by: producers), mine) {
+                            let index = state.submitted
+                            state.submitted += 1
+                            state.queue.async {
+                                if state.inFlight.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue != 1 {
+                                    tally.fail("serial queue \(q): item \(index) ran beside another item of its queue")
+                                }
+                                pthread_mutex_lock(&state.mutex)
+                                let expected = state.next
+                                state.next = index + 1
+                                pthread_mutex_unlock(&state.mutex)
+                                if index != expected { tally.outOfOrder("serial queue \(q): item \(index) ran where \(expected) was due") }
+                                state.inFlight.wrappingSubtract(1, ordering: .acquiringAndReleasing)
+                                tally.ran()
+                                group.leave()
                             }
-                            pthread_mutex_lock(&state.mutex)
-                            let expected = state.next
-                            state.next = index + 1
-                            pthread_mutex_unlock(&state.mutex)
-                            if index != expected { tally.outOfOrder("serial queue \(q): item \(index) ran where \(expected) was due") }
-                            state.inFlight.wrappingSubtract(1, ordering: .acquiringAndReleasing)
-                            tally.ran()
-                            group.leave()
                         }
                     }
                 }
+                group.wait()
             }
-            group.wait()
-        })
+        )
     }
 
     // MARK: Follow-ups from pool workers (stealing)
 
     static func stealing(_ producers: Int, _ progress: StressProgress) -> Workload {
         let tally = StressTally("follow-ups from pool workers", progress)
-        let depth = 10   // a tree of 2^11 - 1 items per root
+        let depth = 10 // a tree of 2^11 - 1 items per root
         let perRoot = (1 << (depth + 1)) - 1
-        return ([tally], {
-            let group = DispatchGroup()
-            let roots = producers
-            tally.expect(roots * perRoot)
-            for _ in 0..<(roots * perRoot) { group.enter() }
-            @Sendable func node(_ level: Int, _ q: TKDispatchQueue) {
-                if level < depth {
-                    q.async { node(level + 1, q) }
-                    q.async { node(level + 1, q) }
+        return (
+            [tally],
+            {
+                let group = DispatchGroup()
+                let roots = producers
+                tally.expect(roots * perRoot)
+                for _ in 0..<(roots * perRoot) { group.enter() }
+                @Sendable func node(_ level: Int, _ q: TKDispatchQueue) {
+                    if level < depth {
+                        q.async { node(level + 1, q) }
+                        q.async { node(level + 1, q) }
+                    }
+                    spin(200)
+                    tally.ran()
+                    group.leave()
                 }
-                spin(200)
-                tally.ran()
-                group.leave()
+                for r in 0..<roots {
+                    let q = TKDispatchQueue.global(qos: levels[2 + r % 3].1)
+                    q.async { node(0, q) }
+                }
+                group.wait()
             }
-            for r in 0..<roots {
-                let q = TKDispatchQueue.global(qos: levels[2 + r % 3].1)
-                q.async { node(0, q) }
-            }
-            group.wait()
-        })
+        )
     }
 
     // MARK: sync onto serial and concurrent queues
@@ -297,7 +321,7 @@ enum Stress {
         let serial = TKDispatchQueue(label: "stress-sync-serial")
         let concurrent = TKDispatchQueue(label: "stress-sync-concurrent", attributes: .concurrent)
         let inSerial = Atomic<Int>(0)
-        let each = 200   // syncs per producer (and per pool item) per round
+        let each = 200 // syncs per producer (and per pool item) per round
         @Sendable func run(_ who: String) {
             serialTally.expect(each)
             concurrentTally.expect(each)
@@ -312,19 +336,29 @@ enum Stress {
                     return i * 3
                 }
                 if a != i * 3 { serialTally.fail("\(who): serial sync returned \(a), not \(i * 3)") }
-                let b = concurrent.sync { () -> Int in spin(50); concurrentTally.ran(); return i * 5 }
+                let b = concurrent.sync { () -> Int in
+                    spin(50)
+                    concurrentTally.ran()
+                    return i * 5
+                }
                 if b != i * 5 { concurrentTally.fail("\(who): concurrent sync returned \(b), not \(i * 5)") }
             }
         }
-        return ([serialTally, concurrentTally], {
-            let group = DispatchGroup()
-            for k in 0..<poolSyncs {
-                group.enter()
-                TKDispatchQueue.global(qos: levels[k % levels.count].1).async { run("pool item"); group.leave() }
+        return (
+            [serialTally, concurrentTally],
+            {
+                let group = DispatchGroup()
+                for k in 0..<poolSyncs {
+                    group.enter()
+                    TKDispatchQueue.global(qos: levels[k % levels.count].1).async {
+                        run("pool item")
+                        group.leave()
+                    }
+                }
+                _ = parallel(producers) { _ in run("producer thread") }
+                group.wait()
             }
-            _ = parallel(producers) { _ in run("producer thread") }
-            group.wait()
-        })
+        )
     }
 
     // MARK: Barriers on a concurrent queue
@@ -332,47 +366,55 @@ enum Stress {
     static func barriers(_ progress: StressProgress) -> Workload {
         let tally = StressTally("barriers on a concurrent queue", progress)
         let q = TKDispatchQueue(label: "stress-barriers", attributes: .concurrent)
-        let running = Atomic<Int>(0), barrierRunning = Atomic<Bool>(false), completed = Atomic<Int>(0)
+        let running = Atomic<Int>(0)
+        let barrierRunning = Atomic<Bool>(false)
+        let completed = Atomic<Int>(0)
         let blocks = 2_000
-        return ([tally], {
-            completed.store(0, ordering: .releasing)
-            let group = DispatchGroup()
-            @Sendable func barrier(_ index: Int) {
-                if running.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue != 1 {
-                    tally.fail("barrier \(index) started while another block ran")
+        return (
+            [tally],
+            {
+                completed.store(0, ordering: .releasing)
+                let group = DispatchGroup()
+                @Sendable func barrier(_ index: Int) {
+                    if running.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue != 1 {
+                        tally.fail("barrier \(index) started while another block ran")
+                    }
+                    barrierRunning.store(true, ordering: .releasing)
+                    let done = completed.load(ordering: .acquiring)
+                    if done != index { tally.outOfOrder("barrier \(index) started when \(done) blocks ahead of it had finished") }
+                    spin(500)
+                    if running.load(ordering: .acquiring) != 1 { tally.fail("a block started while barrier \(index) ran") }
+                    barrierRunning.store(false, ordering: .releasing)
+                    running.wrappingSubtract(1, ordering: .acquiringAndReleasing)
+                    completed.wrappingAdd(1, ordering: .acquiringAndReleasing)
+                    tally.ran()
                 }
-                barrierRunning.store(true, ordering: .releasing)
-                let done = completed.load(ordering: .acquiring)
-                if done != index { tally.outOfOrder("barrier \(index) started when \(done) blocks ahead of it had finished") }
-                spin(500)
-                if running.load(ordering: .acquiring) != 1 { tally.fail("a block started while barrier \(index) ran") }
-                barrierRunning.store(false, ordering: .releasing)
-                running.wrappingSubtract(1, ordering: .acquiringAndReleasing)
-                completed.wrappingAdd(1, ordering: .acquiringAndReleasing)
-                tally.ran()
-            }
-            tally.expect(blocks)
-            for i in 0..<blocks {
-                if i % 200 == 199 {
-                    q.sync(flags: .barrier) { barrier(i) }
-                } else if i % 25 == 24 {
-                    group.enter()
-                    q.async(flags: .barrier) { barrier(i); group.leave() }
-                } else {
-                    group.enter()
-                    q.async {
-                        running.wrappingAdd(1, ordering: .acquiringAndReleasing)
-                        if barrierRunning.load(ordering: .acquiring) { tally.fail("block \(i) started while a barrier ran") }
-                        spin(100)
-                        running.wrappingSubtract(1, ordering: .acquiringAndReleasing)
-                        completed.wrappingAdd(1, ordering: .acquiringAndReleasing)
-                        tally.ran()
-                        group.leave()
+                tally.expect(blocks)
+                for i in 0..<blocks {
+                    if i % 200 == 199 {
+                        q.sync(flags: .barrier) { barrier(i) }
+                    } else if i % 25 == 24 {
+                        group.enter()
+                        q.async(flags: .barrier) {
+                            barrier(i)
+                            group.leave()
+                        }
+                    } else {
+                        group.enter()
+                        q.async {
+                            running.wrappingAdd(1, ordering: .acquiringAndReleasing)
+                            if barrierRunning.load(ordering: .acquiring) { tally.fail("block \(i) started while a barrier ran") }
+                            spin(100)
+                            running.wrappingSubtract(1, ordering: .acquiringAndReleasing)
+                            completed.wrappingAdd(1, ordering: .acquiringAndReleasing)
+                            tally.ran()
+                            group.leave()
+                        }
                     }
                 }
+                group.wait()
             }
-            group.wait()
-        })
+        )
     }
 
     // MARK: TKOperationQueue with dependencies
@@ -384,38 +426,42 @@ enum Stress {
     static func operations(_ progress: StressProgress) -> Workload {
         let tally = StressTally("TKOperationQueue with dependencies", progress)
         let queue = TKOperationQueue()
-        let chains = 40, length = 10
-        return ([tally], {
-            let group = DispatchGroup()
-            var operations: [TKOperation] = []
-            var lasts: [(TKOperation, OperationMark)] = []
-            func make(_ name: String, after deps: [(TKOperation, OperationMark)]) -> (TKOperation, OperationMark) {
-                let mark = OperationMark()
-                let depMarks = deps.map(\.1)
-                let op = TKBlockOperation {
-                    if !depMarks.allSatisfy({ $0.finished.load(ordering: .acquiring) }) {
-                        tally.outOfOrder("\(name) started before a dependency finished")
+        let chains = 40
+        let length = 10
+        return (
+            [tally],
+            {
+                let group = DispatchGroup()
+                var operations: [TKOperation] = []
+                var lasts: [(TKOperation, OperationMark)] = []
+                func make(_ name: String, after deps: [(TKOperation, OperationMark)]) -> (TKOperation, OperationMark) {
+                    let mark = OperationMark()
+                    let depMarks = deps.map(\.1)
+                    let op = TKBlockOperation {
+                        if !depMarks.allSatisfy({ $0.finished.load(ordering: .acquiring) }) {
+                            tally.outOfOrder("\(name) started before a dependency finished")
+                        }
+                        mark.finished.store(true, ordering: .releasing)
+                        tally.ran()
+                        group.leave()
                     }
-                    mark.finished.store(true, ordering: .releasing)
-                    tally.ran()
-                    group.leave()
+                    for (dep, _) in deps { try? op.addDependency(dep) }
+                    operations.append(op)
+                    return (op, mark)
                 }
-                for (dep, _) in deps { try? op.addDependency(dep) }
-                operations.append(op)
-                return (op, mark)
+                for c in 0..<chains {
+                    var previous: (TKOperation, OperationMark)? = nil
+                    for k in 0..<length { previous = make("chain \(c) operation \(k)", after: previous.map { [$0] } ?? []) }
+                    lasts.append(previous!)
+                }
+                _ = make("fan-in", after: lasts)
+                tally.expect(operations.count)
+                for _ in operations { group.enter() }
+                // Added last first, so the queue holds each operation until its dependencies finish.
+                queue.addOperations(operations.reversed(), waitUntilFinished: false)
+                group.wait()
             }
-            for c in 0..<chains {
-                var previous: (TKOperation, OperationMark)? = nil
-                for k in 0..<length { previous = make("chain \(c) operation \(k)", after: previous.map { [$0] } ?? []) }
-                lasts.append(previous!)
-            }
-            _ = make("fan-in", after: lasts)
-            tally.expect(operations.count)
-            for _ in operations { group.enter() }
-            // Added last first, so the queue holds each operation until its dependencies finish.
-            queue.addOperations(operations.reversed(), waitUntilFinished: false)
-            group.wait()
-        })
+        )
     }
 
     // MARK: Blocked workers
@@ -423,38 +469,48 @@ enum Stress {
     static func blockedWorkers(_ perKind: Int, _ progress: StressProgress) -> Workload {
         let semaphoreTally = StressTally("items waiting on a later item (semaphore)", progress)
         let readTally = StressTally("items blocked in read(2) on a later write", progress)
-        return ([semaphoreTally, readTally], {
-            var fds: [Int32] = [0, 0]
-            guard pipe(&fds) == 0 else { readTally.fail("pipe() failed: errno \(errno)"); return }
-            let (r, w) = (fds[0], fds[1])
-            let semaphore = TKDispatchSemaphore(value: 0)
-            let group = DispatchGroup()
-            semaphoreTally.expect(perKind + 1)   // the waiters and the releasing item
-            readTally.expect(perKind)
-            for k in 0..<perKind {
+        return (
+            [semaphoreTally, readTally],
+            {
+                var fds: [Int32] = [0, 0]
+                guard pipe(&fds) == 0 else {
+                    readTally.fail("pipe() failed: errno \(errno)")
+                    return
+                }
+                let (r, w) = (fds[0], fds[1])
+                let semaphore = TKDispatchSemaphore(value: 0)
+                let group = DispatchGroup()
+                semaphoreTally.expect(perKind + 1) // the waiters and the releasing item
+                readTally.expect(perKind)
+                for k in 0..<perKind {
+                    group.enter()
+                    TKDispatchQueue.global(qos: levels[1 + k % 4].1).async {
+                        semaphore.wait()
+                        semaphoreTally.ran()
+                        group.leave()
+                    }
+                    group.enter()
+                    TKDispatchQueue.global(qos: levels[1 + k % 4].1).async {
+                        var byte: UInt8 = 0
+                        let n = read(r, &byte, 1)
+                        if n != 1 { readTally.fail("read(2) returned \(n)") }
+                        readTally.ran()
+                        group.leave()
+                    }
+                }
                 group.enter()
-                TKDispatchQueue.global(qos: levels[1 + k % 4].1).async { semaphore.wait(); semaphoreTally.ran(); group.leave() }
-                group.enter()
-                TKDispatchQueue.global(qos: levels[1 + k % 4].1).async {
-                    var byte: UInt8 = 0
-                    let n = read(r, &byte, 1)
-                    if n != 1 { readTally.fail("read(2) returned \(n)") }
-                    readTally.ran()
+                TKDispatchQueue.global().async {
+                    let bytes = [UInt8](repeating: 1, count: perKind)
+                    if write(w, bytes, perKind) != perKind { readTally.fail("write(2) failed: errno \(errno)") }
+                    for _ in 0..<perKind { semaphore.signal() }
+                    semaphoreTally.ran()
                     group.leave()
                 }
+                group.wait()
+                close(r)
+                close(w)
             }
-            group.enter()
-            TKDispatchQueue.global().async {
-                let bytes = [UInt8](repeating: 1, count: perKind)
-                if write(w, bytes, perKind) != perKind { readTally.fail("write(2) failed: errno \(errno)") }
-                for _ in 0..<perKind { semaphore.signal() }
-                semaphoreTally.ran()
-                group.leave()
-            }
-            group.wait()
-            close(r)
-            close(w)
-        })
+        )
     }
 }
 
@@ -485,10 +541,13 @@ final class Watchdog: @unchecked Sendable {
     }
 
     private func watch() {
-        var last = progress.completed.load(ordering: .relaxed), lastChange = now(), lastReport = now()
+        var last = progress.completed.load(ordering: .relaxed)
+        var lastChange = now()
+        var lastReport = now()
         while !stopped.load(ordering: .relaxed) {
             usleep(100_000)
-            let completed = progress.completed.load(ordering: .relaxed), t = now()
+            let completed = progress.completed.load(ordering: .relaxed)
+            let t = now()
             if completed != last {
                 last = completed
                 lastChange = t
@@ -501,23 +560,28 @@ final class Watchdog: @unchecked Sendable {
             }
             if t - lastReport >= 10_000_000_000 {
                 lastReport = t
-                print(String(format: "stress: %.0f s, %d items completed, %d outstanding", Double(t - startTime) / 1e9,
-                             completed, progress.outstanding))
+                print(
+                    String(
+                        format: "stress: %.0f s, %d items completed, %d outstanding", Double(t - startTime) / 1e9,
+                        completed, progress.outstanding))
                 fflush(nil)
             }
         }
     }
 
     private func stall(_ gap: UInt64) -> Never {
-        print(String(format: "\nstress: WEDGED: no item completed for %.1f s with %d items outstanding", Double(gap) / 1e9,
-                     progress.outstanding))
+        print(
+            String(
+                format: "\nstress: WEDGED: no item completed for %.1f s with %d items outstanding", Double(gap) / 1e9,
+                progress.outstanding))
         for t in tallies where t.outstanding != 0 { print("  \(t.name): \(t.outstanding) outstanding") }
         print("\n--- TKPoolIntrospection.stateDescription() ---")
         fflush(nil)
         // It takes the pool lock: a helper thread, so a lock held forever cannot stop the report.
         // The box is written before the signal and read only after a successful wait.
         final class Box: @unchecked Sendable { var text = "" }
-        let described = DispatchSemaphore(value: 0), box = Box()
+        let described = DispatchSemaphore(value: 0)
+        let box = Box()
         Thread {
             box.text = TKPoolIntrospection.stateDescription()
             described.signal()
@@ -563,7 +627,7 @@ final class Watchdog: @unchecked Sendable {
         }
         typealias Prctl = @convention(c) (Int32, UInt, UInt, UInt, UInt) -> Int32
         if let p = dlsym(nil, "prctl") {
-            _ = unsafeBitCast(p, to: Prctl.self)(0x5961_6d61, UInt.max, 0, 0, 0)   // PR_SET_PTRACER, ANY
+            _ = unsafeBitCast(p, to: Prctl.self)(0x5961_6d61, UInt.max, 0, 0, 0) // PR_SET_PTRACER, ANY
         }
         print("--- \(gdb) -p \(getpid()) -batch -ex \"thread apply all bt\" ---")
         fflush(nil)

@@ -18,10 +18,12 @@ enum TraceBenchmarks {
     }
 
     static func mark() -> Row {
-        Row(group: "trace", name: "TKTrace.mark (one event, named; per event)", operations: 1_000_000, unit: .nanoseconds, contenders: [
-            Contender(name: "recording") { n in measured(true) { timed { for _ in 0..<n { TKTrace.mark("bench") } } } },
-            Contender(name: "off") { n in measured(false) { timed { for _ in 0..<n { TKTrace.mark("bench") } } } },
-        ], reference: "off", target: "recording − off ≤ 150 ns")
+        Row(
+            group: "trace", name: "TKTrace.mark (one event, named; per event)", operations: 1_000_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "recording") { n in measured(true) { timed { for _ in 0..<n { TKTrace.mark("bench") } } } },
+                Contender(name: "off") { n in measured(false) { timed { for _ in 0..<n { TKTrace.mark("bench") } } } },
+            ], reference: "off", target: "recording − off ≤ 150 ns")
     }
 
     static func globalAsync() -> Row {
@@ -37,15 +39,36 @@ enum TraceBenchmarks {
                 }
             }
         }
-        return Row(group: "trace", name: "async empty blocks to a global queue (per block)", operations: 200_000, unit: .nanoseconds,
-                   contenders: [contender(true), contender(false)], reference: "off", target: "(recording − off) / 3 ≤ 150 ns")
+        return Row(
+            group: "trace", name: "async empty blocks to a global queue (per block)", operations: 200_000, unit: .nanoseconds,
+            contenders: [contender(true), contender(false)], reference: "off", target: "(recording − off) / 3 ≤ 150 ns")
     }
 
     static func uncontendedLock() -> Row {
         let lock = TKLock()
-        return Row(group: "trace", name: "uncontended TKLock lock+unlock (records nothing)", operations: 2_000_000, unit: .nanoseconds, contenders: [
-            Contender(name: "recording") { n in measured(true) { timed { for _ in 0..<n { lock.lock(); lock.unlock() } } } },
-            Contender(name: "off") { n in measured(false) { timed { for _ in 0..<n { lock.lock(); lock.unlock() } } } },
-        ], reference: "off", target: "1.00×")
+        return Row(
+            group: "trace", name: "uncontended TKLock lock+unlock (records nothing)", operations: 2_000_000, unit: .nanoseconds,
+            contenders: [
+                Contender(name: "recording") { n in
+                    measured(true) {
+                        timed {
+                            for _ in 0..<n {
+                                lock.lock()
+                                lock.unlock()
+                            }
+                        }
+                    }
+                },
+                Contender(name: "off") { n in
+                    measured(false) {
+                        timed {
+                            for _ in 0..<n {
+                                lock.lock()
+                                lock.unlock()
+                            }
+                        }
+                    }
+                },
+            ], reference: "off", target: "1.00×")
     }
 }

@@ -38,18 +38,19 @@ if arguments.first == "blocking-child", arguments.count == 2 { exit(DispatchBenc
 // The pool's stress run (before anything else starts a pool thread).
 if arguments.first == "stress" { exit(Stress.main(Array(arguments.dropFirst()))) }
 if arguments.contains("--help") || arguments.first == "help" {
-    print("""
-    tkbench [GROUP…] [--rounds N]       every group, or the named ones (--list names them)
-    tkbench timers [--quick]            the timer lateness table alone
-    tkbench scaling [--rounds N] [--out DIR]
-                                        each row pinned to 1, 2, 4, 8, 16 CPUs; scaling.csv, scaling.svg
-    tkbench scaling-child CPUS FILE ROUNDS
-                                        one CPU count's rows (TKBENCH_ONLY=text picks rows)
-    tkbench stress [--seconds N] [--producers P]
-                                        the pool's stress workloads for N s (default 60), exact counts,
-                                        per-queue order, a 5 s wedge watchdog; exit 0 only if all match
-    tkbench --list                      the groups
-    """)
+    print(
+        """
+        tkbench [GROUP…] [--rounds N]       every group, or the named ones (--list names them)
+        tkbench timers [--quick]            the timer lateness table alone
+        tkbench scaling [--rounds N] [--out DIR]
+                                            each row pinned to 1, 2, 4, 8, 16 CPUs; scaling.csv, scaling.svg
+        tkbench scaling-child CPUS FILE ROUNDS
+                                            one CPU count's rows (TKBENCH_ONLY=text picks rows)
+        tkbench stress [--seconds N] [--producers P]
+                                            the pool's stress workloads for N s (default 60), exact counts,
+                                            per-queue order, a 5 s wedge watchdog; exit 0 only if all match
+        tkbench --list                      the groups
+        """)
     exit(0)
 }
 // The pinned child of the scaling group.
@@ -77,7 +78,8 @@ if let i = arguments.firstIndex(of: "--out"), i + 1 < arguments.count {
     arguments.removeSubrange(i...(i + 1))
 }
 let selected = arguments.isEmpty ? groups : groups.filter { arguments.contains($0.0) }
-let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
+let cpu =
+    (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
     .split(separator: "\n").first { $0.hasPrefix("model name") }?.split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "?"
 print("tkbench: \(ProcessInfo.processInfo.activeProcessorCount) cores, \(cpu); \(rounds) interleaved rounds, medians\n")
 let harness = Harness(rounds: rounds)

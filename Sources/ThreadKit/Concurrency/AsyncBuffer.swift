@@ -23,8 +23,8 @@ final class AsyncBuffer<Element: Sendable>: @unchecked Sendable {
     private let policy: Policy
     /// Waiting `next()` calls, and the mutex that guards the fields below.
     private let waiters = AsyncWaiters<Element?>()
-    private var elements = HeadArray<Element>()        // guarded by waiters' mutex
-    private var terminated = false                     // guarded by waiters' mutex
+    private var elements = HeadArray<Element>() // guarded by waiters' mutex
+    private var terminated = false // guarded by waiters' mutex
     private var onTermination: (@Sendable () -> Void)? // guarded by waiters' mutex; runs once
 
     init(policy: Policy) { self.policy = policy }

@@ -43,9 +43,9 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
     }
 
     private let mutex = RawMutex()
-    private var list = LinkedNodeList<Waiter>()   // guarded by mutex
+    private var list = LinkedNodeList<Waiter>() // guarded by mutex
     /// Set by `close`, never cleared: later waiters get it at once.
-    private var closedValue: Value?            // guarded by mutex
+    private var closedValue: Value? // guarded by mutex
 
     init() {}
 
@@ -62,8 +62,10 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
     /// the caller claimed before suspending (a semaphore's decrement). `ticket`: runs once, with
     /// the mutex held, as the task is queued; the owner's order among its own waiters of several
     /// kinds (`firstTicketLocked`).
-    func suspend(admit: () -> Value? = { nil }, withdraw: @Sendable () -> Void = {},
-                 ticket: () -> UInt64 = { 0 }) async throws -> Value {
+    func suspend(
+        admit: () -> Value? = { nil }, withdraw: @Sendable () -> Void = {},
+        ticket: () -> UInt64 = { 0 }
+    ) async throws -> Value {
         let waiter = Waiter()
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: Continuation) in

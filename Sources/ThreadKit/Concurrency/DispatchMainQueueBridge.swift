@@ -38,7 +38,7 @@ final class DispatchMainQueueBridge: DescriptorWatcher, @unchecked Sendable {
     /// Adds the eventfd to the main loop's epoll set, edge-triggered: a report only sets the flag,
     /// so a mode that does not serve the main queue does not spin on a readable descriptor.
     func attach(to poll: EventPoll) {
-        let edgeTriggered: UInt32 = 1 << 31    // EPOLLET
+        let edgeTriggered: UInt32 = 1 << 31 // EPOLLET
         _ = poll.watch(fd, events: 1 /* EPOLLIN */ | edgeTriggered, watcher: self)
     }
 

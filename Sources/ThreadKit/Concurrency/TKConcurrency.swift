@@ -36,26 +36,33 @@ public enum TKConcurrency {
         try installLock.withLock { _ in
             if installed.load(ordering: .relaxed) { return }
             guard let enqueue = tk_swift_runtime_symbol("swift_task_enqueueGlobal_hook"),
-                  let delay = tk_swift_runtime_symbol("swift_task_enqueueGlobalWithDelay_hook"),
-                  let deadline = tk_swift_runtime_symbol("swift_task_enqueueGlobalWithDeadline_hook") else {
-                throw TKError(.systemCall, "TKConcurrency.installGlobalExecutor: this Swift runtime has no global-executor "
-                              + "hooks (swift_task_enqueueGlobal_hook), so ThreadKit cannot become the global executor. "
-                              + "Fix: use TKConcurrency.taskExecutor with withTaskExecutorPreference instead.")
+                let delay = tk_swift_runtime_symbol("swift_task_enqueueGlobalWithDelay_hook"),
+                let deadline = tk_swift_runtime_symbol("swift_task_enqueueGlobalWithDeadline_hook")
+            else {
+                throw TKError(
+                    .systemCall,
+                    "TKConcurrency.installGlobalExecutor: this Swift runtime has no global-executor "
+                        + "hooks (swift_task_enqueueGlobal_hook), so ThreadKit cannot become the global executor. "
+                        + "Fix: use TKConcurrency.taskExecutor with withTaskExecutorPreference instead.")
             }
             let enqueueSlot = enqueue.assumingMemoryBound(to: Optional<EnqueueHook>.self)
             let delaySlot = delay.assumingMemoryBound(to: Optional<DelayHook>.self)
             let deadlineSlot = deadline.assumingMemoryBound(to: Optional<DeadlineHook>.self)
             if enqueueSlot.pointee != nil || delaySlot.pointee != nil || deadlineSlot.pointee != nil {
-                throw TKError(.tooLate, "TKConcurrency.installGlobalExecutor: another global executor is already installed "
-                              + "(swift_task_enqueueGlobal_hook is set, by SwiftNIO or a test harness, say). Fix: install "
-                              + "only one global executor per process.")
+                throw TKError(
+                    .tooLate,
+                    "TKConcurrency.installGlobalExecutor: another global executor is already installed "
+                        + "(swift_task_enqueueGlobal_hook is set, by SwiftNIO or a test harness, say). Fix: install "
+                        + "only one global executor per process.")
             }
             let foreign = TKThread.threadsNotStartedByThreadKit()
             if !foreign.isEmpty {
-                throw TKError(.tooLate, "TKConcurrency.installGlobalExecutor was called too late: the process already runs "
-                              + "\(foreign.count) thread(s) ThreadKit did not start (thread ids \(foreign.prefix(8).map(String.init).joined(separator: ", "))), "
-                              + "so Swift's default executor may already be running tasks there. Fix: call it first thing "
-                              + "in main, before any Task, Dispatch or Foundation work starts a thread.")
+                throw TKError(
+                    .tooLate,
+                    "TKConcurrency.installGlobalExecutor was called too late: the process already runs "
+                        + "\(foreign.count) thread(s) ThreadKit did not start (thread ids \(foreign.prefix(8).map(String.init).joined(separator: ", "))), "
+                        + "so Swift's default executor may already be running tasks there. Fix: call it first thing "
+                        + "in main, before any Task, Dispatch or Foundation work starts a thread.")
             }
             enqueueSlot.pointee = { job, _ in TKConcurrency.enqueueGlobal(job) }
             delaySlot.pointee = { nanoseconds, job, _ in
@@ -106,7 +113,8 @@ public enum TKConcurrency {
         var now = timespec()
         clock_gettime(clock == 1 ? CLOCK_BOOTTIME : CLOCK_MONOTONIC, &now)
         // In Duration's 128-bit arithmetic: a deadline near Int64.min or .max seconds cannot overflow.
-        let remaining = Duration.seconds(seconds) - .seconds(Int64(now.tv_sec)) + .nanoseconds(nanoseconds) - .nanoseconds(Int64(now.tv_nsec))
+        let remaining =
+            Duration.seconds(seconds) - .seconds(Int64(now.tv_sec)) + .nanoseconds(nanoseconds) - .nanoseconds(Int64(now.tv_nsec))
         return .now + remaining
     }
 }

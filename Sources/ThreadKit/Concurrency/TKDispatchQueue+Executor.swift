@@ -20,9 +20,10 @@ extension TKDispatchQueue: SerialExecutor, TaskExecutor {
     /// A concurrent queue cannot be an actor's executor: its entries run in parallel.
     public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
         guard isSerialLane else {
-            misuse("\(described) is concurrent and was used as an actor's serial executor: an actor's jobs must run one "
-                   + "at a time. Fix: use a serial TKDispatchQueue (no .concurrent attribute) for the actor, or use the "
-                   + "concurrent queue as a task executor (withTaskExecutorPreference) instead.")
+            misuse(
+                "\(described) is concurrent and was used as an actor's serial executor: an actor's jobs must run one "
+                    + "at a time. Fix: use a serial TKDispatchQueue (no .concurrent attribute) for the actor, or use the "
+                    + "concurrent queue as a task executor (withTaskExecutorPreference) instead.")
         }
         return UnownedSerialExecutor(ordinary: self)
     }
@@ -45,9 +46,10 @@ extension TKDispatchQueue: SerialExecutor, TaskExecutor {
     /// queue's work, and otherwise stops the process with a message naming the queue and the fix.
     public func checkIsolated() {
         if isRunningOnCurrentThread { return }
-        misuse("an actor isolated to \(described) was assumed isolated on a thread that is not running that queue: its "
-               + "state may only be touched from the queue's work. Fix: reach the actor with `await`, or call "
-               + "assumeIsolated only inside work of that queue.")
+        misuse(
+            "an actor isolated to \(described) was assumed isolated on a thread that is not running that queue: its "
+                + "state may only be touched from the queue's work. Fix: reach the actor with `await`, or call "
+                + "assumeIsolated only inside work of that queue.")
     }
 
     /// Runs a job entry of this queue (the frame of the queue is pushed by the caller, as for any

@@ -75,9 +75,10 @@ extension TKRunLoop: SerialExecutor {
     public func checkIsolated() {
         let tid = SystemCall.currentThreadID
         if tid != ownerThread {
-            misuse("an actor isolated to the run loop of thread \(ownerThread) was assumed isolated on thread \(tid): its "
-                   + "state may only be touched on the loop's thread. Fix: reach the actor with `await`, or call "
-                   + "assumeIsolated only in code the loop runs (its jobs, perform blocks, timers, sources).")
+            misuse(
+                "an actor isolated to the run loop of thread \(ownerThread) was assumed isolated on thread \(tid): its "
+                    + "state may only be touched on the loop's thread. Fix: reach the actor with `await`, or call "
+                    + "assumeIsolated only in code the loop runs (its jobs, perform blocks, timers, sources).")
         }
     }
 
@@ -99,21 +100,26 @@ extension TKRunLoop: SerialExecutor {
         // counts (the lock orders these relaxed increments before those loads).
         book.all.queued.wrappingAdd(1, ordering: .relaxed)
         tally?.queued.wrappingAdd(1, ordering: .relaxed)
-        let accepted = enqueueUnlessClosed(PendingBlock(modes: modes, block: {
-            job.runSynchronously(on: executor)
-            // Relaxed: read by the stall check, which only needs to see progress, and by the
-            // thread's end, on this same thread.
-            book.all.ran.wrappingAdd(1, ordering: .relaxed)
-            tally?.ran.wrappingAdd(1, ordering: .relaxed)
-        }))
+        let accepted = enqueueUnlessClosed(
+            PendingBlock(
+                modes: modes,
+                block: {
+                    job.runSynchronously(on: executor)
+                    // Relaxed: read by the stall check, which only needs to see progress, and by the
+                    // thread's end, on this same thread.
+                    book.all.ran.wrappingAdd(1, ordering: .relaxed)
+                    tally?.ran.wrappingAdd(1, ordering: .relaxed)
+                }))
         guard accepted else {
-            let by = modeExecutor.map { "the loop's \($0.name)" }
+            let by =
+                modeExecutor.map { "the loop's \($0.name)" }
                 ?? "the TKRunLoop itself (an actor whose unownedExecutor is the loop)"
-            misuse("a Swift concurrency job (an actor's or a task's) was sent to the run loop of "
-                   + "\(jobBook.ownerDescription(of: self)), through \(by), after that thread finished: nothing will "
-                   + "ever run it, and its task would wait forever. Fix: keep the loop's thread running (running its "
-                   + "loop) for as long as actors use it as their executor, e.g. await the actors' last calls before "
-                   + "letting the thread end.")
+            misuse(
+                "a Swift concurrency job (an actor's or a task's) was sent to the run loop of "
+                    + "\(jobBook.ownerDescription(of: self)), through \(by), after that thread finished: nothing will "
+                    + "ever run it, and its task would wait forever. Fix: keep the loop's thread running (running its "
+                    + "loop) for as long as actors use it as their executor, e.g. await the actors' last calls before "
+                    + "letting the thread end.")
         }
         book.queued.wrappingAdd(1, ordering: .relaxed)
         if runDepth.load(ordering: .relaxed) == 0 { book.watchForStall(self) }
@@ -140,14 +146,16 @@ extension TKRunLoop: SerialExecutor {
             parts.append("\(n) for its \(name)")
         }
         if left > byModeExecutors {
-            parts.insert("\(left - byModeExecutors) for the TKRunLoop itself (an actor whose unownedExecutor is the loop, "
-                         + "served in the common modes)", at: 0)
+            parts.insert(
+                "\(left - byModeExecutors) for the TKRunLoop itself (an actor whose unownedExecutor is the loop, "
+                    + "served in the common modes)", at: 0)
         }
-        misuse("\(ownerDescription) finished with \(left) Swift concurrency job(s) (actors' or tasks') still queued on its "
-               + "run loop — \(parts.joined(separator: "; ")) — because the loop was not running, or was running in a mode "
-               + "those executors do not serve, when they were sent: nothing will ever run them, and their tasks would "
-               + "wait forever. Fix: keep the thread running its loop, in a mode the actors' executor serves, until the "
-               + "actors' calls are done (await them before letting the thread end).")
+        misuse(
+            "\(ownerDescription) finished with \(left) Swift concurrency job(s) (actors' or tasks') still queued on its "
+                + "run loop — \(parts.joined(separator: "; ")) — because the loop was not running, or was running in a mode "
+                + "those executors do not serve, when they were sent: nothing will ever run them, and their tasks would "
+                + "wait forever. Fix: keep the thread running its loop, in a mode the actors' executor serves, until the "
+                + "actors' calls are done (await them before letting the thread end).")
     }
 }
 
@@ -217,17 +225,20 @@ final class RunLoopJobBook: Sendable {
     /// and the loop is still not running, say so once.
     func watchForStall(_ loop: TKRunLoop) {
         guard let delay = RunLoopJobBook.stallDelay, !warned.load(ordering: .relaxed),
-              !checking.exchange(true, ordering: .relaxed) else { return }
+            !checking.exchange(true, ordering: .relaxed)
+        else { return }
         let ranBefore = all.ran.load(ordering: .relaxed)
         TKDispatchQueue.global(qos: .utility).asyncAfter(deadline: .now + delay) { [weak loop] in
             self.checking.store(false, ordering: .relaxed)
             guard let loop else { return }
             let waiting = self.all.waiting
             guard waiting > 0, self.all.ran.load(ordering: .relaxed) == ranBefore,
-                  loop.runDepth.load(ordering: .relaxed) == 0,
-                  !self.warned.exchange(true, ordering: .relaxed) else { return }
+                loop.runDepth.load(ordering: .relaxed) == 0,
+                !self.warned.exchange(true, ordering: .relaxed)
+            else { return }
             let ms = delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
-            let line = "ThreadKit: \(waiting) Swift concurrency job(s) have waited \(ms) ms for the run loop of "
+            let line =
+                "ThreadKit: \(waiting) Swift concurrency job(s) have waited \(ms) ms for the run loop of "
                 + "\(loop.ownerDescription), which is not running: the actors and tasks using it as their executor are stuck. "
                 + "Fix: run that loop (run(), or run(mode:before:) in a mode the executor serves: the common modes "
                 + "unless made with executor(forModes:)). (TK_EXECUTOR_STALL_MS sets this delay; 0 turns it off.)\n"

@@ -9,7 +9,7 @@ final class Contention: @unchecked Sendable {
     static let shared = Contention()
 
     private let mutex = RawMutex()
-    private var rows: [String: TKContentionCounters] = [:]   // guarded by mutex
+    private var rows: [String: TKContentionCounters] = [:] // guarded by mutex
 
     /// The time a wait starts, or 0 when the counters are off (then `lockWaited` does nothing).
     @inline(__always)

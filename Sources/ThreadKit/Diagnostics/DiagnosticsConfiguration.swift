@@ -35,7 +35,7 @@ struct DiagnosticsConfiguration: Sendable, Equatable {
         if settings.hang_threshold_ns != 0 { hangThreshold = .nanoseconds(Int64(settings.hang_threshold_ns)) }
         rejected = Int(settings.rejected)
         let lines = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        warning = lines.isEmpty ? nil : String(lines.dropLast())   // without the last newline
+        warning = lines.isEmpty ? nil : String(lines.dropLast()) // without the last newline
     }
 
     init() {}

@@ -14,7 +14,7 @@ final class DiagnosticsState: @unchecked Sendable {
     }
 
     private let mutex = RawMutex()
-    private var state = State()   // guarded by mutex
+    private var state = State() // guarded by mutex
 
     func read<T>(_ body: (State) -> T) -> T { mutex.withLock { body(state) } }
     func update<T>(_ body: (inout State) -> T) -> T { mutex.withLock { body(&state) } }

@@ -46,7 +46,8 @@ enum DiagnosticsSwitch {
     /// each with its own lock, never lose each other's bits); returns it before and after.
     @discardableResult
     static func update(_ transform: (TKDiagnosticsFeature) -> TKDiagnosticsFeature)
-        -> (before: TKDiagnosticsFeature, after: TKDiagnosticsFeature) {
+        -> (before: TKDiagnosticsFeature, after: TKDiagnosticsFeature)
+    {
         while true {
             let before = current
             let after = transform(before)

@@ -30,7 +30,7 @@ struct HangMark: Sendable {
 final class HangSlot: @unchecked Sendable {
     let tid: UInt32
     private let mutex = RawMutex()
-    private var mark = HangMark(activity: nil, started: 0)   // guarded by mutex
+    private var mark = HangMark(activity: nil, started: 0) // guarded by mutex
     /// The start of the last activity reported. Watchdog threads only (an old one finishing its
     /// last scan may overlap a new one): the exchange makes one of them report it. Relaxed: only
     /// this word is involved.

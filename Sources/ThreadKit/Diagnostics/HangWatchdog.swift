@@ -18,8 +18,8 @@ final class HangWatchdog: @unchecked Sendable {
     private static let local = TKThreadLocal<HangSlot>(destructor: { HangWatchdog.shared.unlist($0) })
 
     private let mutex = RawMutex()
-    private var slots: [ObjectIdentifier: HangSlot] = [:]   // guarded by mutex
-    private var running = false                              // guarded by mutex: a watchdog thread should run
+    private var slots: [ObjectIdentifier: HangSlot] = [:] // guarded by mutex
+    private var running = false // guarded by mutex: a watchdog thread should run
     /// Which watchdog thread is the current one (guarded by mutex): a thread told to stop that has
     /// not yet seen it exits when a newer one has started, so two never scan at once.
     private var generation = 0
@@ -93,7 +93,9 @@ final class HangWatchdog: @unchecked Sendable {
         while true {
             let seen = wakeWord.pointer.pointee.load(ordering: .relaxed)
             let tid = mutex.lockInternal()
-            let keepRunning = running && generation == mine, limit = threshold, listed = Array(slots.values)
+            let keepRunning = running && generation == mine
+            let limit = threshold
+            let listed = Array(slots.values)
             mutex.unlockInternal(tid)
             guard keepRunning else { return }
             let now = Contention.now()
@@ -104,7 +106,8 @@ final class HangWatchdog: @unchecked Sendable {
                 // `started > now` happens: the slot's thread began its activity after `now` was
                 // read (the subtraction wrapped, and the report's Int64 conversion trapped once in CI).
                 guard let activity = mark.activity, started != 0, now > started, now - started >= limitNs,
-                      slot.reportedStart.exchange(started, ordering: .relaxed) != started else { continue }
+                    slot.reportedStart.exchange(started, ordering: .relaxed) != started
+                else { continue }
                 let report = sample(slot, activity: activity, running: .nanoseconds(Int64(now &- started)))
                 TKDiagnostics.deliver(report)
             }
@@ -132,7 +135,8 @@ final class HangWatchdog: @unchecked Sendable {
             }
         }
         let thread = LockOrderThread(tid: slot.tid, name: LockOrderThread.name(of: slot.tid))
-        return TKHangReport(thread: thread.description, threadID: slot.tid, activity: activity.description,
-                            duration: running, addresses: frames)
+        return TKHangReport(
+            thread: thread.description, threadID: slot.tid, activity: activity.description,
+            duration: running, addresses: frames)
     }
 }

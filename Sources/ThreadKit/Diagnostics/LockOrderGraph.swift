@@ -43,14 +43,14 @@ final class LockOrderGraph: @unchecked Sendable {
     }
 
     private let mutex = RawMutex()
-    private var nodes: [UInt32: Node] = [:]                 // guarded by mutex
-    private var outgoing: [UInt32: [UInt32: Edge]] = [:]    // guarded by mutex
-    private var incoming: [UInt32: Set<UInt32>] = [:]       // guarded by mutex
-    private var reported: Set<[UInt32]> = []                // guarded by mutex: cycles, smallest id first
-    private(set) var reports: [TKLockOrderReport] = []      // guarded by mutex (read via `allReports`)
-    private var counts = SearchCounts()                     // guarded by mutex
+    private var nodes: [UInt32: Node] = [:] // guarded by mutex
+    private var outgoing: [UInt32: [UInt32: Edge]] = [:] // guarded by mutex
+    private var incoming: [UInt32: Set<UInt32>] = [:] // guarded by mutex
+    private var reported: Set<[UInt32]> = [] // guarded by mutex: cycles, smallest id first
+    private(set) var reports: [TKLockOrderReport] = [] // guarded by mutex (read via `allReports`)
+    private var counts = SearchCounts() // guarded by mutex
     private var budget = LockOrderGraph.defaultSearchBudget // guarded by mutex
-    private var truncationSaid = false                      // guarded by mutex
+    private var truncationSaid = false // guarded by mutex
 
     func addNode(_ id: UInt32, kind: StaticString, lock: LockName) {
         mutex.withLock { nodes[id] = Node(kind: kind, lock: lock) }
@@ -111,7 +111,8 @@ final class LockOrderGraph: @unchecked Sendable {
             let search = pathLocked(from: to, to: from)
             if search.truncated && !truncationSaid {
                 truncationSaid = true
-                truncation = "ThreadKit lock order: a cycle search gave up after \(search.steps) steps (\(nodes.count) locks, "
+                truncation =
+                    "ThreadKit lock order: a cycle search gave up after \(search.steps) steps (\(nodes.count) locks, "
                     + "\(edgeCountLocked) orders in the graph): cycles through some orders may go unreported. "
                     + "Fix: free locks that are no longer used; the order of many thousands of live locks is not checked in full."
             }
@@ -131,8 +132,9 @@ final class LockOrderGraph: @unchecked Sendable {
             node.1?.name.map { "\(node.0) \"\($0)\"" } ?? "\(node.0) #\(id)"
         }
         let edges = found.edges.indices.map { i in
-            TKLockOrderReport.Edge(held: names[i], acquired: names[(i + 1) % names.count],
-                                   thread: found.edges[i].thread.description, stack: found.edges[i].stack)
+            TKLockOrderReport.Edge(
+                held: names[i], acquired: names[(i + 1) % names.count],
+                thread: found.edges[i].thread.description, stack: found.edges[i].stack)
         }
         let report = TKLockOrderReport(locks: names, edges: edges)
         mutex.withLock { reports.append(report) }

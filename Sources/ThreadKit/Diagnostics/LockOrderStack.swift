@@ -31,7 +31,7 @@ struct LockOrderStack: Sendable {
             // The hook's own frames: up to the last ThreadKit-named one near the top (private
             // helpers between them are not exported, so they show as bare addresses).
             let own = lines.prefix(8).lastIndex { line in
-                let symbol = line.drop { $0 != " " }.dropFirst()   // after "image "
+                let symbol = line.drop { $0 != " " }.dropFirst() // after "image "
                 return symbol.hasPrefix("ThreadKit.") || symbol.hasPrefix("static ThreadKit.")
             }
             if let own, own + 1 < lines.count { lines.removeFirst(own + 1) }

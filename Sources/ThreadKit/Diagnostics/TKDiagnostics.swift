@@ -77,12 +77,15 @@ public enum TKDiagnostics {
     /// What is on, what was found, and the contention counters, as lines of text.
     public static var summary: String {
         let graph = LockOrderGraph.shared.size
-        let cycles = lockOrderReports.count, hangs = hangReports.count
+        let cycles = lockOrderReports.count
+        let hangs = hangReports.count
         let truncated = LockOrderGraph.shared.searchCounts.truncated
-        var lines = ["ThreadKit diagnostics: \(describe(features))",
-                     "  lock order: \(graph.locks) locks, \(graph.edges) orders seen, \(cycles) potential deadlock\(cycles == 1 ? "" : "s")"
-                        + (truncated == 0 ? "" : ", \(truncated) cycle search\(truncated == 1 ? "" : "es") truncated"),
-                     "  hangs: \(hangs) reported (threshold \(TKContentionCounters.format(hangThreshold)))"]
+        var lines = [
+            "ThreadKit diagnostics: \(describe(features))",
+            "  lock order: \(graph.locks) locks, \(graph.edges) orders seen, \(cycles) potential deadlock\(cycles == 1 ? "" : "s")"
+                + (truncated == 0 ? "" : ", \(truncated) cycle search\(truncated == 1 ? "" : "es") truncated"),
+            "  hangs: \(hangs) reported (threshold \(TKContentionCounters.format(hangThreshold)))",
+        ]
         let counters = contentionCounters
         lines.append("  contention: " + (counters.isEmpty ? "nothing waited" : "\(counters.count) rows"))
         lines += counters.map { "    \($0)" }

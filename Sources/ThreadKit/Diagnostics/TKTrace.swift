@@ -90,8 +90,10 @@ public enum TKTrace {
             if close(fd) != 0 && error == 0 { error = errno }
         }
         if error != 0 {
-            throw TKError(.systemCall, "TKTrace.\(call)(to: \"\(path)\"): cannot write the file: \(SystemCall.errnoName(error)). "
-                          + "Fix: pass a path in an existing, writable directory on a file system with room for the trace.", errno: error)
+            throw TKError(
+                .systemCall,
+                "TKTrace.\(call)(to: \"\(path)\"): cannot write the file: \(SystemCall.errnoName(error)). "
+                    + "Fix: pass a path in an existing, writable directory on a file system with room for the trace.", errno: error)
         }
     }
 }

@@ -40,7 +40,7 @@ struct TraceCapture {
         self.segments = segments
         self.names = names
         let firsts = segments.map { s in
-            events[s.start ..< s.start + s.count].first(where: TraceCapture.isValid)?.timestamp
+            events[s.start..<s.start + s.count].first(where: TraceCapture.isValid)?.timestamp
         }
         let ordered = segments.indices.filter { firsts[$0] != nil }.sorted { firsts[$0]! < firsts[$1]! }
         var groups: [[Int]] = []
@@ -65,9 +65,10 @@ struct TraceCapture {
     /// Origin, end, complete flows and event count, in one pass over the raw events.
     func summary() -> Summary {
         var summary = Summary()
-        var flowStarts: [UInt64] = [], flowEnds: [UInt64] = []
+        var flowStarts: [UInt64] = []
+        var flowEnds: [UInt64] = []
         for segment in segments {
-            for e in events[segment.start ..< segment.start + segment.count] where TraceCapture.isValid(e) {
+            for e in events[segment.start..<segment.start + segment.count] where TraceCapture.isValid(e) {
                 summary.origin = min(summary.origin, e.timestamp)
                 summary.end = max(summary.end, e.timestamp)
                 summary.eventCount += 1
@@ -87,18 +88,21 @@ struct TraceCapture {
     /// The events of thread group `group` (an index into `threadGroups`), oldest first.
     func thread(_ group: Int) -> TKTraceThread {
         var converted: [TKTraceEvent] = []
-        var name = "", overwritten: UInt64 = 0
+        var name = ""
+        var overwritten: UInt64 = 0
         let indexes = threadGroups[group]
         converted.reserveCapacity(indexes.reduce(0) { $0 + segments[$1].count })
         let tid = segments[indexes[0]].tid
         for index in indexes {
             let segment = segments[index]
             let first = converted.count
-            for e in events[segment.start ..< segment.start + segment.count] {
+            for e in events[segment.start..<segment.start + segment.count] {
                 guard let kind = TKTraceEvent.Kind(rawValue: e.kind), let phase = TKTraceEvent.Phase(rawValue: e.phase) else { continue }
                 let eventName = e.name != 0 && Int(e.name) < names.count ? names[Int(e.name)] : nil
-                converted.append(TKTraceEvent(timestamp: e.timestamp, threadID: tid, kind: kind, phase: phase, name: eventName,
-                                              object: e.object, argument: e.argument, detail: e.detail))
+                converted.append(
+                    TKTraceEvent(
+                        timestamp: e.timestamp, threadID: tid, kind: kind, phase: phase, name: eventName,
+                        object: e.object, argument: e.argument, detail: e.detail))
             }
             // The latest name the thread announced (a TKThread's start) wins over its OS name; a
             // later ring of the same id names the row.
@@ -121,10 +125,16 @@ struct TraceFlowSet: Sendable {
 
     /// The ids in both `a` and `b`.
     init(intersecting a: [UInt64], _ b: [UInt64]) {
-        let a = a.sorted(), b = b.sorted()
-        var i = 0, j = 0
+        let a = a.sorted()
+        let b = b.sorted()
+        var i = 0
+        var j = 0
         while i < a.count && j < b.count {
-            if a[i] < b[j] { i += 1 } else if a[i] > b[j] { j += 1 } else {
+            if a[i] < b[j] {
+                i += 1
+            } else if a[i] > b[j] {
+                j += 1
+            } else {
                 if ids.last != a[i] { ids.append(a[i]) }
                 i += 1
                 j += 1
@@ -133,7 +143,8 @@ struct TraceFlowSet: Sendable {
     }
 
     func contains(_ id: UInt64) -> Bool {
-        var low = 0, high = ids.count
+        var low = 0
+        var high = ids.count
         while low < high {
             let mid = (low + high) / 2
             if ids[mid] < id { low = mid + 1 } else { high = mid }

@@ -64,7 +64,9 @@ enum TraceChromeJSON {
                 event("E", span.end, "\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label))")
             case .instant(let i):
                 let instant = row.instants[i]
-                event("i", instant.time, "\"s\":\"t\",\"name\":\(quote(instant.name)),\"cat\":\(quote(instant.kind.label)),\"args\":\(arguments(instant.args))")
+                event(
+                    "i", instant.time,
+                    "\"s\":\"t\",\"name\":\(quote(instant.name)),\"cat\":\(quote(instant.kind.label)),\"args\":\(arguments(instant.args))")
                 flow("s", instant.flowOut, instant.time)
             }
         }

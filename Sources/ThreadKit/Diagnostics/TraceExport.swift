@@ -43,7 +43,7 @@ struct TraceRows {
 /// write error is kept (the first errno) and later writes are dropped; the caller reads `error`.
 final class TraceSink {
     private static let flushSize = 1 << 16
-    private let fd: Int32            // -1: in memory
+    private let fd: Int32 // -1: in memory
     private var buffer: [UInt8] = []
     private var memory = ""
     /// The first errno a write or the final flush met; 0 when none.

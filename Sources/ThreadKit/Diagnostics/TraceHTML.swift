@@ -35,17 +35,20 @@ enum TraceHTML {
     /// One row as the page's script reads it.
     private static func write(_ row: TraceTimeline.Row, origin: UInt64, flows: TraceFlowSet, to sink: TraceSink) {
         func flow(_ id: UInt64?) -> String { id.map { flows.contains($0) ? "\($0)" : "0" } ?? "0" }
-        sink.write("{\"tid\":\(row.threadID),\"name\":\(TraceChromeJSON.quote(row.name)),\"depth\":\(max(row.depth, 1)),"
-                   + "\"overwritten\":\(row.overwritten),\"spans\":[")
+        sink.write(
+            "{\"tid\":\(row.threadID),\"name\":\(TraceChromeJSON.quote(row.name)),\"depth\":\(max(row.depth, 1)),"
+                + "\"overwritten\":\(row.overwritten),\"spans\":[")
         for (index, s) in row.spans.enumerated() {
-            sink.write((index > 0 ? "," : "") + "[\(TraceChromeJSON.micros(s.start, origin)),\(TraceChromeJSON.micros(s.end, origin)),\(s.depth),"
-                       + "\(TraceChromeJSON.quote(s.name)),\(TraceChromeJSON.quote(s.kind.label)),\(TraceChromeJSON.arguments(s.args)),"
-                       + "\(flow(s.flowIn)),\(s.closedByExport ? 1 : 0)]")
+            sink.write(
+                (index > 0 ? "," : "") + "[\(TraceChromeJSON.micros(s.start, origin)),\(TraceChromeJSON.micros(s.end, origin)),\(s.depth),"
+                    + "\(TraceChromeJSON.quote(s.name)),\(TraceChromeJSON.quote(s.kind.label)),\(TraceChromeJSON.arguments(s.args)),"
+                    + "\(flow(s.flowIn)),\(s.closedByExport ? 1 : 0)]")
         }
         sink.write("],\"instants\":[")
         for (index, i) in row.instants.enumerated() {
-            sink.write((index > 0 ? "," : "") + "[\(TraceChromeJSON.micros(i.time, origin)),\(TraceChromeJSON.quote(i.name)),"
-                       + "\(TraceChromeJSON.quote(i.kind.label)),\(TraceChromeJSON.arguments(i.args)),\(flow(i.flowOut))]")
+            sink.write(
+                (index > 0 ? "," : "") + "[\(TraceChromeJSON.micros(i.time, origin)),\(TraceChromeJSON.quote(i.name)),"
+                    + "\(TraceChromeJSON.quote(i.kind.label)),\(TraceChromeJSON.arguments(i.args)),\(flow(i.flowOut))]")
         }
         sink.write("]}")
     }
@@ -71,138 +74,138 @@ enum TraceHTML {
     }
 
     static let page = #"""
-<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>TRACE_TITLE</title>
-<style>
-body{margin:0;font:12px system-ui,-apple-system,"DejaVu Sans",sans-serif;background:#fafafa;color:#222}
-header{padding:8px 12px;background:#263238;color:#eceff1;display:flex;gap:16px;align-items:center}
-header h1{font-size:15px;margin:0;font-weight:600}
-header button{font:inherit;padding:2px 10px}
-#legend{display:flex;gap:10px;flex-wrap:wrap;padding:6px 12px;border-bottom:1px solid #ddd;background:#fff}
-#legend span{display:inline-flex;align-items:center;gap:4px}
-#legend i{width:12px;height:12px;display:inline-block;border-radius:2px}
-#chart{position:relative;overflow:hidden;cursor:grab}
-svg text{pointer-events:none}
-#tip{position:fixed;display:none;background:#fffde7;border:1px solid #999;padding:6px 8px;border-radius:4px;
- box-shadow:0 2px 6px rgba(0,0,0,.2);pointer-events:none;max-width:420px;white-space:pre-wrap;font-size:12px}
-</style></head>
-<body data-rows="0">
-<header><h1 id="heading">TRACE_TITLE</h1><span id="summary"></span><button id="reset">Reset zoom</button>
-<span style="opacity:.7">wheel: zoom · drag: pan · hover: details</span></header>
-<div id="legend"></div>
-<div id="chart"></div>
-<div id="tip"></div>
-<script>
-"use strict";
-const TRACE = /*TRACE_DATA*/null;
-const COLORS = {"thread":"#cfd8dc","run-loop pass":"#90caf9","sleep":"#e0e0e0","dispatch item":"#a5d6a7",
-  "operation":"#ffcc80","lock wait":"#ef9a9a","port message":"#ce93d8","mark":"#fff59d"};
-const TICKS = {"run-loop phase":"#1e88e5","enqueue":"#2e7d32","operation":"#ef6c00","port send":"#8e24aa","mark":"#f9a825"};
-const LABEL_W = 190, LANE_H = 16, ROW_GAP = 8, AXIS_H = 24, NS = "http://www.w3.org/2000/svg";
-const chart = document.getElementById("chart"), tip = document.getElementById("tip");
-let width = Math.max(600, window.innerWidth), t0 = 0, t1 = Math.max(TRACE.duration, 1);
+        <!DOCTYPE html>
+        <html lang="en"><head><meta charset="utf-8"><title>TRACE_TITLE</title>
+        <style>
+        body{margin:0;font:12px system-ui,-apple-system,"DejaVu Sans",sans-serif;background:#fafafa;color:#222}
+        header{padding:8px 12px;background:#263238;color:#eceff1;display:flex;gap:16px;align-items:center}
+        header h1{font-size:15px;margin:0;font-weight:600}
+        header button{font:inherit;padding:2px 10px}
+        #legend{display:flex;gap:10px;flex-wrap:wrap;padding:6px 12px;border-bottom:1px solid #ddd;background:#fff}
+        #legend span{display:inline-flex;align-items:center;gap:4px}
+        #legend i{width:12px;height:12px;display:inline-block;border-radius:2px}
+        #chart{position:relative;overflow:hidden;cursor:grab}
+        svg text{pointer-events:none}
+        #tip{position:fixed;display:none;background:#fffde7;border:1px solid #999;padding:6px 8px;border-radius:4px;
+         box-shadow:0 2px 6px rgba(0,0,0,.2);pointer-events:none;max-width:420px;white-space:pre-wrap;font-size:12px}
+        </style></head>
+        <body data-rows="0">
+        <header><h1 id="heading">TRACE_TITLE</h1><span id="summary"></span><button id="reset">Reset zoom</button>
+        <span style="opacity:.7">wheel: zoom · drag: pan · hover: details</span></header>
+        <div id="legend"></div>
+        <div id="chart"></div>
+        <div id="tip"></div>
+        <script>
+        "use strict";
+        const TRACE = /*TRACE_DATA*/null;
+        const COLORS = {"thread":"#cfd8dc","run-loop pass":"#90caf9","sleep":"#e0e0e0","dispatch item":"#a5d6a7",
+          "operation":"#ffcc80","lock wait":"#ef9a9a","port message":"#ce93d8","mark":"#fff59d"};
+        const TICKS = {"run-loop phase":"#1e88e5","enqueue":"#2e7d32","operation":"#ef6c00","port send":"#8e24aa","mark":"#f9a825"};
+        const LABEL_W = 190, LANE_H = 16, ROW_GAP = 8, AXIS_H = 24, NS = "http://www.w3.org/2000/svg";
+        const chart = document.getElementById("chart"), tip = document.getElementById("tip");
+        let width = Math.max(600, window.innerWidth), t0 = 0, t1 = Math.max(TRACE.duration, 1);
 
-function el(name, attrs, parent) {
-  const e = document.createElementNS(NS, name);
-  for (const k in attrs) e.setAttribute(k, attrs[k]);
-  if (parent) parent.appendChild(e);
-  return e;
-}
-function fmt(us) { return us >= 1000 ? (us / 1000).toFixed(3) + " ms" : us.toFixed(1) + " µs"; }
-function describe(name, kind, start, end, args) {
-  let s = name + "\n" + kind + (end === undefined ? " at " + fmt(start) : ": " + fmt(end - start) + " from " + fmt(start));
-  for (const k in args) if (k !== "kind") s += "\n" + k + ": " + args[k];
-  return s;
-}
-function legend() {
-  const box = document.getElementById("legend");
-  for (const k in COLORS) box.insertAdjacentHTML("beforeend", '<span><i style="background:' + COLORS[k] + '"></i>' + k + "</span>");
-  for (const k in TICKS) box.insertAdjacentHTML("beforeend", '<span><i style="background:' + TICKS[k] + ';width:3px"></i>' + k + "</span>");
-}
-function draw() {
-  chart.textContent = "";
-  const plotW = width - LABEL_W - 10, x = t => LABEL_W + (t - t0) / (t1 - t0) * plotW;
-  let y = AXIS_H;
-  const tops = [];
-  for (const row of TRACE.rows) { tops.push(y); y += row.depth * LANE_H + ROW_GAP * 2; }
-  const svg = el("svg", {width: width, height: y + 4, id: "timeline"}, chart);
-  const clip = el("clipPath", {id: "plot"}, el("defs", {}, svg));
-  el("rect", {x: LABEL_W, y: 0, width: plotW, height: y}, clip);
-  // Time axis.
-  const axis = el("g", {"class": "axis"}, svg);
-  const step = Math.pow(10, Math.floor(Math.log10((t1 - t0) / 6 || 1)));
-  const nice = [1, 2, 5, 10].map(m => m * step).find(s => (t1 - t0) / s <= 10) || step * 10;
-  for (let t = Math.ceil(t0 / nice) * nice; t <= t1; t += nice) {
-    el("line", {x1: x(t), x2: x(t), y1: AXIS_H - 6, y2: y, stroke: "#e6e6e6"}, axis);
-    if (x(t) + 70 < width) el("text", {x: x(t) + 2, y: AXIS_H - 10, fill: "#555"}, axis).textContent = fmt(t);
-  }
-  const pos = {};
-  TRACE.rows.forEach((row, r) => {
-    const top = tops[r], h = row.depth * LANE_H + ROW_GAP;
-    const g = el("g", {"class": "row", "data-thread": row.name, "data-tid": row.tid}, svg);
-    el("rect", {x: 0, y: top, width: width, height: h + ROW_GAP, fill: r % 2 ? "#f3f5f7" : "#ffffff"}, g);
-    el("text", {x: 8, y: top + 14, "font-weight": 600}, g).textContent = row.name;
-    el("text", {x: 8, y: top + 28, fill: "#777"}, g).textContent = "tid " + row.tid + " · " + row.spans.length + " spans" + (row.overwritten ? " · " + row.overwritten + " dropped" : "");
-    const plot = el("g", {"clip-path": "url(#plot)"}, g);
-    // A span under one pixel wide that starts where the previous one at its depth was drawn adds
-    // nothing visible: skipped, so a large trace draws at most about one element per pixel.
-    const drawnTo = [];
-    for (const s of row.spans) {
-      const [start, end, depth, name, kind, args, flow, unended] = s;
-      if (end < t0 || start > t1) continue;
-      const x0 = x(start), w = Math.max(1, x(end) - x0), yy = top + ROW_GAP / 2 + depth * LANE_H;
-      if (x(end) - x0 < 1 && x0 < (drawnTo[depth] ?? -1) + 1) continue;
-      drawnTo[depth] = x0 + w;
-      const rect = el("rect", {x: x0, y: yy, width: w, height: LANE_H - 2, rx: 2, fill: COLORS[kind] || "#b0bec5", stroke: "rgba(0,0,0,.25)"}, plot);
-      if (unended) rect.setAttribute("stroke-dasharray", "4 2");
-      rect.dataset.tip = describe(name, kind, start, end, args) + (unended ? "\n(no end recorded: drawn to the thread's last event)" : "");
-      if (w > 30) { const t = el("text", {x: x0 + 3, y: yy + LANE_H - 5, "font-size": 10}, plot); t.textContent = name.length * 6 > w ? name.slice(0, Math.max(1, Math.floor(w / 6) - 1)) + "…" : name; }
-      if (flow) pos[flow] = Object.assign(pos[flow] || {}, {to: [x0, yy + LANE_H / 2]});
-    }
-    let tickAt = -2;
-    for (const i of row.instants) {
-      const [time, name, kind, args, flow] = i;
-      if (time < t0 || time > t1) continue;
-      const xx = x(time), yy = top + ROW_GAP / 2;
-      if (xx < tickAt + 1 && !flow) continue;
-      tickAt = xx;
-      const tick = el("rect", {x: xx - 1, y: yy, width: 3, height: row.depth * LANE_H, fill: TICKS[kind] || "#555", opacity: .55}, plot);
-      tick.dataset.tip = describe(name, kind, time, undefined, args);
-      if (flow) pos[flow] = Object.assign(pos[flow] || {}, {from: [xx, yy + 4]});
-    }
-  });
-  const flows = el("g", {"clip-path": "url(#plot)", "class": "flows"}, svg);
-  for (const id in pos) {
-    const f = pos[id]; if (!f.from || !f.to) continue;
-    const [ax, ay] = f.from, [bx, by] = f.to, mx = (ax + bx) / 2;
-    el("path", {d: `M${ax},${ay} C${mx},${ay} ${mx},${by} ${bx},${by}`, fill: "none", stroke: "#2e7d32", "stroke-width": 1, opacity: .45}, flows);
-  }
-  const drawn = svg.querySelectorAll("g.row").length;
-  document.body.dataset.rows = drawn;
-  // Where the browser laid each row out (read back by the rendering test).
-  document.body.dataset.rowTops = Array.from(svg.querySelectorAll("g.row > rect:first-child"), r => Math.round(r.getBoundingClientRect().top)).join(",");
-  document.title = "ThreadKit trace: " + drawn + " rows";
-  document.getElementById("summary").textContent = TRACE.rows.length + " threads · " + fmt(TRACE.duration) + " · showing " + fmt(t0) + " – " + fmt(t1);
-}
-chart.addEventListener("mousemove", e => {
-  const t = e.target.dataset && e.target.dataset.tip;
-  if (t && !drag) { tip.style.display = "block"; tip.textContent = t; tip.style.left = Math.min(e.clientX + 12, window.innerWidth - 430) + "px"; tip.style.top = (e.clientY + 12) + "px"; }
-  else tip.style.display = "none";
-  if (drag) { const dt = (e.clientX - drag.x) / (width - LABEL_W - 10) * (drag.t1 - drag.t0); t0 = drag.t0 - dt; t1 = drag.t1 - dt; draw(); }
-});
-let drag = null;
-chart.addEventListener("mousedown", e => { drag = {x: e.clientX, t0: t0, t1: t1}; chart.style.cursor = "grabbing"; });
-window.addEventListener("mouseup", () => { drag = null; chart.style.cursor = "grab"; });
-chart.addEventListener("wheel", e => {
-  e.preventDefault();
-  const f = Math.exp(e.deltaY * 0.002), at = t0 + (e.clientX - LABEL_W) / (width - LABEL_W - 10) * (t1 - t0);
-  t0 = at - (at - t0) * f; t1 = at + (t1 - at) * f; if (t1 - t0 < 0.01) t1 = t0 + 0.01; draw();
-}, {passive: false});
-document.getElementById("reset").onclick = () => { t0 = 0; t1 = Math.max(TRACE.duration, 1); draw(); };
-window.addEventListener("resize", () => { width = Math.max(600, window.innerWidth); draw(); });
-legend();
-draw();
-</script>
-</body></html>
-"""#
+        function el(name, attrs, parent) {
+          const e = document.createElementNS(NS, name);
+          for (const k in attrs) e.setAttribute(k, attrs[k]);
+          if (parent) parent.appendChild(e);
+          return e;
+        }
+        function fmt(us) { return us >= 1000 ? (us / 1000).toFixed(3) + " ms" : us.toFixed(1) + " µs"; }
+        function describe(name, kind, start, end, args) {
+          let s = name + "\n" + kind + (end === undefined ? " at " + fmt(start) : ": " + fmt(end - start) + " from " + fmt(start));
+          for (const k in args) if (k !== "kind") s += "\n" + k + ": " + args[k];
+          return s;
+        }
+        function legend() {
+          const box = document.getElementById("legend");
+          for (const k in COLORS) box.insertAdjacentHTML("beforeend", '<span><i style="background:' + COLORS[k] + '"></i>' + k + "</span>");
+          for (const k in TICKS) box.insertAdjacentHTML("beforeend", '<span><i style="background:' + TICKS[k] + ';width:3px"></i>' + k + "</span>");
+        }
+        function draw() {
+          chart.textContent = "";
+          const plotW = width - LABEL_W - 10, x = t => LABEL_W + (t - t0) / (t1 - t0) * plotW;
+          let y = AXIS_H;
+          const tops = [];
+          for (const row of TRACE.rows) { tops.push(y); y += row.depth * LANE_H + ROW_GAP * 2; }
+          const svg = el("svg", {width: width, height: y + 4, id: "timeline"}, chart);
+          const clip = el("clipPath", {id: "plot"}, el("defs", {}, svg));
+          el("rect", {x: LABEL_W, y: 0, width: plotW, height: y}, clip);
+          // Time axis.
+          const axis = el("g", {"class": "axis"}, svg);
+          const step = Math.pow(10, Math.floor(Math.log10((t1 - t0) / 6 || 1)));
+          const nice = [1, 2, 5, 10].map(m => m * step).find(s => (t1 - t0) / s <= 10) || step * 10;
+          for (let t = Math.ceil(t0 / nice) * nice; t <= t1; t += nice) {
+            el("line", {x1: x(t), x2: x(t), y1: AXIS_H - 6, y2: y, stroke: "#e6e6e6"}, axis);
+            if (x(t) + 70 < width) el("text", {x: x(t) + 2, y: AXIS_H - 10, fill: "#555"}, axis).textContent = fmt(t);
+          }
+          const pos = {};
+          TRACE.rows.forEach((row, r) => {
+            const top = tops[r], h = row.depth * LANE_H + ROW_GAP;
+            const g = el("g", {"class": "row", "data-thread": row.name, "data-tid": row.tid}, svg);
+            el("rect", {x: 0, y: top, width: width, height: h + ROW_GAP, fill: r % 2 ? "#f3f5f7" : "#ffffff"}, g);
+            el("text", {x: 8, y: top + 14, "font-weight": 600}, g).textContent = row.name;
+            el("text", {x: 8, y: top + 28, fill: "#777"}, g).textContent = "tid " + row.tid + " · " + row.spans.length + " spans" + (row.overwritten ? " · " + row.overwritten + " dropped" : "");
+            const plot = el("g", {"clip-path": "url(#plot)"}, g);
+            // A span under one pixel wide that starts where the previous one at its depth was drawn adds
+            // nothing visible: skipped, so a large trace draws at most about one element per pixel.
+            const drawnTo = [];
+            for (const s of row.spans) {
+              const [start, end, depth, name, kind, args, flow, unended] = s;
+              if (end < t0 || start > t1) continue;
+              const x0 = x(start), w = Math.max(1, x(end) - x0), yy = top + ROW_GAP / 2 + depth * LANE_H;
+              if (x(end) - x0 < 1 && x0 < (drawnTo[depth] ?? -1) + 1) continue;
+              drawnTo[depth] = x0 + w;
+              const rect = el("rect", {x: x0, y: yy, width: w, height: LANE_H - 2, rx: 2, fill: COLORS[kind] || "#b0bec5", stroke: "rgba(0,0,0,.25)"}, plot);
+              if (unended) rect.setAttribute("stroke-dasharray", "4 2");
+              rect.dataset.tip = describe(name, kind, start, end, args) + (unended ? "\n(no end recorded: drawn to the thread's last event)" : "");
+              if (w > 30) { const t = el("text", {x: x0 + 3, y: yy + LANE_H - 5, "font-size": 10}, plot); t.textContent = name.length * 6 > w ? name.slice(0, Math.max(1, Math.floor(w / 6) - 1)) + "…" : name; }
+              if (flow) pos[flow] = Object.assign(pos[flow] || {}, {to: [x0, yy + LANE_H / 2]});
+            }
+            let tickAt = -2;
+            for (const i of row.instants) {
+              const [time, name, kind, args, flow] = i;
+              if (time < t0 || time > t1) continue;
+              const xx = x(time), yy = top + ROW_GAP / 2;
+              if (xx < tickAt + 1 && !flow) continue;
+              tickAt = xx;
+              const tick = el("rect", {x: xx - 1, y: yy, width: 3, height: row.depth * LANE_H, fill: TICKS[kind] || "#555", opacity: .55}, plot);
+              tick.dataset.tip = describe(name, kind, time, undefined, args);
+              if (flow) pos[flow] = Object.assign(pos[flow] || {}, {from: [xx, yy + 4]});
+            }
+          });
+          const flows = el("g", {"clip-path": "url(#plot)", "class": "flows"}, svg);
+          for (const id in pos) {
+            const f = pos[id]; if (!f.from || !f.to) continue;
+            const [ax, ay] = f.from, [bx, by] = f.to, mx = (ax + bx) / 2;
+            el("path", {d: `M${ax},${ay} C${mx},${ay} ${mx},${by} ${bx},${by}`, fill: "none", stroke: "#2e7d32", "stroke-width": 1, opacity: .45}, flows);
+          }
+          const drawn = svg.querySelectorAll("g.row").length;
+          document.body.dataset.rows = drawn;
+          // Where the browser laid each row out (read back by the rendering test).
+          document.body.dataset.rowTops = Array.from(svg.querySelectorAll("g.row > rect:first-child"), r => Math.round(r.getBoundingClientRect().top)).join(",");
+          document.title = "ThreadKit trace: " + drawn + " rows";
+          document.getElementById("summary").textContent = TRACE.rows.length + " threads · " + fmt(TRACE.duration) + " · showing " + fmt(t0) + " – " + fmt(t1);
+        }
+        chart.addEventListener("mousemove", e => {
+          const t = e.target.dataset && e.target.dataset.tip;
+          if (t && !drag) { tip.style.display = "block"; tip.textContent = t; tip.style.left = Math.min(e.clientX + 12, window.innerWidth - 430) + "px"; tip.style.top = (e.clientY + 12) + "px"; }
+          else tip.style.display = "none";
+          if (drag) { const dt = (e.clientX - drag.x) / (width - LABEL_W - 10) * (drag.t1 - drag.t0); t0 = drag.t0 - dt; t1 = drag.t1 - dt; draw(); }
+        });
+        let drag = null;
+        chart.addEventListener("mousedown", e => { drag = {x: e.clientX, t0: t0, t1: t1}; chart.style.cursor = "grabbing"; });
+        window.addEventListener("mouseup", () => { drag = null; chart.style.cursor = "grab"; });
+        chart.addEventListener("wheel", e => {
+          e.preventDefault();
+          const f = Math.exp(e.deltaY * 0.002), at = t0 + (e.clientX - LABEL_W) / (width - LABEL_W - 10) * (t1 - t0);
+          t0 = at - (at - t0) * f; t1 = at + (t1 - at) * f; if (t1 - t0 < 0.01) t1 = t0 + 0.01; draw();
+        }, {passive: false});
+        document.getElementById("reset").onclick = () => { t0 = 0; t1 = Math.max(TRACE.duration, 1); draw(); };
+        window.addEventListener("resize", () => { width = Math.max(600, window.innerWidth); draw(); });
+        legend();
+        draw();
+        </script>
+        </body></html>
+        """#
 }

@@ -10,8 +10,9 @@ extension TraceRecorder {
     /// A TKThread's entry point begins (on the new thread).
     @inline(never)
     static func threadStarted(_ thread: TKThread) {
-        record(.thread, .begin, named: thread.name ?? "TKThread \(SystemCall.currentThreadID)",
-               object: UInt64(SystemCall.currentThreadID))
+        record(
+            .thread, .begin, named: thread.name ?? "TKThread \(SystemCall.currentThreadID)",
+            object: UInt64(SystemCall.currentThreadID))
     }
 
     /// A TKThread's entry point has returned (or it called exit()), on that thread.
@@ -47,7 +48,7 @@ extension TraceRecorder {
     /// entry carries to its start.
     @inline(never)
     static func dispatchEnqueued(_ queue: TKDispatchQueue) -> UInt32 {
-        var flow = nextFlow.wrappingAdd(1, ordering: .relaxed).newValue   // only uniqueness matters
+        var flow = nextFlow.wrappingAdd(1, ordering: .relaxed).newValue // only uniqueness matters
         if flow == 0 { flow = nextFlow.wrappingAdd(1, ordering: .relaxed).newValue }
         record(.dispatchEnqueue, .instant, named: queue.label, object: UInt64(flow), detail: qosLevel(queue.qos))
         return flow
@@ -57,8 +58,9 @@ extension TraceRecorder {
     @inline(never)
     static func dispatchItem(_ phase: TKTraceEvent.Phase, flow: UInt32) {
         let queue = DispatchContext.existing?.innermost
-        record(.dispatchItem, phase, named: queue?.label ?? "dispatch", object: UInt64(flow),
-               detail: queue.map { qosLevel($0.qos) } ?? 255)
+        record(
+            .dispatchItem, phase, named: queue?.label ?? "dispatch", object: UInt64(flow),
+            detail: queue.map { qosLevel($0.qos) } ?? 255)
     }
 
     /// 0 background … 4 userInteractive; 255 unspecified (TraceTimeline.qosName).
@@ -79,11 +81,12 @@ extension TraceRecorder {
     /// (handed to its queue's ready list) and `cancelled` are instants.
     @inline(never)
     static func operation(_ operation: TKOperation, _ state: UInt8) {
-        let phase: TKTraceEvent.Phase = switch state {
-        case TKTraceEvent.operationExecuting: .begin
-        case TKTraceEvent.operationFinished: .end
-        default: .instant
-        }
+        let phase: TKTraceEvent.Phase =
+            switch state {
+            case TKTraceEvent.operationExecuting: .begin
+            case TKTraceEvent.operationFinished: .end
+            default: .instant
+            }
         let id = UInt64(UInt(bitPattern: ObjectIdentifier(operation).hashValue))
         record(.operation, phase, named: operation.name ?? "\(type(of: operation))", object: id, detail: state)
     }

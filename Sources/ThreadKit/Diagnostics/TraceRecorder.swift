@@ -81,8 +81,10 @@ enum TraceRecorder {
 
     /// Records one event on the calling thread.
     @inline(never)
-    static func record(_ kind: TKTraceEvent.Kind, _ phase: TKTraceEvent.Phase, name: UInt32 = 0,
-                       object: UInt64 = 0, argument: UInt64 = 0, detail: UInt8 = 0) {
+    static func record(
+        _ kind: TKTraceEvent.Kind, _ phase: TKTraceEvent.Phase, name: UInt32 = 0,
+        object: UInt64 = 0, argument: UInt64 = 0, detail: UInt8 = 0
+    ) {
         if tk_trace_record(kind.rawValue, phase.rawValue, detail, name, object, argument) != 0 { return }
         _ = currentRing()
         _ = tk_trace_record(kind.rawValue, phase.rawValue, detail, name, object, argument)
@@ -90,8 +92,10 @@ enum TraceRecorder {
 
     /// Records one event named `name`.
     @inline(never)
-    static func record(_ kind: TKTraceEvent.Kind, _ phase: TKTraceEvent.Phase, named name: String,
-                       object: UInt64 = 0, argument: UInt64 = 0, detail: UInt8 = 0) {
+    static func record(
+        _ kind: TKTraceEvent.Kind, _ phase: TKTraceEvent.Phase, named name: String,
+        object: UInt64 = 0, argument: UInt64 = 0, detail: UInt8 = 0
+    ) {
         let index = intern(name)
         _ = tk_trace_record(kind.rawValue, phase.rawValue, detail, index, object, argument)
     }
@@ -100,7 +104,10 @@ enum TraceRecorder {
     @inline(__always)
     static func currentRing() -> UnsafeMutablePointer<tk_trace_ring> {
         if let ring = tk_trace_ring_of_current_thread(),
-           ring.pointee.session == tk_trace_session_now() { return ring }
+            ring.pointee.session == tk_trace_session_now()
+        {
+            return ring
+        }
         return registerCurrentThread()
     }
 
@@ -111,7 +118,8 @@ enum TraceRecorder {
         var hash = (low ^ (high &* 0x9E37_79B9_7F4A_7C15)) &* 0xBF58_476D_1CE4_E5B9
         hash ^= hash >> 29
         let slot = Int(hash & 63)
-        let keys = tk_trace_cache_keys(ring)!, values = tk_trace_cache_values(ring)!
+        let keys = tk_trace_cache_keys(ring)!
+        let values = tk_trace_cache_values(ring)!
         if keys[2 * slot] == low && keys[2 * slot + 1] == high && values[slot] != 0 { return values[slot] }
         let index = registry.withLock { r -> UInt32 in
             if let index = r.nameIndex[name] { return index }
@@ -156,7 +164,8 @@ enum TraceRecorder {
             }
             var size = ringCapacityLocked(r, for: ring)
             if ring == nil && size == minimumCapacity && sessionSlotsLocked(r, excluding: nil) + size > r.totalCapacity,
-               let oldest = oldestRetiredRingLocked(r) {
+                let oldest = oldestRetiredRingLocked(r)
+            {
                 // The budget is spent: take over the ring of a thread that exited, not more memory.
                 ring = oldest
                 size = ringCapacityLocked(r, for: oldest)
@@ -251,8 +260,10 @@ enum TraceRecorder {
                     // most `ring.capacity` events at the offset, which the sum leaves free.
                     guard let base = buffer.baseAddress else { break }
                     let count = Int(tk_trace_copy(ring.raw, base + offset))
-                    segments.append(TraceCapture.Segment(start: offset, count: count, tid: ring.raw.pointee.tid,
-                                                         osName: ring.osName, written: tk_trace_head(ring.raw)))
+                    segments.append(
+                        TraceCapture.Segment(
+                            start: offset, count: count, tid: ring.raw.pointee.tid,
+                            osName: ring.osName, written: tk_trace_head(ring.raw)))
                     offset += count
                 }
                 initialized = offset

@@ -60,8 +60,9 @@ struct TraceTimeline {
         rows = threads.map(TraceTimeline.row)
         origin = threads.compactMap { $0.events.first?.timestamp }.min() ?? 0
         end = threads.compactMap { $0.events.last?.timestamp }.max() ?? origin
-        completeFlows = TraceFlowSet(intersecting: rows.flatMap { $0.instants.compactMap(\.flowOut) },
-                                     rows.flatMap { $0.spans.compactMap(\.flowIn) })
+        completeFlows = TraceFlowSet(
+            intersecting: rows.flatMap { $0.instants.compactMap(\.flowOut) },
+            rows.flatMap { $0.spans.compactMap(\.flowIn) })
     }
 
     /// One thread's row: its spans paired and nested, its instants.
@@ -80,9 +81,10 @@ struct TraceTimeline {
         for event in thread.events {
             switch event.phase {
             case .begin:
-                let span = Span(name: spanName(event), kind: event.kind, start: event.timestamp, end: event.timestamp,
-                                depth: open.count, beginSequence: sequence, endSequence: 0, args: args(event),
-                                flowIn: event.kind == .dispatchItem ? event.object : nil, closedByExport: false)
+                let span = Span(
+                    name: spanName(event), kind: event.kind, start: event.timestamp, end: event.timestamp,
+                    depth: open.count, beginSequence: sequence, endSequence: 0, args: args(event),
+                    flowIn: event.kind == .dispatchItem ? event.object : nil, closedByExport: false)
                 sequence += 1
                 open.append((span, event.object))
                 row.depth = max(row.depth, open.count)
@@ -91,8 +93,10 @@ struct TraceTimeline {
                 while open.count > index + 1 { close(at: event.timestamp, byExport: true) }
                 close(at: event.timestamp, byExport: false)
             case .instant:
-                row.instants.append(Instant(name: instantName(event), kind: event.kind, time: event.timestamp, sequence: sequence,
-                                            args: args(event), flowOut: event.kind == .dispatchEnqueue ? event.object : nil))
+                row.instants.append(
+                    Instant(
+                        name: instantName(event), kind: event.kind, time: event.timestamp, sequence: sequence,
+                        args: args(event), flowOut: event.kind == .dispatchEnqueue ? event.object : nil))
                 sequence += 1
             }
         }

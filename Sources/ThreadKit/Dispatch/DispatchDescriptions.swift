@@ -16,13 +16,21 @@ extension TKDispatchQueue: CustomDebugStringConvertible {
         case .root:
             kindName = "global"
             width = "\(DispatchPool.shared.width) (the pool's workers)"
-        case .main: kindName = "main"; width = "1"
-        case .serial: kindName = "serial"; width = "1"
-        case .concurrent: kindName = "concurrent"; width = "unlimited (the pool's workers)"
+        case .main:
+            kindName = "main"
+            width = "1"
+        case .serial:
+            kindName = "serial"
+            width = "1"
+        case .concurrent:
+            kindName = "concurrent"
+            width = "unlimited (the pool's workers)"
         }
         let (lifecycle, suspendCount, pendingCount, inFlight, lane, barrier, targetLabel, hasContext) = lock.withLock {
-            (state.lifecycle, state.suspendCount, pending.count, state.inFlight, state.lane, state.barrierRunning,
-             target?.label, contextValue != nil)
+            (
+                state.lifecycle, state.suspendCount, pending.count, state.inFlight, state.lane, state.barrierRunning,
+                target?.label, contextValue != nil
+            )
         }
         var fields = ["\(kindName)", "qos: \(qos)", "width: \(width)"]
         if let targetLabel { fields.append("target: \"\(targetLabel)\"") }

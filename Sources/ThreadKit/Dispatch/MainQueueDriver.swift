@@ -12,16 +12,17 @@ enum MainQueueDriver {
 
     /// Installs the run-loop hook for the main queue.
     static func install(_ queue: TKDispatchQueue) {
-        _ = TKRunLoop.mainLoopHook.storeIfNil(MainLoopHook(
-            drain: {
-                // One batch per pass: entries submitted meanwhile wait for the next pass, which
-                // the lane's rescheduling (a wakeUp) makes happen at once.
-                guard queue.lock.withLock({ queue.state.lane == .enqueued }) else { return false }
-                queue.drainLane(maxEntries: 1)
-                return true
-            },
-            hasWork: { queue.lock.withLock { queue.state.lane == .enqueued } }
-        ))
+        _ = TKRunLoop.mainLoopHook.storeIfNil(
+            MainLoopHook(
+                drain: {
+                    // One batch per pass: entries submitted meanwhile wait for the next pass, which
+                    // the lane's rescheduling (a wakeUp) makes happen at once.
+                    guard queue.lock.withLock({ queue.state.lane == .enqueued }) else { return false }
+                    queue.drainLane(maxEntries: 1)
+                    return true
+                },
+                hasWork: { queue.lock.withLock { queue.state.lane == .enqueued } }
+            ))
     }
 
     /// The main queue has become runnable: make the main loop do a pass.
@@ -32,8 +33,9 @@ enum MainQueueDriver {
     /// TKDispatch.main(): the main loop runs forever, kept non-empty by a source nobody signals.
     static func serveForever() -> Never {
         guard onMainThread else {
-            misuse("TKDispatch.main() called on thread \(SystemCall.currentThreadID), not the main thread: only the main "
-                   + "thread serves the main queue. Fix: call TKDispatch.main() at the end of the main thread's code.")
+            misuse(
+                "TKDispatch.main() called on thread \(SystemCall.currentThreadID), not the main thread: only the main "
+                    + "thread serves the main queue. Fix: call TKDispatch.main() at the end of the main thread's code.")
         }
         _ = TKDispatchQueue.main
         TKRunLoop.main.add(TKRunLoopSource {}, forMode: .common)

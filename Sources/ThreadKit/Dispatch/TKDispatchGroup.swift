@@ -26,8 +26,8 @@ public final class TKDispatchGroup: @unchecked Sendable {
     private let state = Atomic<UInt64>(0)
     private let generation = FutexWord(0)
     private let notifyLock = DispatchLock()
-    private var notifications: [(TKDispatchQueue, @Sendable () -> Void)] = []   // guarded by notifyLock
-    private var finishWaiters: AsyncWaiters<Void>?                               // guarded by notifyLock
+    private var notifications: [(TKDispatchQueue, @Sendable () -> Void)] = [] // guarded by notifyLock
+    private var finishWaiters: AsyncWaiters<Void>? // guarded by notifyLock
 
     /// Creates a group with a count of zero, like `DispatchGroup()`.
     public init() {}
@@ -53,9 +53,10 @@ public final class TKDispatchGroup: @unchecked Sendable {
         if count == 1 {
             if old & ~TKDispatchGroup.countMask != 0 { reachedZero() }
         } else if count == 0 {
-            misuse("TKDispatchGroup.leave() called more times than enter() (the group's count is 0): "
-                   + "an unbalanced leave. Fix: call leave() exactly once for each enter(), and do not leave a "
-                   + "group that async(group:) entered for you.")
+            misuse(
+                "TKDispatchGroup.leave() called more times than enter() (the group's count is 0): "
+                    + "an unbalanced leave. Fix: call leave() exactly once for each enter(), and do not leave a "
+                    + "group that async(group:) entered for you.")
         }
     }
 

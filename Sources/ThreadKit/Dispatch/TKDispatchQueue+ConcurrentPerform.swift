@@ -59,8 +59,10 @@ extension TKDispatchQueue {
 
     /// Makes the shared job, lets `start` submit the helpers and run the caller's share, then waits
     /// for every iteration.
-    private static func withParticipants(_ iterations: Int, _ participants: Int, _ work: @Sendable (Int) -> Void,
-                                         start: (ConcurrentPerformJob) -> Void) {
+    private static func withParticipants(
+        _ iterations: Int, _ participants: Int, _ work: @Sendable (Int) -> Void,
+        start: (ConcurrentPerformJob) -> Void
+    ) {
         withoutActuallyEscaping(work) { escapable in
             // The closure lives in memory the caller owns and frees after the last iteration; a
             // helper that starts late claims nothing and never reads it.

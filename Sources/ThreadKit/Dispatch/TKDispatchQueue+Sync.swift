@@ -40,7 +40,7 @@ extension TKDispatchQueue {
             }
             if !chainEndsAtMain {
                 if !tryEnterInline(barrier: barrier) {
-                    let start = Contention.start()   // counters (docs/Diagnostics.md §3)
+                    let start = Contention.start() // counters (docs/Diagnostics.md §3)
                     acquireForSync(barrier: barrier)
                     Contention.queueWaited(label, since: start)
                 }
@@ -109,13 +109,16 @@ extension TKDispatchQueue {
         var isTarget = false
         while let q = queue, !q.isRoot {
             if q.kind == .main && onMainThread {
-                syncDeadlock(via: q, isTarget: isTarget, barrier: barrier,
-                             why: "the main queue runs only on the main thread, which would be waiting in sync")
+                syncDeadlock(
+                    via: q, isTarget: isTarget, barrier: barrier,
+                    why: "the main queue runs only on the main thread, which would be waiting in sync")
             }
             if let frame = context.frame(for: q), frame.exclusive || (!isTarget && barrier) {
-                syncDeadlock(via: q, isTarget: isTarget, barrier: barrier,
-                             why: frame.exclusive ? "the calling thread is running \(q.described) and holds it exclusively"
-                                : "the calling thread is running an item of \(q.described), which a barrier must wait for")
+                syncDeadlock(
+                    via: q, isTarget: isTarget, barrier: barrier,
+                    why: frame.exclusive
+                        ? "the calling thread is running \(q.described) and holds it exclusively"
+                        : "the calling thread is running an item of \(q.described), which a barrier must wait for")
             }
             queue = q.target
             isTarget = true
@@ -125,8 +128,9 @@ extension TKDispatchQueue {
     private func syncDeadlock(via q: TKDispatchQueue, isTarget: Bool, barrier: Bool, why: String) -> Never {
         let call = barrier ? "sync(flags: .barrier)" : "sync"
         let route = isTarget ? " (\(described) runs on it through its target chain)" : ""
-        misuse("\(described).\(call) would deadlock: \(why)\(route), so the block could never start. "
-               + "Fix: use async instead, or call the work directly when already on \(q.described).")
+        misuse(
+            "\(described).\(call) would deadlock: \(why)\(route), so the block could never start. "
+                + "Fix: use async instead, or call the work directly when already on \(q.described).")
     }
 
     // MARK: The inline fast path
@@ -183,7 +187,8 @@ extension TKDispatchQueue {
         case .serial:
             lock.lock()
             if state.lifecycle == .active, state.suspendCount == 0, let head = pending.first,
-               case .sync(let waiter) = head.work, waiter.handsOff {
+                case .sync(let waiter) = head.work, waiter.handsOff
+            {
                 // The next entry is another `sync` caller: the lane stays `ownedBySync` and goes
                 // straight to it, with no drain scheduled on a pool worker in between.
                 _ = pending.popFirst()

@@ -12,24 +12,27 @@ extension TKDispatchQueue {
     public func setTarget(queue newTarget: TKDispatchQueue?) {
         let call = "setTarget(queue: \(newTarget.map { "\"\($0.label)\"" } ?? "nil"))"
         guard kind == .serial || kind == .concurrent else {
-            misuse("\(described).\(call): the global and main queues run on the pool and the main thread and cannot be "
-                   + "retargeted. Fix: retarget a queue of your own (created with attributes: .initiallyInactive).")
+            misuse(
+                "\(described).\(call): the global and main queues run on the pool and the main thread and cannot be "
+                    + "retargeted. Fix: retarget a queue of your own (created with attributes: .initiallyInactive).")
         }
         let resolved = newTarget ?? TKDispatchQueue.global(qos: qos)
         var hop: TKDispatchQueue? = resolved
         while let q = hop {
             if q === self {
-                misuse("\(described).\(call): the target chain would loop back to \(described), so its work could "
-                       + "never run. Fix: target a queue that does not run on \(described).")
+                misuse(
+                    "\(described).\(call): the target chain would loop back to \(described), so its work could "
+                        + "never run. Fix: target a queue that does not run on \(described).")
             }
             hop = q.lock.withLock { q.target }
         }
         lock.lock()
         guard state.lifecycle == .inactive else {
             lock.unlock()
-            misuse("\(described).\(call) called on an active queue: its work may already be running on its "
-                   + "target, and Swift Dispatch forbids retargeting it. Fix: create the queue with attributes: "
-                   + ".initiallyInactive, call setTarget(queue:) and then activate(), or pass target: to init.")
+            misuse(
+                "\(described).\(call) called on an active queue: its work may already be running on its "
+                    + "target, and Swift Dispatch forbids retargeting it. Fix: create the queue with attributes: "
+                    + ".initiallyInactive, call setTarget(queue:) and then activate(), or pass target: to init.")
         }
         target = resolved
         lock.unlock()

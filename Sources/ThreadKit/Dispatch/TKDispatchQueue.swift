@@ -94,17 +94,17 @@ public final class TKDispatchQueue: @unchecked Sendable {
     let lock = DispatchLock()
     /// The queue as a lock to the lock-order checker (docs/Diagnostics.md §1): `sync` waits for it.
     let orderLabel: LockName
-    var state: State                                         // guarded by lock
+    var state: State // guarded by lock
     /// Entries not yet started: a serial lane's queue, a concurrent queue's waiting entries.
-    var pending = JobRing<DispatchEntry>()                   // guarded by lock
+    var pending = JobRing<DispatchEntry>() // guarded by lock
     /// The drainer's batch, swapped with `pending` (serial lanes).
-    var batch = JobRing<DispatchEntry>()                     // owned by the draining thread
+    var batch = JobRing<DispatchEntry>() // owned by the draining thread
     /// Concurrent queues: entries started, one per token submitted to the target, in order.
-    let ready = JobRing<DispatchEntry>()                     // guarded by lock
+    let ready = JobRing<DispatchEntry>() // guarded by lock
     let suspended = Atomic<Int>(0)
-    private var specifics: [UInt64: any Sendable] = [:]      // guarded by lock
-    var contextValue: (any Sendable)?                        // guarded by lock
-    var finalizer: (@Sendable (any Sendable) -> Void)?       // guarded by lock
+    private var specifics: [UInt64: any Sendable] = [:] // guarded by lock
+    var contextValue: (any Sendable)? // guarded by lock
+    var finalizer: (@Sendable (any Sendable) -> Void)? // guarded by lock
 
     // MARK: Creating
 
@@ -116,8 +116,10 @@ public final class TKDispatchQueue: @unchecked Sendable {
     ///   - attributes: `.concurrent` for a concurrent queue (else serial); `.initiallyInactive`
     ///     to hold work until ``activate()``.
     ///   - target: The queue this one runs on; nil means the global queue of `qos`.
-    public init(label: String, qos: TKQualityOfService = .default, attributes: Attributes = [],
-                target: TKDispatchQueue? = nil) {
+    public init(
+        label: String, qos: TKQualityOfService = .default, attributes: Attributes = [],
+        target: TKDispatchQueue? = nil
+    ) {
         self.label = label
         orderLabel = LockName(label)
         self.qos = qos
@@ -232,8 +234,9 @@ public final class TKDispatchQueue: @unchecked Sendable {
             }
             let count = state.suspendCount
             lock.unlock()
-            misuse("\(described).resume() called more times than suspend() (suspend count is \(count)): "
-                   + "it would go below zero. Fix: call resume() once for each earlier suspend().")
+            misuse(
+                "\(described).resume() called more times than suspend() (suspend count is \(count)): "
+                    + "it would go below zero. Fix: call resume() once for each earlier suspend().")
         }
         state.suspendCount -= 1
         suspended.store(state.suspendCount, ordering: .relaxed)

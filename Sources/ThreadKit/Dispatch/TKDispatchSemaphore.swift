@@ -54,17 +54,18 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
     /// Suspended `acquire()` calls; its mutex also guards `threads`, `debt` and `tickets`.
     private let asyncWaiters = AsyncWaiters<Void>()
     /// Threads parked in `wait`, first come first: each waits on its node's word.
-    private var threads = LinkedNodeList<ThreadWaiter>()   // guarded by asyncWaiters' mutex
+    private var threads = LinkedNodeList<ThreadWaiter>() // guarded by asyncWaiters' mutex
     /// Withdrawn waiters that a signal had already counted: the next grants give their units back.
-    private var debt = 0   // guarded by asyncWaiters' mutex
+    private var debt = 0 // guarded by asyncWaiters' mutex
     /// The next queue ticket, shared by threads and tasks so that they are served in one order.
-    private var tickets: UInt64 = 0   // guarded by asyncWaiters' mutex
+    private var tickets: UInt64 = 0 // guarded by asyncWaiters' mutex
 
     /// A semaphore with `value` units. A negative value is a misuse that stops the process.
     public init(value: Int) {
         if value < 0 {
-            misuse("TKDispatchSemaphore(value: \(value)): the initial value must be zero or more. "
-                   + "Fix: pass 0 to signal events, or the number of available resources.")
+            misuse(
+                "TKDispatchSemaphore(value: \(value)): the initial value must be zero or more. "
+                    + "Fix: pass 0 to signal events, or the number of available resources.")
         }
         self.value = Atomic(value)
     }
@@ -86,8 +87,9 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
     /// One signal more than Int.max units: the count wrapped to "Int.min waiters" and nothing it
     /// says can be trusted any more.
     private func signalOverflow() -> Never {
-        misuse("TKDispatchSemaphore.signal(): the semaphore already had Int.max units; one more overflows its count. "
-               + "Fix: balance signal() with wait(), or start from a value well below Int.max.")
+        misuse(
+            "TKDispatchSemaphore.signal(): the semaphore already had Int.max units; one more overflows its count. "
+                + "Fix: balance signal() with wait(), or start from a value well below Int.max.")
     }
 
     /// A waiter exists: make its grant (see the type's comment).

@@ -49,28 +49,36 @@ extension TKDispatchSource {
     private static let inModify: UInt32 = 0x2, inAttrib: UInt32 = 0x4, inMovedFrom: UInt32 = 0x40
     private static let inMovedTo: UInt32 = 0x80, inCreate: UInt32 = 0x100, inDelete: UInt32 = 0x200
     private static let inDeleteSelf: UInt32 = 0x400, inMoveSelf: UInt32 = 0x800, inUnmount: UInt32 = 0x2000
-    private static let inNamed: UInt32 = 0x8000_0000   // TK_INOTIFY_NAMED
+    private static let inNamed: UInt32 = 0x8000_0000 // TK_INOTIFY_NAMED
 
     /// A source for changes of the file or directory open as `fileDescriptor`, delivered on
     /// `queue`. Keep the descriptor open until the source is cancelled. Throws `TKError`:
     /// `.invalidArgument` for an empty mask or a descriptor that is not open; `.systemCall` when
     /// inotify refuses (its watch limit, /proc not mounted).
-    public static func makeFileSystemObjectSource(fileDescriptor: Int32, eventMask: FileSystemEvent,
-                                                  queue: TKDispatchQueue) throws -> TKDispatchSource {
+    public static func makeFileSystemObjectSource(
+        fileDescriptor: Int32, eventMask: FileSystemEvent,
+        queue: TKDispatchQueue
+    ) throws -> TKDispatchSource {
         let call = "TKDispatchSource.makeFileSystemObjectSource(fileDescriptor: \(fileDescriptor))"
         guard !eventMask.isEmpty, eventMask.isSubset(of: .all) else {
-            throw TKError(.invalidArgument, "\(call): the mask 0x\(String(eventMask.rawValue, radix: 16)) names no event "
-                          + "this source reports. Fix: pass some of .delete, .write, .extend, .attrib, .link, .rename, .revoke.")
+            throw TKError(
+                .invalidArgument,
+                "\(call): the mask 0x\(String(eventMask.rawValue, radix: 16)) names no event "
+                    + "this source reports. Fix: pass some of .delete, .write, .extend, .attrib, .link, .rename, .revoke.")
         }
-        var size: Int64 = 0, links: UInt64 = 0
+        var size: Int64 = 0
+        var links: UInt64 = 0
         guard fileDescriptor >= 0, tk_fd_size_links(fileDescriptor, &size, &links) == 0 else {
-            throw TKError(.invalidArgument, "\(call): the descriptor is not open (EBADF). Fix: open the file or "
-                          + "directory first and keep it open until the source is cancelled.")
+            throw TKError(
+                .invalidArgument,
+                "\(call): the descriptor is not open (EBADF). Fix: open the file or "
+                    + "directory first and keep it open until the source is cancelled.")
         }
         let wd = DispatchManager.shared.holdFileWatch(path: "/proc/self/fd/\(fileDescriptor)")
         guard wd >= 0 else {
-            throw TKError.systemCall("inotify_add_watch", errno: -wd,
-                                     "\(call) (the per-user watch limit is /proc/sys/fs/inotify/max_user_watches)")
+            throw TKError.systemCall(
+                "inotify_add_watch", errno: -wd,
+                "\(call) (the per-user watch limit is /proc/sys/fs/inotify/max_user_watches)")
         }
         let source = TKDispatchSource(kind: .fileSystemObject(fileDescriptor), queue: queue, eventMask: eventMask.rawValue)
         source.state.watchDescriptor = wd
@@ -96,7 +104,8 @@ extension TKDispatchSource {
             if m & S.inDeleteSelf != 0 { events.insert(.delete) }
             if m & S.inUnmount != 0 { events.insert(.revoke) }
         }
-        var size: Int64 = 0, links: UInt64 = 0
+        var size: Int64 = 0
+        var links: UInt64 = 0
         if tk_fd_size_links(fd, &size, &links) == 0 {
             if size > state.fileSize { events.insert(.extend) }
             if links != state.fileLinks {

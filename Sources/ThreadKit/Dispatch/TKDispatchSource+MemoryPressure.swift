@@ -57,7 +57,8 @@ extension TKDispatchSource {
     }
 
     /// As the public factory, with the time a level holds after its trigger last fired (tests).
-    static func makeMemoryPressureSource(eventMask: MemoryPressureEvent, queue: TKDispatchQueue, hold: Duration) throws -> TKDispatchSource {
+    static func makeMemoryPressureSource(eventMask: MemoryPressureEvent, queue: TKDispatchQueue, hold: Duration) throws -> TKDispatchSource
+    {
         let call = "TKDispatchSource.makeMemoryPressureSource(eventMask: 0x\(String(eventMask.rawValue, radix: 16)))"
         guard !eventMask.isEmpty, eventMask.isSubset(of: .all) else {
             throw TKError(.invalidArgument, "\(call): the mask names no level. Fix: pass some of .normal, .warning, .critical.")
@@ -79,17 +80,19 @@ extension TKDispatchSource {
     private static func openTrigger(_ spec: String, _ call: String) throws -> Int32 {
         let fd = open(pressurePath, O_RDWR | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else {
-            throw TKError.systemCall("open(\(pressurePath))", errno: errno,
-                                     "\(call): Linux's pressure stall information (PSI) is unavailable (a kernel "
-                                     + "without CONFIG_PSI, or booted with psi=0), and memory-pressure sources need it")
+            throw TKError.systemCall(
+                "open(\(pressurePath))", errno: errno,
+                "\(call): Linux's pressure stall information (PSI) is unavailable (a kernel "
+                    + "without CONFIG_PSI, or booted with psi=0), and memory-pressure sources need it")
         }
         let written = spec.withCString { write(fd, $0, strlen($0) + 1) }
         guard written > 0 else {
             let error = errno
             close(fd)
-            throw TKError.systemCall("write(\(pressurePath), \"\(spec)\")", errno: error,
-                                     "\(call): the kernel refuses a PSI trigger (EPERM/EINVAL: unprivileged triggers need "
-                                     + "Linux 6.5 or later)")
+            throw TKError.systemCall(
+                "write(\(pressurePath), \"\(spec)\")", errno: error,
+                "\(call): the kernel refuses a PSI trigger (EPERM/EINVAL: unprivileged triggers need "
+                    + "Linux 6.5 or later)")
         }
         return fd
     }
@@ -105,7 +108,7 @@ extension TKDispatchSource {
 
     /// A trigger descriptor is ready (manager thread, no lock held).
     func pressureTriggered(fd: Int32, events: UInt32) {
-        guard events & DispatchManager.pollPri != 0 else { return }   // POLLERR: the trigger is gone
+        guard events & DispatchManager.pollPri != 0 else { return } // POLLERR: the trigger is gone
         let critical = lock.withLock { fd == state.pressure.criticalFD }
         pressureTriggered(critical: critical)
     }
@@ -140,9 +143,9 @@ extension TKDispatchSource {
     private func updatePressureLevelLocked(_ now: ContinuousClock.Instant) -> UInt? {
         let p = state.pressure
         let level: MemoryPressureEvent =
-            if let t = p.lastCritical, now - t < p.hold { .critical }
-            else if let t = p.lastWarning, now - t < p.hold { .warning }
-            else { .normal }
+            if let t = p.lastCritical, now - t < p.hold { .critical } else if let t = p.lastWarning, now - t < p.hold { .warning } else {
+                .normal
+            }
         guard level != p.level else { return nil }
         state.pressure.level = level
         return eventMask & level.rawValue != 0 ? level.rawValue : nil

@@ -33,16 +33,20 @@ extension TKDispatchSource {
     public static func makeProcessSource(identifier: Int32, eventMask: ProcessEvent, queue: TKDispatchQueue) throws -> TKDispatchSource {
         let call = "TKDispatchSource.makeProcessSource(identifier: \(identifier), eventMask: 0x\(String(eventMask.rawValue, radix: 16)))"
         guard !eventMask.isEmpty, eventMask.isSubset(of: .all) else {
-            throw TKError(.invalidArgument, "\(call): the mask must hold .exit and/or .signal (fork and exec events "
-                          + "do not exist on Linux). Fix: pass [.exit], [.signal] or .all.")
+            throw TKError(
+                .invalidArgument,
+                "\(call): the mask must hold .exit and/or .signal (fork and exec events "
+                    + "do not exist on Linux). Fix: pass [.exit], [.signal] or .all.")
         }
         guard identifier > 0 else {
             throw TKError(.invalidArgument, "\(call): \(identifier) is not a process id. Fix: pass the pid of a process.")
         }
         if eventMask.contains(.signal) && identifier != getpid() {
-            throw TKError(.invalidArgument, "\(call): Linux reports no signal deliveries to another process (kqueue's "
-                          + "NOTE_SIGNAL has no counterpart), so .signal can be watched only for the calling process "
-                          + "(\(getpid())). Fix: watch .exit, or have that process report its signals itself.")
+            throw TKError(
+                .invalidArgument,
+                "\(call): Linux reports no signal deliveries to another process (kqueue's "
+                    + "NOTE_SIGNAL has no counterpart), so .signal can be watched only for the calling process "
+                    + "(\(getpid())). Fix: watch .exit, or have that process report its signals itself.")
         }
         let source = TKDispatchSource(kind: .process(identifier), queue: queue, eventMask: eventMask.rawValue)
         if eventMask.contains(.exit) {

@@ -88,7 +88,7 @@ public final class TKDispatchSource: @unchecked Sendable {
     let eventMask: UInt
     let queue: TKDispatchQueue
     let lock = DispatchLock()
-    var state = State()                             // guarded by lock
+    var state = State() // guarded by lock
     private let lastData = Atomic<UInt>(0)
 
     init(kind: Kind, queue: TKDispatchQueue, eventMask: UInt = 0) {
@@ -128,8 +128,9 @@ public final class TKDispatchSource: @unchecked Sendable {
     public static func makeSignalSource(signal: Int32, queue: TKDispatchQueue) -> TKDispatchSource {
         let source = TKDispatchSource(kind: .signal(signal), queue: queue)
         if !DispatchManager.shared.catchSignal(signal) {
-            misuse("TKDispatchSource.makeSignalSource(signal: \(signal)): the OS refuses to catch this signal "
-                   + "(SIGKILL and SIGSTOP cannot be caught; valid numbers are 1...64). Fix: watch a catchable signal.")
+            misuse(
+                "TKDispatchSource.makeSignalSource(signal: \(signal)): the OS refuses to catch this signal "
+                    + "(SIGKILL and SIGSTOP cannot be caught; valid numbers are 1...64). Fix: watch a catchable signal.")
         }
         source.state.holdsSignal = true
         return source
@@ -155,9 +156,10 @@ public final class TKDispatchSource: @unchecked Sendable {
     /// fires, or crashes on -1, with no message).
     static func checkOpen(_ fd: Int32, _ call: String) {
         if fd < 0 || fcntl(fd, F_GETFD) == -1 {
-            misuse("TKDispatchSource.\(call)(fileDescriptor: \(fd)): the descriptor is not open (EBADF), so the "
-                   + "source could never fire. Fix: pass a descriptor that is open, and keep it open until the "
-                   + "source is cancelled (close it in the cancel handler).")
+            misuse(
+                "TKDispatchSource.\(call)(fileDescriptor: \(fd)): the descriptor is not open (EBADF), so the "
+                    + "source could never fire. Fix: pass a descriptor that is open, and keep it open until the "
+                    + "source is cancelled (close it in the cancel handler).")
         }
     }
 
@@ -176,11 +178,12 @@ public final class TKDispatchSource: @unchecked Sendable {
     /// How misuse messages name the source.
     var described: String {
         let h = handle
-        let detail = switch kind {
-        case .signal: " \(h)"
-        case .read, .write: " fd \(h)"
-        default: ""
-        }
+        let detail =
+            switch kind {
+            case .signal: " \(h)"
+            case .read, .write: " fd \(h)"
+            default: ""
+            }
         return "TKDispatchSource (\(typeName)\(detail)) on \(queue.described)"
     }
 
@@ -222,12 +225,14 @@ public final class TKDispatchSource: @unchecked Sendable {
     /// `leeway` is accepted as a permission to be late; the manager fires at the deadline.
     public func schedule(deadline: ContinuousClock.Instant, repeating interval: Duration? = nil, leeway: Duration = .zero) {
         guard case .timer = kind else {
-            misuse("\(described).schedule(deadline:repeating:leeway:) called on a source that is not a timer. "
-                   + "Fix: create the source with TKDispatchSource.makeTimerSource(queue:).")
+            misuse(
+                "\(described).schedule(deadline:repeating:leeway:) called on a source that is not a timer. "
+                    + "Fix: create the source with TKDispatchSource.makeTimerSource(queue:).")
         }
         if let interval, interval <= .zero {
-            misuse("\(described).schedule(repeating: \(interval)): the interval must be positive. "
-                   + "Fix: pass a positive Duration, or nil for a one-shot timer.")
+            misuse(
+                "\(described).schedule(repeating: \(interval)): the interval must be positive. "
+                    + "Fix: pass a positive Duration, or nil for a one-shot timer.")
         }
         lock.withLock {
             guard state.lifecycle != .cancelled else { return }
@@ -268,8 +273,9 @@ public final class TKDispatchSource: @unchecked Sendable {
         case .dataAdd, .dataOr:
             if data != 0 { merge(data) }
         default:
-            misuse("\(described).add(data:) called on a source that is not a user-data source. "
-                   + "Fix: create it with makeUserDataAddSource(queue:) or makeUserDataOrSource(queue:).")
+            misuse(
+                "\(described).add(data:) called on a source that is not a user-data source. "
+                    + "Fix: create it with makeUserDataAddSource(queue:) or makeUserDataOrSource(queue:).")
         }
     }
 
@@ -320,7 +326,7 @@ public final class TKDispatchSource: @unchecked Sendable {
             fires = UInt(max(passed, 1))
             state.deadline = next
             if state.hasPending {
-                state.timerParked = true   // undelivered fires wait: see `timerParked`
+                state.timerParked = true // undelivered fires wait: see `timerParked`
             } else {
                 DispatchManager.shared.scheduleTimer(self, generation: generation, at: next)
             }
@@ -367,8 +373,9 @@ public final class TKDispatchSource: @unchecked Sendable {
                 return activate()
             }
             lock.unlock()
-            misuse("\(described).resume() called more times than suspend() (suspend count is 0). "
-                   + "Fix: call resume() once for each earlier suspend() (a new source needs one activate() or resume()).")
+            misuse(
+                "\(described).resume() called more times than suspend() (suspend count is 0). "
+                    + "Fix: call resume() once for each earlier suspend() (a new source needs one activate() or resume()).")
         }
         state.suspendCount -= 1
         let submit = planDeliveryLocked()
@@ -441,17 +448,19 @@ public final class TKDispatchSource: @unchecked Sendable {
     /// epoll refused the descriptor at activation for a reason other than "a regular file".
     private func refusedByEpoll(_ error: Int32) -> Never {
         if error == EBADF {
-            misuse("\(described).activate(): the descriptor was closed before the source was activated (EBADF). "
-                   + "Fix: keep the descriptor open until the source is cancelled (close it in the cancel handler).")
+            misuse(
+                "\(described).activate(): the descriptor was closed before the source was activated (EBADF). "
+                    + "Fix: keep the descriptor open until the source is cancelled (close it in the cancel handler).")
         }
-        misuse("\(described).activate(): epoll refuses the descriptor (\(SystemCall.errorName(error))). "
-               + "Fix: watch a pipe, socket, terminal, eventfd or regular file.")
+        misuse(
+            "\(described).activate(): epoll refuses the descriptor (\(SystemCall.errorName(error))). "
+                + "Fix: watch a pipe, socket, terminal, eventfd or regular file.")
     }
 
     /// Caller holds lock.
     private func unregister() {
         switch kind {
-        case .timer: break   // the generation moved: its heap entries are ignored
+        case .timer: break // the generation moved: its heap entries are ignored
         case .signal(let signal): DispatchManager.shared.unwatchSignal(signal, source: self)
         case .read(let fd), .write(let fd): DispatchManager.shared.unwatch(fd, source: self)
         case .process:

@@ -15,9 +15,9 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
     /// Set once the item has finished; `wait` parks on it.
     private let finished = ParkingEvent()
     private let notifyLock = DispatchLock()
-    private var notifications: [(TKDispatchQueue, @Sendable () -> Void)] = []   // guarded by notifyLock
-    private var hasFinished = false                                              // guarded by notifyLock
-    private var finishWaiters: AsyncWaiters<Void>?                               // guarded by notifyLock
+    private var notifications: [(TKDispatchQueue, @Sendable () -> Void)] = [] // guarded by notifyLock
+    private var hasFinished = false // guarded by notifyLock
+    private var finishWaiters: AsyncWaiters<Void>? // guarded by notifyLock
 
     /// Creates a work item that runs `block`; `flags` (`.barrier`) apply when it is submitted to a queue.
     public init(flags: TKDispatchQueue.WorkFlags = [], block: @escaping @Sendable () -> Void) {

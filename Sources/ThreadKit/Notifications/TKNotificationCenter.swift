@@ -32,8 +32,10 @@ public final class TKNotificationCenter: @unchecked Sendable {
     /// sender; otherwise matched by identity, and never again once that object is gone). The
     /// observer lives until `removeObserver`. The block runs synchronously on the posting thread.
     @discardableResult
-    public func addObserver(forName name: TKNotification.Name?, object: AnyObject?,
-                            using block: @escaping @Sendable (TKNotification) -> Void) -> TKObservationToken {
+    public func addObserver(
+        forName name: TKNotification.Name?, object: AnyObject?,
+        using block: @escaping @Sendable (TKNotification) -> Void
+    ) -> TKObservationToken {
         addObserver(forName: name, object: object, queue: nil, using: block)
     }
 
@@ -44,11 +46,14 @@ public final class TKNotificationCenter: @unchecked Sendable {
     /// to that queue, which the posting thread waits for. An operation that starts after
     /// `removeObserver` returned does not call the block.
     @discardableResult
-    public func addObserver(forName name: TKNotification.Name?, object: AnyObject?, queue: TKOperationQueue?,
-                            using block: @escaping @Sendable (TKNotification) -> Void) -> TKObservationToken {
+    public func addObserver(
+        forName name: TKNotification.Name?, object: AnyObject?, queue: TKOperationQueue?,
+        using block: @escaping @Sendable (TKNotification) -> Void
+    ) -> TKObservationToken {
         registry.withLock { r in
-            let token = TKObservationToken(center: self, name: name, object: object, sequence: r.nextSequence, queue: queue,
-                                           block: block)
+            let token = TKObservationToken(
+                center: self, name: name, object: object, sequence: r.nextSequence, queue: queue,
+                block: block)
             r.nextSequence += 1
             if let name { r.byName[name, default: []].append(token) } else { r.anyName.append(token) }
             return token
@@ -120,8 +125,10 @@ public final class TKObservationToken: Hashable, @unchecked Sendable {
     /// Cleared by removeObserver; checked right before each call.
     fileprivate let active = Atomic<Bool>(true)
 
-    fileprivate init(center: TKNotificationCenter, name: TKNotification.Name?, object: AnyObject?, sequence: UInt64,
-                     queue: TKOperationQueue?, block: @escaping @Sendable (TKNotification) -> Void) {
+    fileprivate init(
+        center: TKNotificationCenter, name: TKNotification.Name?, object: AnyObject?, sequence: UInt64,
+        queue: TKOperationQueue?, block: @escaping @Sendable (TKNotification) -> Void
+    ) {
         self.center = center
         self.queue = queue
         self.name = name

@@ -127,8 +127,10 @@ public final class TKNotificationQueue: @unchecked Sendable {
     /// not running or runs one of `modes` now (`.common`: any of its common modes); otherwise it is
     /// not posted (the matching queued ones are still removed). Any thread; from another thread
     /// the owner loop is woken.
-    public func enqueue(_ notification: TKNotification, postingStyle: PostingStyle,
-                        coalesceMask: Coalescing = [.onName, .onSender], forModes modes: [TKRunLoop.Mode]? = nil) {
+    public func enqueue(
+        _ notification: TKNotification, postingStyle: PostingStyle,
+        coalesceMask: Coalescing = [.onName, .onSender], forModes modes: [TKRunLoop.Mode]? = nil
+    ) {
         var wanted: [TKRunLoop.Mode] = []
         for mode in modes ?? [] where !wanted.contains(mode) { wanted.append(mode) }
         if wanted.isEmpty { wanted = [.default] }
@@ -150,8 +152,9 @@ public final class TKNotificationQueue: @unchecked Sendable {
             } else {
                 s.pending.append(Entry(notification: notification, style: postingStyle, modes: wanted))
             }
-            guard loop != nil else { return (nil, [], false) }   // the owner thread has finished
-            let hook: Hook, observer: TKRunLoopObserver
+            guard loop != nil else { return (nil, [], false) } // the owner thread has finished
+            let hook: Hook
+            let observer: TKRunLoopObserver
             if let existing = s.hook, let existingObserver = existing.observer {
                 (hook, observer) = (existing, existingObserver)
             } else {
@@ -242,7 +245,9 @@ public final class TKNotificationQueue: @unchecked Sendable {
         }
         var released: TKNotificationQueue?
         let due = state.withLock { s -> [TKNotification] in
-            var asap: [TKNotification] = [], whenIdle: [TKNotification] = [], rest: [Entry] = []
+            var asap: [TKNotification] = []
+            var whenIdle: [TKNotification] = []
+            var rest: [Entry] = []
             for entry in s.pending {
                 if eligible(entry) && entry.style == .asap {
                     asap.append(entry.notification)

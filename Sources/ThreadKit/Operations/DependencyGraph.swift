@@ -13,8 +13,10 @@ enum DependencyGraph {
     /// `operation` depends on `dependency` from now on.
     static func add(_ dependency: TKOperation, to operation: TKOperation) throws {
         if dependency === operation {
-            throw TKError(.dependencyCycle, "\(operation.described).addDependency(itself): an operation cannot depend on itself "
-                          + "(it would wait for itself forever). Fix: remove this addDependency call.")
+            throw TKError(
+                .dependencyCycle,
+                "\(operation.described).addDependency(itself): an operation cannot depend on itself "
+                    + "(it would wait for itself forever). Fix: remove this addDependency call.")
         }
         lock.lock()
         defer { lock.unlock() }
@@ -22,11 +24,14 @@ enum DependencyGraph {
         // A cycle needs a path dependency → … → x → operation: dependency must depend on something
         // and something must depend on operation. Growing a chain at either end fails one of these.
         if !dependency.dependencyList.isEmpty && !operation.dependentList.isEmpty,
-           let path = cycle(adding: dependency, to: operation) {
+            let path = cycle(adding: dependency, to: operation)
+        {
             let chain = path.map(\.described).joined(separator: " → ")
-            throw TKError(.dependencyCycle, "\(operation.described).addDependency(\(dependency.described)) would close a "
-                          + "dependency cycle (each waits for the next): \(chain). None of them "
-                          + "could ever start. Fix: remove one of these dependencies.")
+            throw TKError(
+                .dependencyCycle,
+                "\(operation.described).addDependency(\(dependency.described)) would close a "
+                    + "dependency cycle (each waits for the next): \(chain). None of them "
+                    + "could ever start. Fix: remove one of these dependencies.")
         }
         operation.lock.withLock { operation.dependencyList.append(dependency) }
         let waiterPending = OperationState.phase(operation.state.load(ordering: .acquiring)) == OperationState.pending
@@ -78,13 +83,13 @@ enum DependencyGraph {
         var backward = Search(from: operation, to: dependency, alongDependencies: false)
         while true {
             switch forward.step() {
-            case .found(let path):   // dependency → … → operation: operation waits, via dependency, for itself
+            case .found(let path): // dependency → … → operation: operation waits, via dependency, for itself
                 return [operation] + path
             case .exhausted: return nil
             case .searching: break
             }
             switch backward.step() {
-            case .found(let path):   // operation ← … ← dependency along dependents: reversed, the same chain
+            case .found(let path): // operation ← … ← dependency along dependents: reversed, the same chain
                 return [operation] + path.reversed()
             case .exhausted: return nil
             case .searching: break

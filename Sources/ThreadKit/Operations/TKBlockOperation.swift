@@ -6,8 +6,8 @@
 /// pool (the first on the operation's own thread), and the operation finishes when all are done.
 public final class TKBlockOperation: TKOperation, @unchecked Sendable {
     private let firstBlock: @Sendable () -> Void
-    private var moreBlocks: [@Sendable () -> Void] = []   // guarded by lock
-    private var frozen = false                            // guarded by lock
+    private var moreBlocks: [@Sendable () -> Void] = [] // guarded by lock
+    private var frozen = false // guarded by lock
 
     /// Creates an operation that runs `block`, like `BlockOperation(block:)`; add more blocks
     /// with ``addExecutionBlock(_:)`` before it starts.
@@ -24,8 +24,9 @@ public final class TKBlockOperation: TKOperation, @unchecked Sendable {
             return false
         }
         if refused {
-            misuse("\(described).addExecutionBlock(_:) called after the operation started: the block could never run. "
-                   + "Fix: add every execution block before adding the operation to a queue or starting it.")
+            misuse(
+                "\(described).addExecutionBlock(_:) called after the operation started: the block could never run. "
+                    + "Fix: add every execution block before adding the operation to a queue or starting it.")
         }
     }
 

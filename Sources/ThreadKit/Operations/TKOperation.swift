@@ -57,10 +57,10 @@ open class TKOperation: @unchecked Sendable {
     /// `TKQualityOfService.rawValue`, or `qosUnset` until someone sets it.
     private let qosRaw = Atomic<Int>(TKOperation.qosUnset)
     private static let qosUnset = Int.min
-    private var storedName: String?                           // guarded by lock
-    private var storedCompletion: (@Sendable () -> Void)?      // guarded by lock
-    private var finishedEvent: OperationEvent?                 // guarded by lock; made by the first waiter
-    private var finishWaiters: AsyncWaiters<Void>?             // guarded by lock; made by the first awaiting task
+    private var storedName: String? // guarded by lock
+    private var storedCompletion: (@Sendable () -> Void)? // guarded by lock
+    private var finishedEvent: OperationEvent? // guarded by lock; made by the first waiter
+    private var finishWaiters: AsyncWaiters<Void>? // guarded by lock; made by the first awaiting task
     /// The queue this operation was added to (never changes once set; weak, so safe to read from
     /// any thread). See the header.
     private(set) weak var queue: TKOperationQueue?
@@ -100,7 +100,7 @@ open class TKOperation: @unchecked Sendable {
     open func start() {
         switch enterStart() {
         case .runFromQueue:
-            main()   // the token has recorded this operation as running on this thread
+            main() // the token has recorded this operation as running on this thread
         case .runByHand:
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.operation(self, TKTraceEvent.operationExecuting) }
             // Recorded as running here while main() runs, so a wait for itself is reported.
@@ -122,13 +122,15 @@ open class TKOperation: @unchecked Sendable {
     /// completion block runs, its waiters return. Call it exactly once, from any thread.
     public func finish() {
         guard isAsynchronous else {
-            misuse("\(described).finish() called on a synchronous operation: its start() finishes it when main() "
-                   + "returns. Fix: return from main(), or override isAsynchronous to return true.")
+            misuse(
+                "\(described).finish() called on a synchronous operation: its start() finishes it when main() "
+                    + "returns. Fix: return from main(), or override isAsynchronous to return true.")
         }
         let s = state.load(ordering: .acquiring)
         if OperationState.phase(s) == OperationState.pending && s & OperationState.enqueued != 0 {
-            misuse("\(described).finish() called before its queue \(queue?.described ?? "") started it. "
-                   + "Fix: call finish() when the work begun by start() is done.")
+            misuse(
+                "\(described).finish() called before its queue \(queue?.described ?? "") started it. "
+                    + "Fix: call finish() when the work begun by start() is done.")
         }
         finishExecution(caller: "finish()")
     }
@@ -283,19 +285,22 @@ open class TKOperation: @unchecked Sendable {
     private func checkWaitIsNotADeadlock(_ s: UInt64) {
         let context = OperationContext.existing
         if let running = context?.runningOperation, running === self {
-            misuse("\(described).waitUntilFinished() called from its own main(): it would wait for itself forever. "
-                   + "Fix: return from main() instead; wait from another thread or use a completionBlock.")
+            misuse(
+                "\(described).waitUntilFinished() called from its own main(): it would wait for itself forever. "
+                    + "Fix: return from main() instead; wait from another thread or use a completionBlock.")
         }
         guard OperationState.phase(s) == OperationState.pending, s & OperationState.enqueued != 0, let queue else { return }
         if queue.isMain && TKThread.isMainThread && context?.runningOperation == nil {
-            misuse("\(described).waitUntilFinished() called on the main thread for an operation of TKOperationQueue.main that "
-                   + "has not started: the main queue runs on this very thread, so it would wait forever. "
-                   + "Fix: use a completionBlock, or wait on another thread.")
+            misuse(
+                "\(described).waitUntilFinished() called on the main thread for an operation of TKOperationQueue.main that "
+                    + "has not started: the main queue runs on this very thread, so it would wait forever. "
+                    + "Fix: use a completionBlock, or wait on another thread.")
         }
         if let context, context.runningOperation != nil, context.queue === queue, queue.isSerial {
-            misuse("\(described).waitUntilFinished() called from an operation of the serial queue \(queue.described) that "
-                   + "must run it: the queue runs one operation at a time, so it would wait forever. "
-                   + "Fix: make it a dependency instead, or raise maxConcurrentOperationCount.")
+            misuse(
+                "\(described).waitUntilFinished() called from an operation of the serial queue \(queue.described) that "
+                    + "must run it: the queue runs one operation at a time, so it would wait forever. "
+                    + "Fix: make it a dependency instead, or raise maxConcurrentOperationCount.")
         }
     }
 
@@ -315,16 +320,18 @@ open class TKOperation: @unchecked Sendable {
             switch OperationState.phase(s) {
             case OperationState.pending:
                 if s & OperationState.enqueued != 0 {
-                    misuse("\(described).start() called by hand on an operation added to \(queue?.described ?? "a queue"): "
-                           + "its queue starts it. Fix: do not call start(); wait with waitUntilFinished() instead.")
+                    misuse(
+                        "\(described).start() called by hand on an operation added to \(queue?.described ?? "a queue"): "
+                            + "its queue starts it. Fix: do not call start(); wait with waitUntilFinished() instead.")
                 }
                 if !OperationState.isReady(s) {
-                    misuse("\(described).start() called while \(OperationState.count(s)) of its dependencies are unfinished. "
-                           + "Fix: start it when isReady is true, or add it and its dependencies to a TKOperationQueue.")
+                    misuse(
+                        "\(described).start() called while \(OperationState.count(s)) of its dependencies are unfinished. "
+                            + "Fix: start it when isReady is true, or add it and its dependencies to a TKOperationQueue.")
                 }
                 new = (new & ~OperationState.phaseMask) | OperationState.executing
             case OperationState.executing:
-                break   // the queue moved it to executing just before calling start()
+                break // the queue moved it to executing just before calling start()
             default:
                 misuse("\(described).start() called on a finished operation. Fix: create a new operation for new work.")
             }
@@ -428,8 +435,9 @@ open class TKOperation: @unchecked Sendable {
     final func tryDispatch() {
         var s = state.load(ordering: .acquiring)
         while OperationState.isDispatchable(s) {
-            let (exchanged, original) = state.compareExchange(expected: s, desired: s | OperationState.dispatched,
-                                                              ordering: .acquiringAndReleasing)
+            let (exchanged, original) = state.compareExchange(
+                expected: s, desired: s | OperationState.dispatched,
+                ordering: .acquiringAndReleasing)
             if exchanged {
                 if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.operation(self, TKTraceEvent.operationReady) }
                 queue!.pushReady(self)

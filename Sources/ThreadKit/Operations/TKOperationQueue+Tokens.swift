@@ -60,7 +60,8 @@ extension TKOperationQueue {
     }
 
     private func submitToken(_ plan: Plan, resubmitted: Bool = false) {
-        let qos = plan.qos, underlying = plan.underlying
+        let qos = plan.qos
+        let underlying = plan.underlying
         let token: @Sendable () -> Void = { [self] in runToken(qos: qos, underlying: underlying) }
         if let underlying = plan.underlying {
             underlying.async(execute: token)
@@ -160,7 +161,7 @@ extension TKOperationQueue {
             }
             let wanted = core.underlying == nil ? core.ready.first!.explicitQualityOfService ?? core.qos : qos
             if budget == 0 || RunQueues.level(wanted) != RunQueues.level(qos) || core.underlying !== underlying {
-                again = true   // still counted in `tokens`: it goes on looking from the pool
+                again = true // still counted in `tokens`: it goes on looking from the pool
                 plan.qos = wanted
                 plan.underlying = core.underlying
                 break

@@ -69,7 +69,7 @@ public final class TKOperationQueue: @unchecked Sendable {
     }
 
     let lock = DispatchLock()
-    var core = Core()                                   // guarded by lock
+    var core = Core() // guarded by lock
     let drained = FutexWord(0)
     let isMain: Bool
 
@@ -118,12 +118,14 @@ public final class TKOperationQueue: @unchecked Sendable {
         get { lock.withLock { core.maxCount } }
         set {
             if newValue < -1 {
-                misuse("\(described).maxConcurrentOperationCount = \(newValue): the limit must be -1 (system-chosen) or 0 and above. "
-                       + "Fix: use TKOperationQueue.defaultMaxConcurrentOperationCount, or a positive count.")
+                misuse(
+                    "\(described).maxConcurrentOperationCount = \(newValue): the limit must be -1 (system-chosen) or 0 and above. "
+                        + "Fix: use TKOperationQueue.defaultMaxConcurrentOperationCount, or a positive count.")
             }
             if isMain && newValue != 1 {
-                misuse("TKOperationQueue.main.maxConcurrentOperationCount = \(newValue): the main queue runs one operation at a "
-                       + "time on the main thread. Fix: use a TKOperationQueue of your own for concurrent work.")
+                misuse(
+                    "TKOperationQueue.main.maxConcurrentOperationCount = \(newValue): the main queue runs one operation at a "
+                        + "time on the main thread. Fix: use a TKOperationQueue of your own for concurrent work.")
             }
             lock.lock()
             core.maxCount = newValue
@@ -147,21 +149,24 @@ public final class TKOperationQueue: @unchecked Sendable {
         get { lock.withLock { core.underlying } }
         set {
             if isMain {
-                misuse("TKOperationQueue.main.underlyingQueue set: the main queue always runs on TKDispatchQueue.main. "
-                       + "Fix: set underlyingQueue on a TKOperationQueue of your own.")
+                misuse(
+                    "TKOperationQueue.main.underlyingQueue set: the main queue always runs on TKDispatchQueue.main. "
+                        + "Fix: set underlyingQueue on a TKOperationQueue of your own.")
             }
             if let newValue, newValue === TKDispatchQueue.main {
-                misuse("\(described).underlyingQueue = TKDispatchQueue.main: only TKOperationQueue.main runs on the main "
-                       + "queue. Fix: add the operations to TKOperationQueue.main instead.")
+                misuse(
+                    "\(described).underlyingQueue = TKDispatchQueue.main: only TKOperationQueue.main runs on the main "
+                        + "queue. Fix: add the operations to TKOperationQueue.main instead.")
             }
             lock.lock()
             let count = core.unfinished
             if count == 0 { core.underlying = newValue }
             lock.unlock()
             if count != 0 {
-                misuse("\(described).underlyingQueue set while the queue holds \(count) unfinished operations: they were "
-                       + "promised to the old one. Fix: set underlyingQueue before adding operations, or after "
-                       + "waitUntilAllOperationsAreFinished().")
+                misuse(
+                    "\(described).underlyingQueue set while the queue holds \(count) unfinished operations: they were "
+                        + "promised to the old one. Fix: set underlyingQueue before adding operations, or after "
+                        + "waitUntilAllOperationsAreFinished().")
             }
         }
     }
@@ -227,8 +232,9 @@ public final class TKOperationQueue: @unchecked Sendable {
             case .started: what = "has already started (by hand)"
             case .finished: what = "has already finished"
             }
-            misuse("\(described).\(caller) was given \(operation.described), which \(what). Fix: add an operation to one "
-                   + "queue, once, before it starts; create a new operation for new work.")
+            misuse(
+                "\(described).\(caller) was given \(operation.described), which \(what). Fix: add an operation to one "
+                    + "queue, once, before it starts; create a new operation for new work.")
         }
         carryOut(plan)
     }
@@ -300,15 +306,17 @@ public final class TKOperationQueue: @unchecked Sendable {
         let count = core.unfinished
         if let context = OperationContext.existing, context.queue === self, context.runningOperation != nil {
             lock.unlock()
-            misuse("\(described).waitUntilAllOperationsAreFinished() called from one of its own operations: that operation "
-                   + "is among those waited for, so it would wait forever (\(count) unfinished). Fix: wait from outside the "
-                   + "queue, or use a barrier block or dependencies.")
+            misuse(
+                "\(described).waitUntilAllOperationsAreFinished() called from one of its own operations: that operation "
+                    + "is among those waited for, so it would wait forever (\(count) unfinished). Fix: wait from outside the "
+                    + "queue, or use a barrier block or dependencies.")
         }
         if isMain && TKThread.isMainThread {
             lock.unlock()
-            misuse("TKOperationQueue.main.waitUntilAllOperationsAreFinished() called on the main thread with \(count) "
-                   + "unfinished operations: they run on this very thread, so it would wait forever. Fix: let the main "
-                   + "run loop run, and learn of completion through a completionBlock or a barrier block.")
+            misuse(
+                "TKOperationQueue.main.waitUntilAllOperationsAreFinished() called on the main thread with \(count) "
+                    + "unfinished operations: they run on this very thread, so it would wait forever. Fix: let the main "
+                    + "run loop run, and learn of completion through a completionBlock or a barrier block.")
         }
         let seen = drained.pointer.pointee.load(ordering: .relaxed)
         core.waiters += 1

@@ -139,16 +139,20 @@ extension PortWireFormat {
                 let length = length(at: start)
                 guard length <= PortWireFormat.maximumBodyLength else { return .failure(.oversized(length)) }
                 if verifier != nil && assembling == nil && length > PortWireFormat.firstSegmentLimit {
-                    return .failure(.unauthenticated("a frame of \(length) bytes where a message's first segment (at most "
-                                                     + "\(PortWireFormat.firstSegmentLimit) bytes, verified before more is read) must come"))
+                    return .failure(
+                        .unauthenticated(
+                            "a frame of \(length) bytes where a message's first segment (at most "
+                                + "\(PortWireFormat.firstSegmentLimit) bytes, verified before more is read) must come"))
                 }
                 let bodyStart = start + 4
                 guard pendingByteCount >= 4 + length else {
                     if !headChecked {
-                        let authenticated = verifier != nil, inMessage = assembling != nil
+                        let authenticated = verifier != nil
+                        let inMessage = assembling != nil
                         let head = buffer.withUnsafeBytes { all in
-                            PortWireFormat.inspectHead(UnsafeRawBufferPointer(rebasing: all[bodyStart...]), length: length,
-                                                       authenticated: authenticated, assembling: inMessage)
+                            PortWireFormat.inspectHead(
+                                UnsafeRawBufferPointer(rebasing: all[bodyStart...]), length: length,
+                                authenticated: authenticated, assembling: inMessage)
                         }
                         switch head {
                         case .needMore: break
@@ -222,15 +226,19 @@ extension PortWireFormat {
             guard total > 0 else { return .failure(.malformed("a segmented message of 0 bytes")) }
             if let current = assembling {
                 guard index == current.next, message == current.message, total == current.total else {
-                    return .failure(.malformed("segment \(index) of a message of \(total) bytes where segment \(current.next) "
-                                               + "of the message being assembled (\(current.total) bytes) was due"))
+                    return .failure(
+                        .malformed(
+                            "segment \(index) of a message of \(total) bytes where segment \(current.next) "
+                                + "of the message being assembled (\(current.total) bytes) was due"))
                 }
                 let most = min(PortWireFormat.segmentData, total - assembly.count)
                 guard d >= 1, d <= most else { return .failure(.malformed("a segment of \(d) data bytes where 1 to \(most) may come")) }
             } else {
                 guard index == 0 else { return .failure(.malformed("segment \(index) of a message whose first segment never came")) }
                 let most = min(PortWireFormat.firstSegmentData, total)
-                guard d >= 1, d <= most else { return .failure(.malformed("a first segment of \(d) data bytes where 1 to \(most) may come")) }
+                guard d >= 1, d <= most else {
+                    return .failure(.malformed("a first segment of \(d) data bytes where 1 to \(most) may come"))
+                }
             }
             if let verifier {
                 let signed = UnsafeRawBufferPointer(rebasing: bytes[0..<h + d])
@@ -278,8 +286,9 @@ extension PortWireFormat {
         }
     }
 
-    static let oldEnvelope = FrameError.malformed("an authenticated envelope of wire version 1 (\"TKPA\"); authenticated messages now "
-                                                  + "come as segments (\"TKPS\", version 2). Fix: run the same ThreadKit on both ends")
+    static let oldEnvelope = FrameError.malformed(
+        "an authenticated envelope of wire version 1 (\"TKPA\"); authenticated messages now "
+            + "come as segments (\"TKPS\", version 2). Fix: run the same ThreadKit on both ends")
     static let notAuthenticated = FrameError.unauthenticated("it carries no authentication data, and this port requires it")
     static let mismatch = FrameError.unauthenticated("its authentication data does not match (another key, or an altered frame)")
     static let plainInsideMessage = FrameError.malformed("a plain frame where the next segment of a message was due")
@@ -334,7 +343,9 @@ extension PortWireFormat {
             do {
                 let (msgid, reply, count) = try head()
                 // Each component takes at least 2 bytes: a count beyond that is a lie.
-                guard count <= (bytes.count - offset) / 2 else { throw FrameError.malformed("\(count) components in \(bytes.count - offset) bytes") }
+                guard count <= (bytes.count - offset) / 2 else {
+                    throw FrameError.malformed("\(count) components in \(bytes.count - offset) bytes")
+                }
                 var references = reply == nil ? 0 : 1
                 var components: [Frame.Component] = []
                 components.reserveCapacity(count)
@@ -362,7 +373,9 @@ extension PortWireFormat {
 
         /// Magic, version, msgid, reply port and the component count (checked against the limit).
         mutating func head() throws -> (msgid: UInt32, reply: TKSocketAddress?, count: Int) {
-            guard try take(4).elementsEqual(PortWireFormat.magic) else { throw FrameError.malformed("bad magic (not a ThreadKit port frame)") }
+            guard try take(4).elementsEqual(PortWireFormat.magic) else {
+                throw FrameError.malformed("bad magic (not a ThreadKit port frame)")
+            }
             let version = try byte()
             guard version == PortWireFormat.version else { throw FrameError.malformed("unknown version \(version)") }
             let msgid = try u32()

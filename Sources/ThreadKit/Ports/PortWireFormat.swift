@@ -147,7 +147,7 @@ enum PortWireFormat {
         while offset < total {
             let d = min(index == 0 ? firstSegmentData : segmentData, total - offset)
             let start = out.count
-            out += [0, 0, 0, 0]   // the length, filled in below
+            out += [0, 0, 0, 0] // the length, filled in below
             out += segmentMagic
             out.append(segmentVersion)
             append32(UInt32(truncatingIfNeeded: message >> 32), to: &out)
@@ -171,8 +171,10 @@ enum PortWireFormat {
     }
 
     private static func append32(_ value: UInt32, to bytes: inout [UInt8]) {
-        bytes += [UInt8(truncatingIfNeeded: value >> 24), UInt8(truncatingIfNeeded: value >> 16),
-                  UInt8(truncatingIfNeeded: value >> 8), UInt8(truncatingIfNeeded: value)]
+        bytes += [
+            UInt8(truncatingIfNeeded: value >> 24), UInt8(truncatingIfNeeded: value >> 16),
+            UInt8(truncatingIfNeeded: value >> 8), UInt8(truncatingIfNeeded: value),
+        ]
     }
 
     private static func append16(_ value: Int, to bytes: inout [UInt8]) {

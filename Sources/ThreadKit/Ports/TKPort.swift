@@ -65,7 +65,10 @@ public class TKPort: @unchecked Sendable {
     /// queued messages are dropped, and `didBecomeInvalidNotification` is posted.
     public func invalidate() {
         guard valid.exchange(false, ordering: .acquiringAndReleasing) else { return }
-        let memberships = links.withLock { l in defer { l.memberships.removeAll() }; return l.memberships }
+        let memberships = links.withLock { l in
+            defer { l.memberships.removeAll() }
+            return l.memberships
+        }
         for membership in memberships { membership.loop?.detach(self, from: membership.mode) }
         inbox.close()
         didInvalidate()
@@ -90,7 +93,8 @@ public class TKPort: @unchecked Sendable {
         switch inbox.push(queued, deadline: deadline) {
         case .queued: return true
         case .full:
-            message.failureReason = "\(self)'s queue stayed full (\(inbox.limit) messages) until the deadline. "
+            message.failureReason =
+                "\(self)'s queue stayed full (\(inbox.limit) messages) until the deadline. "
                 + "Fix: add the port to a running loop, or give send(before:) a later deadline."
             return false
         case .closed:
@@ -152,7 +156,7 @@ public class TKPort: @unchecked Sendable {
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.portMessage(.end, message) }
             handled = true
         }
-        batch.removeAll()   // what an invalidation left undelivered
+        batch.removeAll() // what an invalidation left undelivered
         delivering.store(false, ordering: .releasing)
         return handled
     }

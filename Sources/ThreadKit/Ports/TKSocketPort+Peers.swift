@@ -72,6 +72,7 @@ extension TKSocketPort {
         }
         let peer = TKPeerCredentials(pid: pid, uid: uid, gid: gid)
         guard !rule.allows(peer) else { return nil }
-        return "the peer (\(peer)) is not allowed by allowedPeers \(rule). Fix: connect as an allowed user, or set allowedPeers on the listening port"
+        return
+            "the peer (\(peer)) is not allowed by allowedPeers \(rule). Fix: connect as an allowed user, or set allowedPeers on the listening port"
     }
 }

@@ -31,7 +31,7 @@ extension TKSocketPort {
     /// The most connections accepted per readiness report, for fairness with the loop's other
     /// work; the listening socket stays ready (level-triggered) for the rest.
     static let acceptBatch = 64
-    static let readEvents: UInt32 = 0x1 | 0x2000   // EPOLLIN | EPOLLRDHUP
+    static let readEvents: UInt32 = 0x1 | 0x2000 // EPOLLIN | EPOLLRDHUP
 
     func startListening(on loop: TKRunLoop) {
         listener.withLock { s in
@@ -102,7 +102,7 @@ extension TKSocketPort {
         listener.withLock { s in
             for fd in admitted {
                 guard s.listenFD >= 0, let poll = s.poll, let token = poll.watch(fd, events: TKSocketPort.readEvents, watcher: self) else {
-                    Glibc.close(fd)   // invalidated meanwhile, or epoll refused
+                    Glibc.close(fd) // invalidated meanwhile, or epoll refused
                     continue
                 }
                 s.connections[fd] = Connection(token: token)
@@ -138,12 +138,15 @@ extension TKSocketPort {
     /// Reads what is there (a bounded amount, for fairness with the loop's other work), queues
     /// every complete message, and closes the connection on EOF, an error, a bad frame or (no
     /// authenticator) a spent budget; with an authenticator, a spent budget makes it wait.
-    private func read(_ fd: Int32, events: UInt32, _ s: inout ListenerState, _ reports: inout [TKError], _ authenticator: TKSocketPortAuthenticator?) {
+    private func read(
+        _ fd: Int32, events: UInt32, _ s: inout ListenerState, _ reports: inout [TKError], _ authenticator: TKSocketPortAuthenticator?
+    ) {
         guard let readBuffer else { return }
         if s.connections[fd]!.waitingForBudget {
             // Not watched for input while it waits: only a hang-up or an error is reported here.
             if events & EpollBits.failure != 0 {
-                closeConnection(fd, &s, &reports, because: "the connection failed or hung up while it waited for the unfinished-frame budget")
+                closeConnection(
+                    fd, &s, &reports, because: "the connection failed or hung up while it waited for the unfinished-frame budget")
             }
             return
         }
@@ -166,7 +169,8 @@ extension TKSocketPort {
             if n == 0 {
                 // The peer closed: fine between messages, a truncated one otherwise.
                 let unfinished = s.connections[fd]!.decoder.unfinishedByteCount
-                closeConnection(fd, &s, &reports, because: unfinished > 0 ? PortWireFormat.FrameError.truncated(unfinished).description : nil)
+                closeConnection(
+                    fd, &s, &reports, because: unfinished > 0 ? PortWireFormat.FrameError.truncated(unfinished).description : nil)
                 return
             }
             if !waits {
@@ -197,7 +201,9 @@ extension TKSocketPort {
     /// Decodes what the connection's decoder holds: queues every complete message, admits a
     /// segmented message if the budget has room for it, and settles the charge. False if the
     /// connection was closed, or waits for the budget.
-    private func decode(_ fd: Int32, _ s: inout ListenerState, _ reports: inout [TKError], _ authenticator: TKSocketPortAuthenticator?) -> Bool {
+    private func decode(_ fd: Int32, _ s: inout ListenerState, _ reports: inout [TKError], _ authenticator: TKSocketPortAuthenticator?)
+        -> Bool
+    {
         var charged = s.connections[fd]!.charged
         var blocked: Int?
         decoding: while true {
@@ -224,7 +230,8 @@ extension TKSocketPort {
         if let floor = blocked {
             if floor > UnfinishedFrameBudget.limit || authenticator == nil {
                 // Never fits, or a port that sheds instead of waiting.
-                let why = floor > UnfinishedFrameBudget.limit
+                let why =
+                    floor > UnfinishedFrameBudget.limit
                     ? "a message of \(floor - PortWireFormat.Decoder.rawWorkspace) bytes needs \(floor) bytes of the unfinished-frame budget, more than all of it "
                         + "(TKSocketPort.unfinishedFrameBudget = \(UnfinishedFrameBudget.limit) bytes). Fix: raise the budget, or send smaller messages"
                     : overBudget(floor)
@@ -305,7 +312,7 @@ extension TKSocketPort {
             for fd in waiting {
                 s.connections[fd]!.waitingForBudget = false
                 if s.connections[fd]!.decoder.waitingForAdmission != nil {
-                    guard decode(fd, &s, &reports, authenticator) else { continue }   // closed, or waits again
+                    guard decode(fd, &s, &reports, authenticator) else { continue } // closed, or waits again
                 }
                 guard let count = readBuffer?.count, reserveBeforeReading(fd, &s, count) else {
                     waitForBudget(fd, &s)

@@ -21,7 +21,8 @@ extension TKSocketPort {
         var frame = PortWireFormat.Frame(msgid: message.msgid, reply: nil, components: [])
         if let reply = message.receivePort {
             guard let address = TKSocketPort.wireAddress(of: reply) else {
-                message.failureReason = "the reply port \(reply) is a TKMessagePort, which cannot cross processes. Fix: use a listening TKSocketPort as receivePort."
+                message.failureReason =
+                    "the reply port \(reply) is a TKMessagePort, which cannot cross processes. Fix: use a listening TKSocketPort as receivePort."
                 return false
             }
             frame.reply = address
@@ -31,7 +32,8 @@ extension TKSocketPort {
             case .data(let bytes): frame.components.append(.data(bytes))
             case .port(let port):
                 guard let address = TKSocketPort.wireAddress(of: port) else {
-                    message.failureReason = "a port component (\(port)) is a TKMessagePort, which cannot cross processes. Fix: send a TKSocketPort."
+                    message.failureReason =
+                        "a port component (\(port)) is a TKMessagePort, which cannot cross processes. Fix: send a TKSocketPort."
                     return false
                 }
                 frame.components.append(.port(address))
@@ -39,7 +41,8 @@ extension TKSocketPort {
         }
         switch PortWireFormat.encode(frame, sign: authenticator?.sign) {
         case .failure(let error):
-            message.failureReason = "message \(message.msgid) cannot be sent through \(self): \(error). Fix: send less data, fewer components or fewer ports per message."
+            message.failureReason =
+                "message \(message.msgid) cannot be sent through \(self): \(error). Fix: send less data, fewer components or fewer ports per message."
             return false
         case .success(let bytes):
             return sender.withLock {
@@ -93,7 +96,8 @@ extension TKSocketPort {
             let error = ready > 0 ? tk_socket_error(fd) : ETIMEDOUT
             if error != 0 {
                 Glibc.close(fd)
-                return "cannot connect (\(SystemCall.errorName(error))). Fix: start the listener first, or give send(before:) a later deadline."
+                return
+                    "cannot connect (\(SystemCall.errorName(error))). Fix: start the listener first, or give send(before:) a later deadline."
             }
         }
         remoteFD = fd
@@ -107,6 +111,6 @@ extension TKSocketPort {
 
     /// A poll(2) timeout covering `duration`, rounded up to whole milliseconds.
     private static func milliseconds(_ duration: Duration) -> Int32 {
-        duration.pollMilliseconds   // saturating: a far-future deadline must not trap
+        duration.pollMilliseconds // saturating: a far-future deadline must not trap
     }
 }

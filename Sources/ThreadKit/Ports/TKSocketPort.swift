@@ -89,7 +89,9 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
         var gai: Int32 = 0
         let fd = tk_tcp_listen("127.0.0.1", tcpPort, &bound, &gai)
         guard fd >= 0 else {
-            let fix = -fd == EADDRINUSE ? "Fix: pick another port, or 0 for any free one." : "Fix: check the port number and the process's limits."
+            let fix =
+                -fd == EADDRINUSE
+                ? "Fix: pick another port, or 0 for any free one." : "Fix: check the port number and the process's limits."
             throw TKError(.systemCall, "TKSocketPort(tcpPort: \(tcpPort)) cannot listen on 127.0.0.1:\(tcpPort). \(fix)", errno: -fd)
         }
         self.init(listening: fd, address: .tcp(host: "127.0.0.1", port: bound))
@@ -99,12 +101,17 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
     /// connection is made by the first send.
     public convenience init(remoteHost: String, port: UInt16) throws {
         guard port != 0 else {
-            throw TKError(.invalidArgument, "TKSocketPort(remoteHost: \(remoteHost), port: 0): port 0 cannot be reached. Fix: use the listener's localPort.")
+            throw TKError(
+                .invalidArgument,
+                "TKSocketPort(remoteHost: \(remoteHost), port: 0): port 0 cannot be reached. Fix: use the listener's localPort.")
         }
         let gai = tk_resolve(remoteHost)
         guard !remoteHost.isEmpty, gai == 0 else {
-            throw TKError(.invalidArgument, "TKSocketPort(remoteHost: \"\(remoteHost)\", port: \(port)): the host does not resolve"
-                          + "\(gai == 0 ? "" : " (\(String(cString: gai_strerror(gai))))"). Fix: use an address such as 127.0.0.1 or a known host name.")
+            throw TKError(
+                .invalidArgument,
+                "TKSocketPort(remoteHost: \"\(remoteHost)\", port: \(port)): the host does not resolve"
+                    + "\(gai == 0 ? "" : " (\(String(cString: gai_strerror(gai))))"). Fix: use an address such as 127.0.0.1 or a known host name."
+            )
         }
         self.init(remote: .tcp(host: remoteHost, port: port))
     }
@@ -132,8 +139,10 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
     public convenience init(unixSocketPath path: String, permissions: mode_t) throws {
         try TKSocketPort.checkUnixPath(path)
         guard permissions & ~0o777 == 0 else {
-            throw TKError(.invalidArgument, "TKSocketPort(unixSocketPath: \"\(path)\", permissions: 0o\(String(permissions, radix: 8))): "
-                          + "only permission bits (0o777) may be given. Fix: pass e.g. 0o600 or 0o660.")
+            throw TKError(
+                .invalidArgument,
+                "TKSocketPort(unixSocketPath: \"\(path)\", permissions: 0o\(String(permissions, radix: 8))): "
+                    + "only permission bits (0o777) may be given. Fix: pass e.g. 0o600 or 0o660.")
         }
         try TKSocketPort.clearStaleSocket(path)
         let fd = tk_unix_listen(path, UInt32(permissions))
@@ -146,7 +155,10 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
 
     private static func checkUnixPath(_ path: String) throws {
         guard !path.isEmpty, path.utf8.count < 108 else {
-            throw TKError(.invalidArgument, "TKSocketPort(unixSocketPath: \"\(path)\"): a Unix socket path must have 1 to 107 bytes. Fix: use a shorter path, e.g. in /tmp.")
+            throw TKError(
+                .invalidArgument,
+                "TKSocketPort(unixSocketPath: \"\(path)\"): a Unix socket path must have 1 to 107 bytes. Fix: use a shorter path, e.g. in /tmp."
+            )
         }
     }
 
@@ -221,8 +233,10 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
     private static func clearStaleSocket(_ path: String) throws {
         guard let status = SystemCall.status(path) else { return }
         guard !status.isDirectory, (try? probe(path)) == false else {
-            throw TKError(.invalidArgument, "TKSocketPort(unixSocketPath: \"\(path)\"): the path is in use (a directory, a file, or a live listener). "
-                          + "Fix: use another path, or invalidate the port listening there.")
+            throw TKError(
+                .invalidArgument,
+                "TKSocketPort(unixSocketPath: \"\(path)\"): the path is in use (a directory, a file, or a live listener). "
+                    + "Fix: use another path, or invalidate the port listening there.")
         }
         unlink(path)
     }
@@ -231,7 +245,10 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
     private static func probe(_ path: String) throws -> Bool {
         var inProgress: Int32 = 0
         let fd = tk_unix_connect(path, &inProgress)
-        if fd >= 0 { Glibc.close(fd); return true }
+        if fd >= 0 {
+            Glibc.close(fd)
+            return true
+        }
         if -fd == ECONNREFUSED { return false }
         throw TKError(.systemCall, "not a socket", errno: -fd)
     }

@@ -24,8 +24,10 @@ public struct TKSocketPortAuthenticator: Sendable {
     /// An authenticator from your own pair of closures, which may run on several threads at once:
     /// `sign` computes a segment's authentication data (at most 1,024 bytes), and `verify` accepts
     /// or refuses a segment with the data that came with it. For a shared secret, use ``sharedKey(_:)``.
-    public init(sign: @escaping @Sendable (_ body: UnsafeRawBufferPointer) -> [UInt8],
-                verify: @escaping @Sendable (_ body: UnsafeRawBufferPointer, _ data: UnsafeRawBufferPointer) -> Bool) {
+    public init(
+        sign: @escaping @Sendable (_ body: UnsafeRawBufferPointer) -> [UInt8],
+        verify: @escaping @Sendable (_ body: UnsafeRawBufferPointer, _ data: UnsafeRawBufferPointer) -> Bool
+    ) {
         self.sign = sign
         self.verify = verify
     }
@@ -38,8 +40,10 @@ public struct TKSocketPortAuthenticator: Sendable {
     /// altered; it neither hides the contents nor stops a recorded message from being sent again.
     public static func sharedKey(_ key: [UInt8]) throws(TKError) -> TKSocketPortAuthenticator {
         guard key.count >= minimumKeyLength else {
-            throw TKError(.invalidArgument, "TKSocketPortAuthenticator.sharedKey: a key of \(key.count) bytes is too short to protect anything. "
-                          + "Fix: use at least \(minimumKeyLength) random bytes (32 is right for HMAC-SHA256).")
+            throw TKError(
+                .invalidArgument,
+                "TKSocketPortAuthenticator.sharedKey: a key of \(key.count) bytes is too short to protect anything. "
+                    + "Fix: use at least \(minimumKeyLength) random bytes (32 is right for HMAC-SHA256).")
         }
         return TKSocketPortAuthenticator(
             sign: { body in SHA256.hmac(key: key, message: body) },

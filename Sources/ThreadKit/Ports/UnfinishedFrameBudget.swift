@@ -28,8 +28,10 @@ enum UnfinishedFrameBudget {
 
     static func setLimit(_ bytes: Int) {
         guard bytes >= 0 else {
-            fatalError("ThreadKit misuse: TKSocketPort.unfinishedFrameBudget = \(bytes): a budget cannot be negative. "
-                       + "Fix: give a number of bytes (0 refuses every frame that arrives in more than one read; the default is \(defaultLimit)).")
+            fatalError(
+                "ThreadKit misuse: TKSocketPort.unfinishedFrameBudget = \(bytes): a budget cannot be negative. "
+                    + "Fix: give a number of bytes (0 refuses every frame that arrives in more than one read; the default is \(defaultLimit))."
+            )
         }
         limitWord.store(bytes, ordering: .relaxed)
     }

@@ -17,8 +17,10 @@ final class PerformRequest: @unchecked Sendable {
     /// Settles the request once; false if it was already settled. Releasing: pairs with the
     /// sender's acquiring load, so the block's effects are visible when it returns.
     func settle(_ outcome: UInt32) -> Bool {
-        let settled = state.pointer.pointee.compareExchange(expected: PerformRequest.pending, desired: outcome,
-                                                            ordering: .acquiringAndReleasing).exchanged
+        let settled = state.pointer.pointee.compareExchange(
+            expected: PerformRequest.pending, desired: outcome,
+            ordering: .acquiringAndReleasing
+        ).exchanged
         if settled { Parking.unparkAll(state) }
         return settled
     }
@@ -54,7 +56,7 @@ extension TKRunLoop: ThreadAttachment {
             return Array(waitingRequests.values)
         }
         for request in waiting { _ = request.settle(PerformRequest.failed) }
-        refuseJobsLeftAtThreadEnd()   // executor jobs still queued would never run (TKRunLoop+Executor)
+        refuseJobsLeftAtThreadEnd() // executor jobs still queued would never run (TKRunLoop+Executor)
     }
 }
 
@@ -64,11 +66,15 @@ extension TKThread {
     /// thread itself it runs at once. Throws `.threadFinished` if the thread has finished, or
     /// finishes before running it; `.invalidArgument` if the thread has not been started or
     /// `modes` is empty (the block could never run).
-    public func perform(waitUntilDone wait: Bool = false, modes: [TKRunLoop.Mode] = [.common],
-                        _ block: @escaping @Sendable () -> Void) throws {
+    public func perform(
+        waitUntilDone wait: Bool = false, modes: [TKRunLoop.Mode] = [.common],
+        _ block: @escaping @Sendable () -> Void
+    ) throws {
         if modes.isEmpty {
-            throw TKError(.invalidArgument, "TKThread \(describe()).perform(modes: []): a request that may run in no mode "
-                          + "never runs. Fix: pass the modes it may run in, e.g. [.default] or [.common].")
+            throw TKError(
+                .invalidArgument,
+                "TKThread \(describe()).perform(modes: []): a request that may run in no mode "
+                    + "never runs. Fix: pass the modes it may run in, e.g. [.default] or [.common].")
         }
         if wait && self === TKThread.currentIfKnown {
             block()
@@ -76,11 +82,15 @@ extension TKThread {
         }
         guard let loop = TKRunLoop.loop(of: self) else {
             if isFinished {
-                throw TKError(.threadFinished, "TKThread \(describe()).perform: the thread has finished, so nothing would run "
-                              + "the block. Fix: send requests only to threads that are running (and running their run loop).")
+                throw TKError(
+                    .threadFinished,
+                    "TKThread \(describe()).perform: the thread has finished, so nothing would run "
+                        + "the block. Fix: send requests only to threads that are running (and running their run loop).")
             }
-            throw TKError(.invalidArgument, "TKThread \(describe()).perform: the thread has not been started. "
-                          + "Fix: start() the thread before sending it requests.")
+            throw TKError(
+                .invalidArgument,
+                "TKThread \(describe()).perform: the thread has not been started. "
+                    + "Fix: start() the thread before sending it requests.")
         }
         guard wait else {
             try loop.enqueueRequest(modes, block, nil, thread: self)
@@ -89,15 +99,19 @@ extension TKThread {
         let request = PerformRequest()
         try loop.enqueueRequest(modes, block, request, thread: self)
         if !request.wait() {
-            throw TKError(.threadFinished, "TKThread \(describe()).perform(waitUntilDone: true): the thread finished before "
-                          + "running the request. Fix: keep the thread's run loop running until its requests are done.")
+            throw TKError(
+                .threadFinished,
+                "TKThread \(describe()).perform(waitUntilDone: true): the thread finished before "
+                    + "running the request. Fix: keep the thread's run loop running until its requests are done.")
         }
     }
 
     /// Runs `block` on the main thread (when its run loop runs in one of `modes`). An empty
     /// `modes` is a misuse: the block could never run.
-    public static func performOnMainThread(waitUntilDone wait: Bool = false, modes: [TKRunLoop.Mode] = [.common],
-                                           _ block: @escaping @Sendable () -> Void) {
+    public static func performOnMainThread(
+        waitUntilDone wait: Bool = false, modes: [TKRunLoop.Mode] = [.common],
+        _ block: @escaping @Sendable () -> Void
+    ) {
         if modes.isEmpty { TKRunLoop.main.refuseNoModes("performOnMainThread(modes: [])") }
         // The main thread's loop lives as long as the process: this cannot throw.
         try? TKThread.main.perform(waitUntilDone: wait, modes: modes, block)
@@ -112,8 +126,10 @@ extension TKThread {
 
 extension TKRunLoop {
     /// Queues a request's block; a waiting request is recorded so the thread's end can fail it.
-    func enqueueRequest(_ modes: [Mode], _ block: @escaping @Sendable () -> Void, _ request: PerformRequest?,
-                        thread: TKThread) throws {
+    func enqueueRequest(
+        _ modes: [Mode], _ block: @escaping @Sendable () -> Void, _ request: PerformRequest?,
+        thread: TKThread
+    ) throws {
         let id = request.map(ObjectIdentifier.init)
         let accepted = lock.withLock { () -> Bool in
             guard !closed else { return false }
@@ -121,15 +137,20 @@ extension TKRunLoop {
             return true
         }
         guard accepted else {
-            throw TKError(.threadFinished, "TKThread \(thread.describe()).perform: the thread has finished. "
-                          + "Fix: send requests only to running threads.")
+            throw TKError(
+                .threadFinished,
+                "TKThread \(thread.describe()).perform: the thread has finished. "
+                    + "Fix: send requests only to running threads.")
         }
-        _ = enqueueUnlessClosed(PendingBlock(modes: Self.blockModes(modes), block: { [weak self] in
-            guard let request, let id else { return block() }
-            guard self?.lock.withLock({ self?.waitingRequests.removeValue(forKey: id) }) != nil else { return }
-            block()
-            _ = request.settle(PerformRequest.done)
-        }, isRequest: true))
+        _ = enqueueUnlessClosed(
+            PendingBlock(
+                modes: Self.blockModes(modes),
+                block: { [weak self] in
+                    guard let request, let id else { return block() }
+                    guard self?.lock.withLock({ self?.waitingRequests.removeValue(forKey: id) }) != nil else { return }
+                    block()
+                    _ = request.settle(PerformRequest.done)
+                }, isRequest: true))
     }
 
     // MARK: Delayed requests
@@ -137,9 +158,11 @@ extension TKRunLoop {
     /// Runs `block` on this loop after `delay` (never earlier), in one of `modes`. With a
     /// `target` (and `key`), `cancelPreviousPerformRequests` can withdraw it before it runs. An
     /// empty `modes` is a misuse: the block could never run.
-    public func perform(afterDelay delay: Duration, inModes modes: [Mode] = [.default],
-                        target: AnyObject? = nil, key: AnyHashable? = nil,
-                        _ block: @escaping @Sendable () -> Void) {
+    public func perform(
+        afterDelay delay: Duration, inModes modes: [Mode] = [.default],
+        target: AnyObject? = nil, key: AnyHashable? = nil,
+        _ block: @escaping @Sendable () -> Void
+    ) {
         if modes.isEmpty { refuseNoModes("perform(afterDelay: \(delay), inModes: [])") }
         let entry = DelayedRequest(target: target, key: key)
         let timer = TKTimer(fireAt: .now + max(delay, .zero), interval: .zero, repeats: false) { [weak self] _ in
@@ -176,7 +199,7 @@ extension TKRunLoop {
 final class DelayedRequest: @unchecked Sendable {
     weak var target: AnyObject?
     let key: AnyHashable?
-    var timer: TKTimer?   // set once before the request is published
+    var timer: TKTimer? // set once before the request is published
 
     init(target: AnyObject?, key: AnyHashable?) {
         self.target = target

@@ -77,8 +77,9 @@ extension TKRunLoop {
             fireTimers(mode)
             if handlePorts(mode) { handledSource = true }
             if runBlocks(mode) { handledSource = true }
-            result = outcome(mode, deadline: deadline, handledSource: handledSource,
-                             returnAfterSourceHandled: returnAfterSourceHandled)
+            result = outcome(
+                mode, deadline: deadline, handledSource: handledSource,
+                returnAfterSourceHandled: returnAfterSourceHandled)
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.runLoopPass(.end, mode) }
             if let pass = hang { HangWatchdog.end(pass) }
         }
@@ -87,8 +88,10 @@ extension TKRunLoop {
     }
 
     /// CFRunLoop's exit order: a handled source (if asked), the deadline, stop(), an empty mode.
-    private func outcome(_ mode: Mode, deadline: ContinuousClock.Instant?, handledSource: Bool,
-                         returnAfterSourceHandled: Bool) -> RunResult? {
+    private func outcome(
+        _ mode: Mode, deadline: ContinuousClock.Instant?, handledSource: Bool,
+        returnAfterSourceHandled: Bool
+    ) -> RunResult? {
         if handledSource && returnAfterSourceHandled { return .handledSource }
         if let deadline, ContinuousClock.now >= deadline { return .timedOut }
         if stopRequested.exchange(false, ordering: .acquiringAndReleasing) { return .stopped }
@@ -107,8 +110,9 @@ extension TKRunLoop {
     private func checkOwner(_ call: String) {
         let tid = SystemCall.currentThreadID
         if tid != ownerThread {
-            misuse("TKRunLoop.\(call) called on thread \(tid), but this run loop belongs to \(ownerDescription). "
-                   + "Fix: run a loop only on its own thread: use TKRunLoop.current there, or perform(…) to send it work.")
+            misuse(
+                "TKRunLoop.\(call) called on thread \(tid), but this run loop belongs to \(ownerDescription). "
+                    + "Fix: run a loop only on its own thread: use TKRunLoop.current there, or perform(…) to send it work.")
         }
     }
 
@@ -199,7 +203,10 @@ extension TKRunLoop {
         if block && spinBeforeSleep {
             var spin = SpinWait(limit: SpinWait.loopLimit)
             while spin.spin() {
-                if wakePending.load(ordering: .relaxed) { block = false; break }
+                if wakePending.load(ordering: .relaxed) {
+                    block = false
+                    break
+                }
             }
         }
         var wokenByPost = !block && !mustPoll

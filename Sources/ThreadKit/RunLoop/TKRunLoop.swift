@@ -33,12 +33,12 @@ public final class TKRunLoop: @unchecked Sendable {
     private weak var owner: TKThread?
 
     let lock = RawMutex()
-    private var modes: [Mode: ModeItems] = [:]                      // guarded by lock
+    private var modes: [Mode: ModeItems] = [:] // guarded by lock
     /// The main loop starts with the seeds' three common modes, a secondary loop with `.default`
     /// only (CFRunLoop on Apple's platforms).
-    private var commonModes: Set<Mode>                              // guarded by lock
+    private var commonModes: Set<Mode> // guarded by lock
     /// What was added to `.common`, so it joins modes added to the common set later.
-    private let commonItems = ModeItems()                           // guarded by lock
+    private let commonItems = ModeItems() // guarded by lock
     /// A queued perform block and the modes it may run in (`nil`: the common modes, the usual case,
     /// kept apart so draining needs no string comparisons).
     struct PendingBlock {
@@ -58,13 +58,13 @@ public final class TKRunLoop: @unchecked Sendable {
     /// Whether a drain in progress holds `draining` (a nested run then drains into its own array).
     /// Loop thread only.
     private var drainingLent = false
-    private var currentModeStack: [Mode] = []                       // guarded by lock; written by the loop thread
+    private var currentModeStack: [Mode] = [] // guarded by lock; written by the loop thread
     /// Senders waiting for their perform requests (SPEC §3), failed if the thread finishes.
-    var waitingRequests: [ObjectIdentifier: PerformRequest] = [:]  // guarded by lock
+    var waitingRequests: [ObjectIdentifier: PerformRequest] = [:] // guarded by lock
     /// Set when the loop's thread has finished: requests are refused from then on.
-    var closed = false                                              // guarded by lock
+    var closed = false // guarded by lock
     /// Pending `perform(afterDelay:)` requests, for cancelPreviousPerformRequests.
-    var delayedRequests: [DelayedRequest] = []                      // guarded by lock
+    var delayedRequests: [DelayedRequest] = [] // guarded by lock
 
     let poll = EventPoll()
     /// The deadline the timerfd is armed for (nil: disarmed). Loop thread only.
@@ -264,9 +264,10 @@ public final class TKRunLoop: @unchecked Sendable {
             return nil
         }
         if let other {
-            misuse("TKRunLoopObserver added to the run loop of \(ownerDescription) while it observes the loop of "
-                   + "\(other.ownerDescription): an observer watches one run loop. Fix: remove it from the first loop (or "
-                   + "invalidate it), or create a separate TKRunLoopObserver per loop.")
+            misuse(
+                "TKRunLoopObserver added to the run loop of \(ownerDescription) while it observes the loop of "
+                    + "\(other.ownerDescription): an observer watches one run loop. Fix: remove it from the first loop (or "
+                    + "invalidate it), or create a separate TKRunLoopObserver per loop.")
         }
         lock.withLock {
             if mode == .common { _ = ModeItems.insertSorted(observer, into: &commonItems.observers, order: { $0.order }) }
@@ -315,8 +316,9 @@ public final class TKRunLoop: @unchecked Sendable {
         let accepted = timer.state.withLock { s -> Bool in
             guard s.valid else { return false }
             if let other = s.loop, other !== self {
-                misuse("TKTimer added to the run loop of \(ownerDescription) while it is scheduled on the loop of "
-                       + "\(other.ownerDescription): a timer belongs to one run loop. Fix: create a separate TKTimer per loop.")
+                misuse(
+                    "TKTimer added to the run loop of \(ownerDescription) while it is scheduled on the loop of "
+                        + "\(other.ownerDescription): a timer belongs to one run loop. Fix: create a separate TKTimer per loop.")
             }
             s.loop = self
             s.modes.formUnion(targetModes)
@@ -431,8 +433,9 @@ public final class TKRunLoop: @unchecked Sendable {
     /// Stops the process for a request with no modes: it could never run.
     func refuseNoModes(_ call: String) -> Never {
         let loop = ownerThread == TKRunLoop.mainThreadID ? "TKRunLoop.main" : "the TKRunLoop of thread \(ownerThread)"
-        misuse("\(call) on \(loop): a block that may run in no mode never runs. Fix: pass the modes it may run in, "
-               + "e.g. [.default] or [.common].")
+        misuse(
+            "\(call) on \(loop): a block that may run in no mode never runs. Fix: pass the modes it may run in, "
+                + "e.g. [.default] or [.common].")
     }
 
     /// A block's modes as stored: nil for "the common modes", the usual case.
@@ -465,7 +468,7 @@ public final class TKRunLoop: @unchecked Sendable {
     func drainBlocks(for mode: Mode) -> Bool {
         var batch: [PendingBlock] = []
         let lent = drainingLent
-        if !lent { swap(&batch, &draining) }   // reuse the spare buffer's capacity
+        if !lent { swap(&batch, &draining) } // reuse the spare buffer's capacity
         let common = lock.withLock { () -> Bool in
             swap(&blocks, &batch)
             return commonModes.contains(mode)

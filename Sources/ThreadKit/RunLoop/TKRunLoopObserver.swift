@@ -34,8 +34,10 @@ public struct TKRunLoopActivity: OptionSet, Sendable, CustomStringConvertible {
 
     /// The activities' names joined by `|`, e.g. `beforeWaiting|afterWaiting`; `[]` for none.
     public var description: String {
-        let names: [(TKRunLoopActivity, String)] = [(.entry, "entry"), (.beforeTimers, "beforeTimers"),
-            (.beforeSources, "beforeSources"), (.beforeWaiting, "beforeWaiting"), (.afterWaiting, "afterWaiting"), (.exit, "exit")]
+        let names: [(TKRunLoopActivity, String)] = [
+            (.entry, "entry"), (.beforeTimers, "beforeTimers"),
+            (.beforeSources, "beforeSources"), (.beforeWaiting, "beforeWaiting"), (.afterWaiting, "afterWaiting"), (.exit, "exit"),
+        ]
         let present = names.filter { contains($0.0) }.map(\.1)
         return present.isEmpty ? "[]" : present.joined(separator: "|")
     }
@@ -66,8 +68,10 @@ public final class TKRunLoopObserver: @unchecked Sendable {
     /// loop lock held: it may add and remove run-loop items and invalidate observers. An observer
     /// watches one loop at a time: adding it to a second loop while it is still in a mode of the
     /// first stops the process with a message naming both loops' threads.
-    public init(activities: TKRunLoopActivity, repeats: Bool = true, order: Int = 0,
-                handler: @escaping @Sendable (TKRunLoopObserver, TKRunLoopActivity) -> Void) {
+    public init(
+        activities: TKRunLoopActivity, repeats: Bool = true, order: Int = 0,
+        handler: @escaping @Sendable (TKRunLoopObserver, TKRunLoopActivity) -> Void
+    ) {
         self.activities = activities
         self.repeats = repeats
         self.order = order
@@ -77,7 +81,10 @@ public final class TKRunLoopObserver: @unchecked Sendable {
     /// Removes the observer from every loop and mode; it is never called again.
     public func invalidate() {
         guard valid.exchange(false, ordering: .acquiringAndReleasing) else { return }
-        for membership in memberships.withLock({ list in defer { list.removeAll() }; return list }) {
+        for membership in memberships.withLock({ list in
+            defer { list.removeAll() }
+            return list
+        }) {
             membership.loop?.detach(self, from: membership.mode)
         }
     }

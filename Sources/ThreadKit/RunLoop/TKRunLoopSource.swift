@@ -29,10 +29,12 @@ public final class TKRunLoopSource: @unchecked Sendable {
     /// `perform` runs on a loop's thread during a pass of a mode holding the source, once per
     /// signal: signals that arrive before the pass coalesce into one perform, and a source in
     /// several loops or modes is performed by whichever pass takes the signal first.
-    public init(order: Int = 0,
-                schedule: (@Sendable (TKRunLoop, TKRunLoop.Mode) -> Void)? = nil,
-                cancel: (@Sendable (TKRunLoop, TKRunLoop.Mode) -> Void)? = nil,
-                perform: @escaping @Sendable () -> Void) {
+    public init(
+        order: Int = 0,
+        schedule: (@Sendable (TKRunLoop, TKRunLoop.Mode) -> Void)? = nil,
+        cancel: (@Sendable (TKRunLoop, TKRunLoop.Mode) -> Void)? = nil,
+        perform: @escaping @Sendable () -> Void
+    ) {
         self.order = order
         scheduleCallback = schedule
         cancelCallback = cancel
@@ -74,7 +76,10 @@ public final class TKRunLoopSource: @unchecked Sendable {
     public func invalidate() {
         guard valid.exchange(false, ordering: .acquiringAndReleasing) else { return }
         signalled.store(false, ordering: .relaxed)
-        for membership in memberships.withLock({ list in defer { list.removeAll() }; return list }) {
+        for membership in memberships.withLock({ list in
+            defer { list.removeAll() }
+            return list
+        }) {
             membership.loop?.detach(self, from: membership.mode)
         }
     }

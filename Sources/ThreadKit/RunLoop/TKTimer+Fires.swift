@@ -16,8 +16,10 @@ extension TKTimer {
     /// missed fires; so does the sequence). The timer is invalidated when the iteration ends: on
     /// `break`, on cancellation of the iterating task (`next()` then returns nil), or when the
     /// iterator is dropped. Intervals below 0.1 ms become 0.1 ms, as for every repeating timer.
-    public static func fires(every interval: Duration, tolerance: Duration = .zero, on loop: TKRunLoop,
-                             forModes modes: [TKRunLoop.Mode] = [.common]) -> Fires {
+    public static func fires(
+        every interval: Duration, tolerance: Duration = .zero, on loop: TKRunLoop,
+        forModes modes: [TKRunLoop.Mode] = [.common]
+    ) -> Fires {
         Fires(interval: interval, tolerance: tolerance, loop: loop, modes: modes)
     }
 

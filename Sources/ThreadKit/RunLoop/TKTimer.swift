@@ -38,8 +38,10 @@ public final class TKTimer: @unchecked Sendable {
     /// `userInfo` or to invalidate it). Repeating intervals below 0.1 ms become 0.1 ms; a
     /// non-repeating timer's `interval` reads 0. A timer belongs to one loop: adding it to a
     /// second one stops the process with a message.
-    public init(fireAt date: ContinuousClock.Instant, interval: Duration, repeats: Bool, userInfo: (any Sendable)? = nil,
-                block: @escaping @Sendable (TKTimer) -> Void) {
+    public init(
+        fireAt date: ContinuousClock.Instant, interval: Duration, repeats: Bool, userInfo: (any Sendable)? = nil,
+        block: @escaping @Sendable (TKTimer) -> Void
+    ) {
         self.interval = repeats ? max(interval, .microseconds(100)) : .zero
         self.repeats = repeats
         self.userInfo = userInfo
@@ -51,15 +53,19 @@ public final class TKTimer: @unchecked Sendable {
     /// `init(fireAt:interval:repeats:userInfo:block:)` describes (NSTimer's
     /// `init(timeInterval:repeats:block:)`). Add it to a loop to start it;
     /// `scheduledTimer(withInterval:repeats:userInfo:block:)` does both.
-    public convenience init(interval: Duration, repeats: Bool, userInfo: (any Sendable)? = nil,
-                            block: @escaping @Sendable (TKTimer) -> Void) {
+    public convenience init(
+        interval: Duration, repeats: Bool, userInfo: (any Sendable)? = nil,
+        block: @escaping @Sendable (TKTimer) -> Void
+    ) {
         self.init(fireAt: .now + max(interval, .zero), interval: interval, repeats: repeats, userInfo: userInfo, block: block)
     }
 
     /// Creates a timer and adds it to the current thread's run loop in the default mode.
     @discardableResult
-    public static func scheduledTimer(withInterval interval: Duration, repeats: Bool, userInfo: (any Sendable)? = nil,
-                                      block: @escaping @Sendable (TKTimer) -> Void) -> TKTimer {
+    public static func scheduledTimer(
+        withInterval interval: Duration, repeats: Bool, userInfo: (any Sendable)? = nil,
+        block: @escaping @Sendable (TKTimer) -> Void
+    ) -> TKTimer {
         let timer = TKTimer(interval: interval, repeats: repeats, userInfo: userInfo, block: block)
         TKRunLoop.current.add(timer, forMode: .default)
         return timer

@@ -182,13 +182,17 @@ extension TKStream {
     /// resolved off the calling thread, each address tried in turn without blocking, and
     /// `openCompleted` follows the connect. Failures arrive as `errorOccurred` (`streamError`).
     public static func getStreamsToHost(withName hostname: String, port: Int)
-        -> (inputStream: TKInputStream, outputStream: TKOutputStream) {
+        -> (inputStream: TKInputStream, outputStream: TKOutputStream)
+    {
         let channel: SocketChannel
         if let valid = UInt16(exactly: port), valid != 0 {
             channel = SocketChannel(host: hostname, port: valid)
         } else {
-            channel = SocketChannel(failed: TKError(.invalidArgument, "TKStream.getStreamsToHost(withName: \"\(hostname)\", port: \(port)): "
-                                                    + "the port must be 1…65535. Fix: pass the server's port."))
+            channel = SocketChannel(
+                failed: TKError(
+                    .invalidArgument,
+                    "TKStream.getStreamsToHost(withName: \"\(hostname)\", port: \(port)): "
+                        + "the port must be 1…65535. Fix: pass the server's port."))
         }
         return pair(channel)
     }

@@ -47,7 +47,8 @@ enum DescriptorShortage {
     /// Prints, the first time in this process, that `listener` ran out of descriptors.
     static func warnOnce(_ listener: String) {
         guard !warned.exchange(true, ordering: .relaxed) else { return }
-        var line = "ThreadKit: \(listener) is out of file descriptors (EMFILE/ENFILE); "
+        var line =
+            "ThreadKit: \(listener) is out of file descriptors (EMFILE/ENFILE); "
             + "connections wait in the backlog and accepting is retried every \(retryDelay). "
             + "Fix: close descriptors or raise RLIMIT_NOFILE.\n"
         line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }

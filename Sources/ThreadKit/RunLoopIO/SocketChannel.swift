@@ -95,7 +95,10 @@ final class SocketChannel: @unchecked Sendable {
     }
 
     func attach(input: TKInputStream, output: TKOutputStream) {
-        locked { self.input = input; self.output = output }
+        locked {
+            self.input = input
+            self.output = output
+        }
     }
 
     private func locked<T>(_ body: () -> T) -> T { mutex.withLock(body) }
@@ -152,8 +155,11 @@ final class SocketChannel: @unchecked Sendable {
         let count = tk_resolve_addresses(host, port, numericOnly ? 1 : 0, &storage, &lengths, 8, &gai)
         guard count > 0 else {
             let reason = gai != 0 ? String(cString: gai_strerror(gai)) : "no address"
-            return .failure(TKError(.invalidArgument, "TKStream.getStreamsToHost(withName: \"\(host)\", port: \(port)): the name does not resolve "
-                                    + "(\(reason)). Fix: check the host name, or use an address such as 127.0.0.1."))
+            return .failure(
+                TKError(
+                    .invalidArgument,
+                    "TKStream.getStreamsToHost(withName: \"\(host)\", port: \(port)): the name does not resolve "
+                        + "(\(reason)). Fix: check the host name, or use an address such as 127.0.0.1."))
         }
         return .success((0..<Int(count)).map { SocketAddress(storage: storage[$0], length: lengths[$0]) })
     }
@@ -407,7 +413,8 @@ extension SocketChannel: ReadinessHandler {
         locked {
             registration.disarmed()
             guard registration.fd == fd,
-                  let key = members.first(where: { $0.value.registration === registration })?.key else { return }
+                let key = members.first(where: { $0.value.registration === registration })?.key
+            else { return }
             switch phase {
             case .connecting:
                 connected = fd

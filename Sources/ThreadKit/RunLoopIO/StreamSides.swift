@@ -94,7 +94,10 @@ final class FileInput: InputSide, @unchecked Sendable {
         offset.withLock { offset in
             while true {
                 let n = pread(fd, buffer, length, off_t(offset))
-                if n > 0 { offset += n; return .bytes(n) }
+                if n > 0 {
+                    offset += n
+                    return .bytes(n)
+                }
                 if n == 0 { return .end }
                 if errno == EINTR { continue }
                 return .failure(TKError(.systemCall, "TKInputStream: reading the file failed", errno: errno))
@@ -109,7 +112,7 @@ final class FileInput: InputSide, @unchecked Sendable {
     /// Whether the file extends past what was read (checked now: a growing file counts).
     var hasBytesAvailable: Bool {
         var st = stat()
-        guard fstat(fd, &st) == 0 else { return true }   // let the read report the error
+        guard fstat(fd, &st) == 0 else { return true } // let the read report the error
         return offset.withLock { Int(st.st_size) > $0 }
     }
 

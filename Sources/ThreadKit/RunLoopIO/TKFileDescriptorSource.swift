@@ -57,8 +57,10 @@ public final class TKFileDescriptorSource: @unchecked Sendable {
 
     /// Watches `fileDescriptor`; with `closeOnInvalidate`, `invalidate()` (or the source's end)
     /// closes it. Nothing is reported until `enableCallBacks` and until the source is in a loop.
-    public init(fileDescriptor: Int32, closeOnInvalidate: Bool = false,
-                callback: @escaping @Sendable (TKFileDescriptorSource, CallBackTypes) -> Void) {
+    public init(
+        fileDescriptor: Int32, closeOnInvalidate: Bool = false,
+        callback: @escaping @Sendable (TKFileDescriptorSource, CallBackTypes) -> Void
+    ) {
         self.fileDescriptor = fileDescriptor
         self.closeOnInvalidate = closeOnInvalidate
         self.callback = callback
@@ -150,19 +152,21 @@ public final class TKFileDescriptorSource: @unchecked Sendable {
                 for registration in s.registrations.values { registration.cancel() }
                 return armAll(&s)
             case EEXIST:
-                misuse("TKFileDescriptorSource(fileDescriptor: \(fileDescriptor)) added to the run loop of "
-                       + "\(registration.loopDescription), whose epoll set already watches descriptor \(fileDescriptor) "
-                       + "(another source, stream or port on it, or one opened on that number after this source's "
-                       + "descriptor was closed). Fix: use one TKFileDescriptorSource per descriptor and enable both "
-                       + "types on it; invalidate a source before closing its descriptor.")
+                misuse(
+                    "TKFileDescriptorSource(fileDescriptor: \(fileDescriptor)) added to the run loop of "
+                        + "\(registration.loopDescription), whose epoll set already watches descriptor \(fileDescriptor) "
+                        + "(another source, stream or port on it, or one opened on that number after this source's "
+                        + "descriptor was closed). Fix: use one TKFileDescriptorSource per descriptor and enable both "
+                        + "types on it; invalidate a source before closing its descriptor.")
             case EventPoll.superseded:
                 // Closed under the source and the number reused by another object on that loop:
                 // arming would take that object's events. Nothing was touched (EventPoll).
-                misuse("TKFileDescriptorSource(fileDescriptor: \(fileDescriptor)).enableCallBacks: descriptor "
-                       + "\(fileDescriptor) was closed while the source was still valid, and the number now belongs to "
-                       + "another object on the run loop of \(registration.loopDescription) (a source, stream, socket or "
-                       + "port opened since); watching it would take that object's events. Fix: invalidate the source "
-                       + "before closing its descriptor (or create it with closeOnInvalidate: true and call invalidate()).")
+                misuse(
+                    "TKFileDescriptorSource(fileDescriptor: \(fileDescriptor)).enableCallBacks: descriptor "
+                        + "\(fileDescriptor) was closed while the source was still valid, and the number now belongs to "
+                        + "another object on the run loop of \(registration.loopDescription) (a source, stream, socket or "
+                        + "port opened since); watching it would take that object's events. Fix: invalidate the source "
+                        + "before closing its descriptor (or create it with closeOnInvalidate: true and call invalidate()).")
             default:
                 // EBADF, ENOENT: closed under the source (perhaps reused since). Report once.
                 s.lifecycle = .lost

@@ -32,17 +32,22 @@ public final class TKSocketListener: @unchecked Sendable {
 
     /// Binds `host`:`port` (0: any free port) and listens with `backlog`. The callback receives
     /// each accepted socket (non-blocking, close-on-exec) on the loop's thread and owns it.
-    public init(host: String = "127.0.0.1", port: UInt16 = 0, backlog: Int32 = 128,
-                accept: @escaping @Sendable (_ connectedSocket: Int32) -> Void) throws(TKError) {
+    public init(
+        host: String = "127.0.0.1", port: UInt16 = 0, backlog: Int32 = 128,
+        accept: @escaping @Sendable (_ connectedSocket: Int32) -> Void
+    ) throws(TKError) {
         var bound: UInt16 = 0
         var gai: Int32 = 0
         let fd = tk_tcp_listen_backlog(host, port, backlog, &bound, &gai)
         guard fd >= 0 else {
             if gai != 0 {
-                throw TKError(.invalidArgument, "TKSocketListener(host: \"\(host)\", port: \(port)): the host does not resolve "
-                              + "(\(String(cString: gai_strerror(gai)))). Fix: use an address such as 127.0.0.1.")
+                throw TKError(
+                    .invalidArgument,
+                    "TKSocketListener(host: \"\(host)\", port: \(port)): the host does not resolve "
+                        + "(\(String(cString: gai_strerror(gai)))). Fix: use an address such as 127.0.0.1.")
             }
-            let fix = -fd == EADDRINUSE ? "Fix: pick another port, or 0 for any free one." : "Fix: check the address and the process's limits."
+            let fix =
+                -fd == EADDRINUSE ? "Fix: pick another port, or 0 for any free one." : "Fix: check the address and the process's limits."
             throw TKError(.systemCall, "TKSocketListener cannot listen on \(host):\(port). \(fix)", errno: -fd)
         }
         self.port = bound
@@ -110,7 +115,7 @@ public final class TKSocketListener: @unchecked Sendable {
                 case .drained, .failed: break accepting
                 }
             }
-            if accepted.count == Self.acceptBatch { s.pending = true }   // more may wait
+            if accepted.count == Self.acceptBatch { s.pending = true } // more may wait
             if !outOfDescriptors {
                 for registration in s.registrations.values { _ = registration.arm(EpollBits.input) }
             }

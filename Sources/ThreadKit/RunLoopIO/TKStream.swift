@@ -58,7 +58,8 @@ public class TKStream: @unchecked Sendable {
         /// The events' names in delivery order, e.g. `[openCompleted, hasBytesAvailable]`.
         public var description: String {
             let names = ["openCompleted", "hasBytesAvailable", "hasSpaceAvailable", "errorOccurred", "endEncountered"]
-            return "[" + Event.deliveryOrder.indices.filter { contains(Event.deliveryOrder[$0]) }.map { names[$0] }.joined(separator: ", ") + "]"
+            return "[" + Event.deliveryOrder.indices.filter { contains(Event.deliveryOrder[$0]) }.map { names[$0] }.joined(separator: ", ")
+                + "]"
         }
     }
 
@@ -231,7 +232,7 @@ public class TKStream: @unchecked Sendable {
     /// Queues a readiness event (hasBytesAvailable / hasSpaceAvailable) unless the stream ended.
     func post(_ event: Event) {
         let post = core.withLock { c -> Bool in
-            guard (c.status == .open || c.status == .reading || c.status == .writing), !c.ended else { return false }
+            guard c.status == .open || c.status == .reading || c.status == .writing, !c.ended else { return false }
             c.pending.insert(event)
             return true
         }

@@ -4,7 +4,7 @@
 
 final class Protected<Value>: @unchecked Sendable {
     private let mutex = RawMutex()
-    private var value: Value   // guarded by `mutex`
+    private var value: Value // guarded by `mutex`
 
     init(_ value: Value) { self.value = value }
     deinit { mutex.deallocate() }

@@ -33,8 +33,10 @@ struct RawMutex: @unchecked Sendable {
     /// Acquire ordering pairs with the release of the previous owner's unlock.
     @inlinable @inline(__always)
     func tryLockFast(_ tid: UInt32) -> Bool {
-        word.pointer.pointee.compareExchange(expected: 0, desired: tid, successOrdering: .acquiring,
-                                             failureOrdering: .relaxed).exchanged
+        word.pointer.pointee.compareExchange(
+            expected: 0, desired: tid, successOrdering: .acquiring,
+            failureOrdering: .relaxed
+        ).exchanged
     }
 
     /// The owner's thread id, 0 when unlocked. Relaxed: only compared against the caller's own id,
@@ -60,8 +62,10 @@ struct RawMutex: @unchecked Sendable {
         while true {
             let state = atomic.pointee.load(ordering: .relaxed)
             if state == 0 {
-                if atomic.pointee.compareExchange(expected: 0, desired: tid | RawMutex.parkedBit,
-                                                  successOrdering: .acquiring, failureOrdering: .relaxed).exchanged {
+                if atomic.pointee.compareExchange(
+                    expected: 0, desired: tid | RawMutex.parkedBit,
+                    successOrdering: .acquiring, failureOrdering: .relaxed
+                ).exchanged {
                     return .acquired
                 }
                 continue
@@ -69,8 +73,12 @@ struct RawMutex: @unchecked Sendable {
             if state & RawMutex.ownerMask == tid { return .heldByCaller }
             let parked = state | RawMutex.parkedBit
             if state != parked {
-                guard atomic.pointee.compareExchange(expected: state, desired: parked,
-                                                     ordering: .relaxed).exchanged else { continue }
+                guard
+                    atomic.pointee.compareExchange(
+                        expected: state, desired: parked,
+                        ordering: .relaxed
+                    ).exchanged
+                else { continue }
             }
             if !Parking.park(word, expected: parked, deadline: deadline) { return .timedOut }
         }
@@ -86,8 +94,10 @@ struct RawMutex: @unchecked Sendable {
     /// The uncontended release: the word goes from `tid` straight to 0.
     @inlinable @inline(__always)
     func tryUnlockFast(_ tid: UInt32) -> Bool {
-        word.pointer.pointee.compareExchange(expected: tid, desired: 0, successOrdering: .releasing,
-                                             failureOrdering: .relaxed).exchanged
+        word.pointer.pointee.compareExchange(
+            expected: tid, desired: 0, successOrdering: .releasing,
+            failureOrdering: .relaxed
+        ).exchanged
     }
 
     /// The release with the parked bit set (wake one), or by a thread that does not hold it (false).

@@ -87,7 +87,7 @@ final class SyncTable: @unchecked Sendable {
         let mutex = RawMutex()
         /// The sticky slots, made once; the array never changes.
         let slots: [Entry]
-        var overflow: [Entry] = []   // guarded by `mutex`
+        var overflow: [Entry] = [] // guarded by `mutex`
         init(_ tokenWords: UnsafeMutablePointer<Atomic<UInt>>, slots: Int) {
             self.slots = (0..<slots).map { Entry(overflowStripe: nil, tokenWord: tokenWords + $0) }
         }
@@ -147,7 +147,7 @@ final class SyncTable: @unchecked Sendable {
             // Relaxed: the binding changes only under the slot's lock, which we now hold (its
             // acquire ordered the rebinder's store before this load), so it is the binding.
             if word.pointee.load(ordering: .relaxed) == id { return index }
-            lock._withUnsafeGuaranteedRef { $0.unlock() }   // rebound before we locked it
+            lock._withUnsafeGuaranteedRef { $0.unlock() } // rebound before we locked it
             return -1
         }
         return -1

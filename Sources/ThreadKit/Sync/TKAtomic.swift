@@ -99,8 +99,9 @@ public final class TKAtomic<Value: TKAtomicInteger>: @unchecked Sendable {
     @usableFromInline
     static func mask(bit n: Int, call: String) -> Word {
         guard n >= 0, n < Value.bitWidth else {
-            misuse("TKAtomic<\(Value.self)>.\(call)(bit: \(n)): the bit must be in 0..<\(Value.bitWidth). "
-                   + "Fix: pass a bit number within the value's width, or use TKAtomicTestAndSet on a byte buffer.")
+            misuse(
+                "TKAtomic<\(Value.self)>.\(call)(bit: \(n)): the bit must be in 0..<\(Value.bitWidth). "
+                    + "Fix: pass a bit number within the value's width, or use TKAtomicTestAndSet on a byte buffer.")
         }
         return Word(truncatingIfNeeded: 0x80 >> (n & 7)) << (8 * (n >> 3))
     }
@@ -174,7 +175,8 @@ extension Int32: TKAtomicWord {
     @inlinable public static func store(_ a: borrowing Atomic<Int32>, _ v: Int32) { a.store(v, ordering: .sequentiallyConsistent) }
     /// `Atomic.compareExchange(expected:desired:)`: sequentially consistent with `barrier`, else relaxed; returns whether it exchanged.
     @inlinable public static func compareExchange(_ a: borrowing Atomic<Int32>, _ e: Int32, _ d: Int32, barrier: Bool) -> Bool {
-        barrier ? a.compareExchange(expected: e, desired: d, ordering: .sequentiallyConsistent).exchanged
+        barrier
+            ? a.compareExchange(expected: e, desired: d, ordering: .sequentiallyConsistent).exchanged
             : a.compareExchange(expected: e, desired: d, ordering: .relaxed).exchanged
     }
     /// `Atomic.wrappingAdd`, returning the old value: sequentially consistent with `barrier`, else relaxed.
@@ -203,7 +205,8 @@ extension Int64: TKAtomicWord {
     @inlinable public static func store(_ a: borrowing Atomic<Int64>, _ v: Int64) { a.store(v, ordering: .sequentiallyConsistent) }
     /// `Atomic.compareExchange(expected:desired:)`: sequentially consistent with `barrier`, else relaxed; returns whether it exchanged.
     @inlinable public static func compareExchange(_ a: borrowing Atomic<Int64>, _ e: Int64, _ d: Int64, barrier: Bool) -> Bool {
-        barrier ? a.compareExchange(expected: e, desired: d, ordering: .sequentiallyConsistent).exchanged
+        barrier
+            ? a.compareExchange(expected: e, desired: d, ordering: .sequentiallyConsistent).exchanged
             : a.compareExchange(expected: e, desired: d, ordering: .relaxed).exchanged
     }
     /// `Atomic.wrappingAdd`, returning the old value: sequentially consistent with `barrier`, else relaxed.

@@ -35,7 +35,8 @@ public func TKAtomicTestAndClear(bit n: Int, in buffer: UnsafeMutableRawBufferPo
 
 /// The byte holding bit `n` (as a function of the base address) and the bit's mask in it.
 private func atomicBitPosition(_ n: Int, call: String)
-    -> (byte: (UnsafeMutableRawPointer) -> UnsafeMutablePointer<UInt8>, mask: UInt8) {
+    -> (byte: (UnsafeMutableRawPointer) -> UnsafeMutablePointer<UInt8>, mask: UInt8)
+{
     guard n >= 0 else {
         misuse("\(call)(bit: \(n), in:): bit numbers start at 0. Fix: pass a bit number of 0 or more.")
     }
@@ -45,8 +46,9 @@ private func atomicBitPosition(_ n: Int, call: String)
 
 private func checkedBase(_ buffer: UnsafeMutableRawBufferPointer, bit n: Int, call: String) -> UnsafeMutableRawPointer {
     guard let base = buffer.baseAddress, n >= 0, n < buffer.count * 8 else {
-        misuse("\(call)(bit: \(n), in: a \(buffer.count)-byte buffer): the bit must be in 0..<\(buffer.count * 8). "
-               + "Fix: pass a bit number inside the buffer, or a larger buffer.")
+        misuse(
+            "\(call)(bit: \(n), in: a \(buffer.count)-byte buffer): the bit must be in 0..<\(buffer.count * 8). "
+                + "Fix: pass a bit number inside the buffer, or a larger buffer.")
     }
     return base
 }

@@ -9,7 +9,7 @@ import Synchronization
 /// It holds an optional, so nil is a value like any other (NULL in OSAtomic). Any pointer-sized
 /// type whose nil fits the same word qualifies (the pointer types, `Unmanaged`, `OpaquePointer`).
 public final class TKAtomicPointer<Pointer: AtomicOptionalRepresentable>: @unchecked Sendable
-    where Pointer.AtomicOptionalRepresentation == Int.AtomicRepresentation {
+where Pointer.AtomicOptionalRepresentation == Int.AtomicRepresentation {
     @usableFromInline let storage: Atomic<Pointer?>
 
     /// Creates an atomic pointer holding `pointer` (nil for NULL).
@@ -24,7 +24,8 @@ public final class TKAtomicPointer<Pointer: AtomicOptionalRepresentable>: @unche
     /// Replaces the pointer with `desired` if it is `expected`; true if it did (OSAtomicCompareAndSwapPtr).
     @inlinable
     public func compareAndSwap(expected: Pointer?, desired: Pointer?, barrier: Bool = true) -> Bool {
-        barrier ? storage.compareExchange(expected: expected, desired: desired, ordering: .sequentiallyConsistent).exchanged
+        barrier
+            ? storage.compareExchange(expected: expected, desired: desired, ordering: .sequentiallyConsistent).exchanged
             : storage.compareExchange(expected: expected, desired: desired, ordering: .relaxed).exchanged
     }
 }

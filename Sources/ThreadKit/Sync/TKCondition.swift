@@ -34,8 +34,9 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
         let result = raw.lockSlow(tid, deadline: nil)
         Contention.lockWaited(label, kind: "TKCondition", since: start)
         if result == .heldByCaller {
-            misuse("\(label.describe("TKCondition", self)).lock() called again on thread \(tid), which already holds it: "
-                   + "this would deadlock. Fix: unlock before locking again.")
+            misuse(
+                "\(label.describe("TKCondition", self)).lock() called again on thread \(tid), which already holds it: "
+                    + "this would deadlock. Fix: unlock before locking again.")
         }
     }
 
@@ -47,8 +48,9 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
             if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
             return
         }
-        misuse("\(label.describe("TKCondition", self)).unlock() called on thread \(tid), but \(raw.ownerDescription()). "
-               + "Fix: unlock on the thread that locked it, once per lock().")
+        misuse(
+            "\(label.describe("TKCondition", self)).unlock() called on thread \(tid), but \(raw.ownerDescription()). "
+                + "Fix: unlock on the thread that locked it, once per lock().")
     }
 
     /// Releases the lock, waits for a signal, and takes the lock again before returning.
@@ -72,8 +74,9 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
     private func checkHeld(_ call: String) -> UInt32 {
         let tid = SystemCall.currentThreadID
         guard raw.owner() == tid else {
-            misuse("\(label.describe("TKCondition", self)).\(call) called on thread \(tid) without holding its lock "
-                   + "(\(raw.ownerDescription())). Fix: lock() first, wait in a loop on your predicate, then unlock().")
+            misuse(
+                "\(label.describe("TKCondition", self)).\(call) called on thread \(tid) without holding its lock "
+                    + "(\(raw.ownerDescription())). Fix: lock() first, wait in a loop on your predicate, then unlock().")
         }
         return tid
     }

@@ -121,16 +121,18 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
             if checked { LockOrder.release(label) }
             return false
         case .heldByCaller:
-            misuse("\(label.describe("TKConditionLock", self)) locked again on thread \(tid), which already holds it: "
-                   + "this would deadlock. Fix: unlock (or unlock(withCondition:)) before locking again.")
+            misuse(
+                "\(label.describe("TKConditionLock", self)) locked again on thread \(tid), which already holds it: "
+                    + "this would deadlock. Fix: unlock (or unlock(withCondition:)) before locking again.")
         }
     }
 
     private func release(newValue: Int?, call: String) {
         let tid = SystemCall.currentThreadID
         guard raw.owner() == tid else {
-            misuse("\(label.describe("TKConditionLock", self)).\(call) called on thread \(tid), but \(raw.ownerDescription()). "
-                   + "Fix: unlock on the thread that locked it, once per lock.")
+            misuse(
+                "\(label.describe("TKConditionLock", self)).\(call) called on thread \(tid), but \(raw.ownerDescription()). "
+                    + "Fix: unlock on the thread that locked it, once per lock.")
         }
         let wake = newValue.map { $0 != value } ?? false
         if let newValue { value = newValue }

@@ -66,8 +66,10 @@ public final class TKDistributedLock: @unchecked Sendable {
         let directory = path.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
         let parent = directory.isEmpty ? (path.hasPrefix("/") ? "/" : ".") : directory
         guard let status = SystemCall.status(parent), status.isDirectory else {
-            throw TKError(.invalidArgument, "TKDistributedLock(path: \"\(path)\"): the directory \"\(parent)\" does not exist. "
-                          + "Fix: create the directory first (the lock only creates its own entry).")
+            throw TKError(
+                .invalidArgument,
+                "TKDistributedLock(path: \"\(path)\"): the directory \"\(parent)\" does not exist. "
+                    + "Fix: create the directory first (the lock only creates its own entry).")
         }
         self.path = path
         self.directory = parent
@@ -111,9 +113,11 @@ public final class TKDistributedLock: @unchecked Sendable {
         let temporary = "\(path).\(SystemCall.hostName).\(getpid()).\(UInt64.random(in: 0...UInt64.max))"
         let created = SystemCall.createExclusive(temporary, contents: record)
         guard created == 0 else {
-            throw TKError(.systemCall, "TKDistributedLock(\"\(path)\").tryLock(): cannot create an entry in the directory "
-                          + "\"\(directory)\" (\(SystemCall.errnoName(created))). Fix: use a directory this process can write "
-                          + "(uid \(geteuid())), on a writable file system with space left.", errno: created)
+            throw TKError(
+                .systemCall,
+                "TKDistributedLock(\"\(path)\").tryLock(): cannot create an entry in the directory "
+                    + "\"\(directory)\" (\(SystemCall.errnoName(created))). Fix: use a directory this process can write "
+                    + "(uid \(geteuid())), on a writable file system with space left.", errno: created)
         }
         defer { _ = SystemCall.unlink(temporary) }
         let linked = SystemCall.link(temporary, path)
@@ -122,9 +126,11 @@ public final class TKDistributedLock: @unchecked Sendable {
                 throw plantedError("tryLock()", found: "a \(status.kind) owned by uid \(status.owner)")
             }
             if linked == EEXIST || linked == ENOENT { return false }
-            throw TKError(.systemCall, "TKDistributedLock(\"\(path)\").tryLock(): link(2) into the directory \"\(directory)\" "
-                          + "failed (\(SystemCall.errnoName(linked))). Fix: use a local or NFS directory that supports hard links.",
-                          errno: linked)
+            throw TKError(
+                .systemCall,
+                "TKDistributedLock(\"\(path)\").tryLock(): link(2) into the directory \"\(directory)\" "
+                    + "failed (\(SystemCall.errnoName(linked))). Fix: use a local or NFS directory that supports hard links.",
+                errno: linked)
         }
         identity = nonce
         return true
@@ -132,7 +138,9 @@ public final class TKDistributedLock: @unchecked Sendable {
 
     /// Something that is not a lock file sits at the lock path.
     private func plantedError(_ call: String, found: String) -> TKError {
-        TKError(.invalidArgument, "TKDistributedLock(\"\(path)\").\(call): \(found) is at the lock path, not a lock "
+        TKError(
+            .invalidArgument,
+            "TKDistributedLock(\"\(path)\").\(call): \(found) is at the lock path, not a lock "
                 + "file; it is never opened or followed, and the lock cannot be taken while it is there. Fix: find out who put "
                 + "it there, remove it, and keep the lock directory writable only by trusted users (or sticky, as /tmp).")
     }
@@ -142,15 +150,19 @@ public final class TKDistributedLock: @unchecked Sendable {
     public func unlock() throws {
         try held.withLock { identity in
             guard let mine = identity else {
-                throw TKError(.notLockOwner, "TKDistributedLock(\"\(path)\").unlock(): this object does not hold the lock. "
-                              + "Fix: unlock only after a successful tryLock(), once.")
+                throw TKError(
+                    .notLockOwner,
+                    "TKDistributedLock(\"\(path)\").unlock(): this object does not hold the lock. "
+                        + "Fix: unlock only after a successful tryLock(), once.")
             }
             identity = nil
             let aside = "\(path).unlocking.\(getpid()).\(UInt64.random(in: 0...UInt64.max))"
             let moved = SystemCall.rename(path, aside)
             if moved == ENOENT {
-                throw TKError(.notLockOwner, "TKDistributedLock(\"\(path)\").unlock(): the lock was broken since this object took it. "
-                              + "Fix: treat the protected resource as possibly changed by another holder.")
+                throw TKError(
+                    .notLockOwner,
+                    "TKDistributedLock(\"\(path)\").unlock(): the lock was broken since this object took it. "
+                        + "Fix: treat the protected resource as possibly changed by another holder.")
             }
             guard moved == 0 else { throw TKError.systemCall("rename", errno: moved, "TKDistributedLock \"\(path)\"") }
             if Self.nonce(ofRecordAt: aside) == mine {
@@ -160,8 +172,10 @@ public final class TKDistributedLock: @unchecked Sendable {
             // Someone broke our lock and took it: put theirs back and report ours as lost.
             _ = SystemCall.link(aside, path)
             _ = SystemCall.unlink(aside)
-            throw TKError(.notLockOwner, "TKDistributedLock(\"\(path)\").unlock(): the lock was broken and is now held by "
-                          + "someone else. Fix: treat the protected resource as possibly changed by another holder.")
+            throw TKError(
+                .notLockOwner,
+                "TKDistributedLock(\"\(path)\").unlock(): the lock was broken and is now held by "
+                    + "someone else. Fix: treat the protected resource as possibly changed by another holder.")
         }
     }
 
@@ -200,13 +214,17 @@ public final class TKDistributedLock: @unchecked Sendable {
         case .success(let opened): fd = opened
         case .failure(let refusal):
             if let found = refusal.found {
-                throw TKError(.invalidArgument, "TKDistributedLock(\"\(path)\").breakLockIfHolderIsDead(): \(found) at the "
-                              + "break guard \"\(guardPath)\"; it is never followed or opened. Fix: remove it, and keep the lock "
-                              + "directory writable only by trusted users (or sticky, as /tmp).")
+                throw TKError(
+                    .invalidArgument,
+                    "TKDistributedLock(\"\(path)\").breakLockIfHolderIsDead(): \(found) at the "
+                        + "break guard \"\(guardPath)\"; it is never followed or opened. Fix: remove it, and keep the lock "
+                        + "directory writable only by trusted users (or sticky, as /tmp).")
             }
-            throw TKError(.systemCall, "TKDistributedLock(\"\(path)\").breakLockIfHolderIsDead(): cannot open the break guard "
-                          + "\"\(guardPath)\" (\(refusal.description)). Fix: make the directory \"\(directory)\" writable for "
-                          + "this process, or remove a guard another user left unreadable.", errno: refusal.errno)
+            throw TKError(
+                .systemCall,
+                "TKDistributedLock(\"\(path)\").breakLockIfHolderIsDead(): cannot open the break guard "
+                    + "\"\(guardPath)\" (\(refusal.description)). Fix: make the directory \"\(directory)\" writable for "
+                    + "this process, or remove a guard another user left unreadable.", errno: refusal.errno)
         }
         defer { close(fd) }
         let deadline = ContinuousClock.now + limit
@@ -217,9 +235,11 @@ public final class TKDistributedLock: @unchecked Sendable {
                 throw TKError.systemCall("flock", errno: error, "TKDistributedLock \"\(path)\"")
             }
             guard ContinuousClock.now < deadline else {
-                throw TKError(.systemCall, "TKDistributedLock(\"\(path)\").breakLockIfHolderIsDead(): the break guard "
-                              + "\"\(guardPath)\" stayed locked by another process for \(limit). Fix: find the process holding it "
-                              + "(fuser/lsof), or retry later.", errno: EWOULDBLOCK)
+                throw TKError(
+                    .systemCall,
+                    "TKDistributedLock(\"\(path)\").breakLockIfHolderIsDead(): the break guard "
+                        + "\"\(guardPath)\" stayed locked by another process for \(limit). Fix: find the process holding it "
+                        + "(fuser/lsof), or retry later.", errno: EWOULDBLOCK)
             }
             TKThread.sleep(for: min(pause, max(deadline - ContinuousClock.now, .zero)))
             pause = min(pause * 2, .milliseconds(50))
@@ -246,8 +266,9 @@ public final class TKDistributedLock: @unchecked Sendable {
         case .planted(let found):
             let status = SystemCall.linkStatus(path)
             let seconds = status.map { Double($0.modified.tv_sec) + Double($0.modified.tv_nsec) / 1e9 } ?? 0
-            return Holder(host: "", pid: 0, date: Date(timeIntervalSince1970: seconds), isDefinitelyDead: false,
-                          verdict: "\(found) is at the lock path, not a lock file")
+            return Holder(
+                host: "", pid: 0, date: Date(timeIntervalSince1970: seconds), isDefinitelyDead: false,
+                verdict: "\(found) is at the lock path, not a lock file")
         }
     }
 
@@ -269,21 +290,26 @@ public final class TKDistributedLock: @unchecked Sendable {
         switch SystemCall.readRegularFile(path) {
         case .success(let read): text = read
         case .failure(let refusal):
-            if refusal.errno == ENOENT { return .none }   // released meanwhile
+            if refusal.errno == ENOENT { return .none } // released meanwhile
             if let found = refusal.found { return .planted(found) }
-            return .holder(Holder(host: "", pid: 0, date: modified, isDefinitelyDead: false,
-                                  verdict: "the owner record cannot be read (\(refusal.description))"))
+            return .holder(
+                Holder(
+                    host: "", pid: 0, date: modified, isDefinitelyDead: false,
+                    verdict: "the owner record cannot be read (\(refusal.description))"))
         }
         let fields = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
         guard fields.count >= 4, let pid = Int32(fields[1]), let start = UInt64(fields[2]), let seconds = Double(fields[3]) else {
             // Not a record of ours: only its age is known.
             return .holder(Holder(host: "", pid: 0, date: modified, isDefinitelyDead: false, verdict: "not an owner record"))
         }
-        let record = OwnerRecord(host: fields[0], pid: pid, start: start,
-                                 bootID: fields.count > 5 ? fields[5] : "", pidNamespace: fields.count > 6 ? fields[6] : "")
+        let record = OwnerRecord(
+            host: fields[0], pid: pid, start: start,
+            bootID: fields.count > 5 ? fields[5] : "", pidNamespace: fields.count > 6 ? fields[6] : "")
         let (dead, verdict) = record.deathProof()
-        return .holder(Holder(host: record.host, pid: pid, date: Date(timeIntervalSince1970: seconds),
-                              isDefinitelyDead: dead, verdict: verdict))
+        return .holder(
+            Holder(
+                host: record.host, pid: pid, date: Date(timeIntervalSince1970: seconds),
+                isDefinitelyDead: dead, verdict: verdict))
     }
 
     /// "host\npid\nstart-ticks\nunix-seconds\nnonce\nboot-id\npid-namespace\n" (the first five as

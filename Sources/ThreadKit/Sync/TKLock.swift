@@ -57,9 +57,10 @@ public final class TKLock: TKLocking, @unchecked Sendable {
     @usableFromInline
     func unlockContended(_ tid: UInt32) {
         if raw.unlockSlow(tid) { return }
-        misuse("\(label.describe("TKLock", self)).unlock() called on thread \(tid), but \(raw.ownerDescription()). "
-               + "Fix: unlock on the thread that locked it, once per lock(); to hand work between threads use "
-               + "TKCondition, TKConditionLock or TKDispatchSemaphore.")
+        misuse(
+            "\(label.describe("TKLock", self)).unlock() called on thread \(tid), but \(raw.ownerDescription()). "
+                + "Fix: unlock on the thread that locked it, once per lock(); to hand work between threads use "
+                + "TKCondition, TKConditionLock or TKDispatchSemaphore.")
     }
 
     /// Takes the lock if it is free now; never blocks.
@@ -90,8 +91,9 @@ public final class TKLock: TKLocking, @unchecked Sendable {
         case .acquired: return true
         case .timedOut: return false
         case .heldByCaller:
-            misuse("\(label.describe("TKLock", self)).lock() called again on thread \(tid), which already holds it: "
-                   + "this would deadlock. Fix: unlock before locking again, or use TKRecursiveLock for re-entrant code.")
+            misuse(
+                "\(label.describe("TKLock", self)).lock() called again on thread \(tid), which already holds it: "
+                    + "this would deadlock. Fix: unlock before locking again, or use TKRecursiveLock for re-entrant code.")
         }
     }
 }

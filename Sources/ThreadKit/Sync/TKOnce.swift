@@ -26,7 +26,7 @@ public struct TKOnce: ~Copyable, Sendable {
 /// a value: 0 never run, `done` finished, otherwise the running thread's id with `waitersBit`
 /// set once another thread parks.
 final class OnceState: @unchecked Sendable {
-    static let done: UInt32 = 0x7FFF_FFFF   // no thread id is this large (ids fit in 22 bits)
+    static let done: UInt32 = 0x7FFF_FFFF // no thread id is this large (ids fit in 22 bits)
     static let waitersBit: UInt32 = 0x8000_0000
 
     let word = FutexWord(0)
@@ -47,8 +47,9 @@ final class OnceState: @unchecked Sendable {
                 return
             }
             if s & ~OnceState.waitersBit == tid {
-                misuse("TKOnce.run called again from inside its own body on thread \(tid): this would deadlock. "
-                       + "Fix: do not re-enter the once from the code it runs.")
+                misuse(
+                    "TKOnce.run called again from inside its own body on thread \(tid): this would deadlock. "
+                        + "Fix: do not re-enter the once from the code it runs.")
             }
             let parked = s | OnceState.waitersBit
             if s != parked, !atomic.pointee.compareExchange(expected: s, desired: parked, ordering: .relaxed).exchanged { continue }

@@ -41,9 +41,9 @@ public final class TKReadWriteLock: @unchecked Sendable {
     private let readerGeneration = FutexWord(0)
     /// Bumped (under `queue`) each time a writer is handed the lock; writers park on it.
     private let writerGeneration = FutexWord(0)
-    private var waitingReaders = 0   // guarded by `queue`
-    private var waitingWriters = 0   // guarded by `queue`
-    private var writerGrants = 0     // guarded by `queue`: hand-offs not yet claimed by a writer
+    private var waitingReaders = 0 // guarded by `queue`
+    private var waitingWriters = 0 // guarded by `queue`
+    private var writerGrants = 0 // guarded by `queue`: hand-offs not yet claimed by a writer
 
     /// Creates an unlocked reader-writer lock.
     public init() {}
@@ -99,8 +99,9 @@ public final class TKReadWriteLock: @unchecked Sendable {
     private func tryReadLockNow() -> Bool {
         var s = state.load(ordering: .relaxed)
         while s & (Self.writer | Self.writersWaiting) == 0 {
-            let (exchanged, now) = state.compareExchange(expected: s, desired: s + 1,
-                                                         successOrdering: .acquiring, failureOrdering: .relaxed)
+            let (exchanged, now) = state.compareExchange(
+                expected: s, desired: s + 1,
+                successOrdering: .acquiring, failureOrdering: .relaxed)
             if exchanged { return true }
             s = now
         }
@@ -152,8 +153,9 @@ public final class TKReadWriteLock: @unchecked Sendable {
     private func tryWriteLockNow() -> Bool {
         var s = state.load(ordering: .relaxed)
         while s & (Self.readerMask | Self.writer) == 0 {
-            let (exchanged, now) = state.compareExchange(expected: s, desired: s | Self.writer,
-                                                         successOrdering: .acquiring, failureOrdering: .relaxed)
+            let (exchanged, now) = state.compareExchange(
+                expected: s, desired: s | Self.writer,
+                successOrdering: .acquiring, failureOrdering: .relaxed)
             if exchanged {
                 writerThread.store(SystemCall.currentThreadID, ordering: .relaxed)
                 return true
@@ -201,15 +203,17 @@ public final class TKReadWriteLock: @unchecked Sendable {
         let s = state.load(ordering: .relaxed)
         if s & Self.writer != 0 {
             guard writerThread.load(ordering: .relaxed) == tid else {
-                misuse("TKReadWriteLock \(ObjectIdentifier(self)).unlock() called on thread \(tid), but it is held for "
-                       + "writing by thread \(writerThread.load(ordering: .relaxed)). Fix: unlock on the thread that locked it.")
+                misuse(
+                    "TKReadWriteLock \(ObjectIdentifier(self)).unlock() called on thread \(tid), but it is held for "
+                        + "writing by thread \(writerThread.load(ordering: .relaxed)). Fix: unlock on the thread that locked it.")
             }
             writeUnlock(tid)
         } else if s & Self.readerMask != 0 {
             readUnlock()
         } else {
-            misuse("TKReadWriteLock \(ObjectIdentifier(self)).unlock() called on thread \(tid), but nobody holds it. "
-                   + "Fix: balance every readLock()/writeLock() with one unlock().")
+            misuse(
+                "TKReadWriteLock \(ObjectIdentifier(self)).unlock() called on thread \(tid), but nobody holds it. "
+                    + "Fix: balance every readLock()/writeLock() with one unlock().")
         }
     }
 
@@ -228,7 +232,8 @@ public final class TKReadWriteLock: @unchecked Sendable {
         writerThread.store(0, ordering: .relaxed)
         if state.compareExchange(expected: Self.writer, desired: 0, ordering: .releasing).exchanged { return }
         let queueTid = lockQueue()
-        var wakeReaders = false, wakeWriter = false
+        var wakeReaders = false
+        var wakeWriter = false
         if waitingReaders > 0 {
             // Phase change: every reader waiting now goes before the next writer.
             let admitted = UInt32(waitingReaders)

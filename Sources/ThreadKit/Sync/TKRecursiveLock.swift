@@ -42,7 +42,10 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         // it there and our own unlock has not taken it out, and a thread always reads its own
         // latest write to a location or a later one, so the test is exact for the caller. Depth
         // cannot overflow (2^63 nested locks), hence the wrapping add.
-        if raw.owner() == tid { depth.store(depth.load(ordering: .relaxed) &+ 1, ordering: .relaxed); return }
+        if raw.owner() == tid {
+            depth.store(depth.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+            return
+        }
         // First lock: CAS 0 → tid, acquiring (RawMutex.tryLockFast).
         if raw.tryLockFast(tid) {
             depth.store(1, ordering: .relaxed)
@@ -85,14 +88,15 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
     @usableFromInline
     func unlockSlow(_ tid: UInt32) {
         guard raw.owner() == tid else {
-            misuse("\(label.describe("TKRecursiveLock", self)).unlock() called on thread \(tid), but \(raw.ownerDescription()). "
-                   + "Fix: balance every lock() with one unlock() on the same thread.")
+            misuse(
+                "\(label.describe("TKRecursiveLock", self)).unlock() called on thread \(tid), but \(raw.ownerDescription()). "
+                    + "Fix: balance every lock() with one unlock() on the same thread.")
         }
         let remaining = depth.load(ordering: .relaxed) - 1
         depth.store(remaining, ordering: .relaxed)
         if remaining == 0 {
             if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
-            _ = raw.unlock(tid)   // CAS tid → 0, or with parked waiters a releasing store and a wake
+            _ = raw.unlock(tid) // CAS tid → 0, or with parked waiters a releasing store and a wake
         }
     }
 

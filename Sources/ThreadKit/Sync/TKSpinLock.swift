@@ -26,8 +26,10 @@ public final class TKSpinLock: TKLocking, @unchecked Sendable {
     }
 
     private func tryLockNow() -> Bool {
-        word.pointer.pointee.compareExchange(expected: 0, desired: 1, successOrdering: .acquiring,
-                                             failureOrdering: .relaxed).exchanged
+        word.pointer.pointee.compareExchange(
+            expected: 0, desired: 1, successOrdering: .acquiring,
+            failureOrdering: .relaxed
+        ).exchanged
     }
 
     /// Takes the lock: a waiter spins a bounded number of times, then yields the CPU a few times,
@@ -50,8 +52,9 @@ public final class TKSpinLock: TKLocking, @unchecked Sendable {
         let previous = word.pointer.pointee.exchange(0, ordering: .releasing)
         if previous == 2 { Parking.unparkOne(word) }
         if previous == 0 {
-            misuse("TKSpinLock \(ObjectIdentifier(self)).unlock() called while it is not locked. "
-                   + "Fix: balance every lock() with one unlock().")
+            misuse(
+                "TKSpinLock \(ObjectIdentifier(self)).unlock() called while it is not locked. "
+                    + "Fix: balance every lock() with one unlock().")
         }
     }
 

@@ -34,8 +34,9 @@ enum CPUBudget {
         guard let raw = getenv("TK_CPU_BUDGET") else { return usableCPUs() }
         let text = String(cString: raw)
         guard let value = Int(text), (1...4_096).contains(value) else {
-            SystemCall.report("ThreadKit: TK_CPU_BUDGET=\(text) is not a whole number from 1 to 4096; ignored "
-                              + "(the pool sizes itself to the \(usableCPUs()) CPU(s) this process may use).")
+            SystemCall.report(
+                "ThreadKit: TK_CPU_BUDGET=\(text) is not a whole number from 1 to 4096; ignored "
+                    + "(the pool sizes itself to the \(usableCPUs()) CPU(s) this process may use).")
             return usableCPUs()
         }
         return value

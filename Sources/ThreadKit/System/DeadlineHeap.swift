@@ -80,7 +80,8 @@ struct DeadlineHeap<Payload> {
     private mutating func siftDown(from start: Int) {
         var parent = start
         while true {
-            let left = 2 * parent + 1, right = left + 1
+            let left = 2 * parent + 1
+            let right = left + 1
             var smallest = parent
             if left < entries.count && entries[left].precedes(entries[smallest]) { smallest = left }
             if right < entries.count && entries[right].precedes(entries[smallest]) { smallest = right }

@@ -32,8 +32,10 @@ enum RepeatingSchedule {
     /// after `now`; saturated at UInt64.max), and the first slot strictly after `now`. `interval`
     /// must be positive. A next slot beyond what an Instant can hold becomes the furthest one this
     /// schedule can express without overflow (it will not come within the life of the process).
-    static func advance(start: ContinuousClock.Instant, interval: Duration,
-                        now: ContinuousClock.Instant) -> (passed: UInt64, next: ContinuousClock.Instant) {
+    static func advance(
+        start: ContinuousClock.Instant, interval: Duration,
+        now: ContinuousClock.Instant
+    ) -> (passed: UInt64, next: ContinuousClock.Instant) {
         let step = interval.attoseconds
         precondition(step > 0, "RepeatingSchedule.advance: the interval must be positive")
         guard start <= now else { return (0, start) }
@@ -41,7 +43,7 @@ enum RepeatingSchedule {
         // apart only for inputs built from deliberately overflowing sums, which trap in the caller.
         let elapsed = (now - start).attoseconds
         let (whole, _) = elapsed.quotientAndRemainder(dividingBy: step)
-        let passed = whole + 1   // start itself, and every slot up to now
+        let passed = whole + 1 // start itself, and every slot up to now
         let (offset, overflow) = passed.multipliedReportingOverflow(by: step)
         let count = passed > Int128(UInt64.max) ? UInt64.max : UInt64(passed)
         guard !overflow else { return (count, now + Duration(attoseconds: Int128.max / 4)) }

@@ -72,8 +72,9 @@ final class EventPoll: @unchecked Sendable {
         wakeFD = tk_eventfd()
         timerFD = tk_timerfd()
         guard epoll >= 0, wakeFD >= 0, timerFD >= 0,
-              tk_epoll_ctl(epoll, 1, wakeFD, 1, EventPoll.wakeToken) == 0,
-              tk_epoll_ctl(epoll, 1, timerFD, 1, EventPoll.timerToken) == 0 else {
+            tk_epoll_ctl(epoll, 1, wakeFD, 1, EventPoll.wakeToken) == 0,
+            tk_epoll_ctl(epoll, 1, timerFD, 1, EventPoll.timerToken) == 0
+        else {
             // Out of file descriptors: a run loop cannot exist without them.
             fatalError("ThreadKit: cannot create a run loop's epoll/eventfd/timerfd: \(SystemCall.errorName(errno))")
         }
@@ -131,7 +132,7 @@ final class EventPoll: @unchecked Sendable {
             }
             w.next += 1
             w.byToken[token] = Watch(fd: fd, watcher: watcher)
-            w.owner[fd] = token   // a previous owner of the number is superseded
+            w.owner[fd] = token // a previous owner of the number is superseded
             return .success(token)
         }
     }

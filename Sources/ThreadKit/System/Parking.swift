@@ -32,8 +32,10 @@ enum Parking {
     /// again. `retryThreadStarts`: the caller is a public wait holding no ThreadKit-internal lock,
     /// so while a thread start waits for a retry (ThreadStartRetry) it sleeps no longer than the
     /// next attempt and then runs it (returning true, as a spurious wake).
-    static func park(_ word: FutexWord, expected: UInt32, deadline: ContinuousClock.Instant? = nil,
-                     retryThreadStarts: Bool = false) -> Bool {
+    static func park(
+        _ word: FutexWord, expected: UInt32, deadline: ContinuousClock.Instant? = nil,
+        retryThreadStarts: Bool = false
+    ) -> Bool {
         var timeout: Duration? = nil
         if let deadline {
             let remaining = deadline - ContinuousClock.now

@@ -12,10 +12,10 @@ import Synchronization
 enum SystemCall {
     /// The result of a futex wait, each errno of FUTEX_WAIT named.
     enum FutexWaitResult {
-        case woken          // 0: woken by FUTEX_WAKE, or spuriously: callers re-check their word
-        case valueChanged   // EAGAIN: the word did not hold the expected value
-        case timedOut       // ETIMEDOUT: the relative timeout passed
-        case interrupted    // EINTR: a signal handler ran
+        case woken // 0: woken by FUTEX_WAKE, or spuriously: callers re-check their word
+        case valueChanged // EAGAIN: the word did not hold the expected value
+        case timedOut // ETIMEDOUT: the relative timeout passed
+        case interrupted // EINTR: a signal handler ran
     }
 
     /// FUTEX_WAIT calls made through `futexWait` since the process started (any thread, relaxed:
@@ -69,10 +69,12 @@ enum SystemCall {
     /// The errno's symbol and description, "EAGAIN (Resource temporarily unavailable)", for the
     /// errors ThreadKit's messages name; others as "errno N (description)".
     static func errnoName(_ code: Int32) -> String {
-        let symbols: [Int32: String] = [EAGAIN: "EAGAIN", ENOMEM: "ENOMEM", EINVAL: "EINVAL", EPERM: "EPERM",
-                                        EACCES: "EACCES", EROFS: "EROFS", ENOENT: "ENOENT", EEXIST: "EEXIST",
-                                        ELOOP: "ELOOP", EMFILE: "EMFILE", ENFILE: "ENFILE", EBADF: "EBADF",
-                                        ENOSPC: "ENOSPC", EDQUOT: "EDQUOT", ENOTDIR: "ENOTDIR", EISDIR: "EISDIR"]
+        let symbols: [Int32: String] = [
+            EAGAIN: "EAGAIN", ENOMEM: "ENOMEM", EINVAL: "EINVAL", EPERM: "EPERM",
+            EACCES: "EACCES", EROFS: "EROFS", ENOENT: "ENOENT", EEXIST: "EEXIST",
+            ELOOP: "ELOOP", EMFILE: "EMFILE", ENFILE: "ENFILE", EBADF: "EBADF",
+            ENOSPC: "ENOSPC", EDQUOT: "EDQUOT", ENOTDIR: "ENOTDIR", EISDIR: "EISDIR",
+        ]
         return "\(symbols[code] ?? "errno \(code)") (\(errorName(code)))"
     }
 
@@ -83,7 +85,10 @@ enum SystemCall {
             var offset = 0
             while offset < bytes.count {
                 let n = write(2, bytes.baseAddress! + offset, bytes.count - offset)
-                if n < 0 { if errno == EINTR { continue }; return }
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    return
+                }
                 offset += n
             }
         }

@@ -63,7 +63,8 @@ final class ThreadStartRetry: @unchecked Sendable {
     /// Runs the round of retries if one is due (any thread holding no ThreadKit-internal lock).
     func runIfDue() {
         guard pending.load(ordering: .acquiring), untilNextAttempt == .zero,
-              !running.exchange(true, ordering: .acquiring) else { return }
+            !running.exchange(true, ordering: .acquiring)
+        else { return }
         let round = withGuard { () -> [@Sendable () -> Void] in
             failedAgain = false
             let round = Array(parties.values)
@@ -92,7 +93,7 @@ final class ThreadStartRetry: @unchecked Sendable {
         var spins = 0
         while guardWord.exchange(true, ordering: .acquiring) {
             spins += 1
-            if spins < 100 { tk_cpu_relax() } else { sched_yield() }   // the holder may be preempted
+            if spins < 100 { tk_cpu_relax() } else { sched_yield() } // the holder may be preempted
         }
         defer { guardWord.store(false, ordering: .releasing) }
         return body()

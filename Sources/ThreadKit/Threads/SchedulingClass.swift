@@ -69,9 +69,9 @@ struct SchedulingClass: Equatable {
     static func inForce(of tid: UInt32) -> SchedulingClass? {
         let policy = sched_getscheduler(pid_t(tid))
         guard policy >= 0 else { return nil }
-        errno = 0   // getpriority may return -1 as a value
+        errno = 0 // getpriority may return -1 as a value
         let nice = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(tid))
         guard errno == 0 else { return nil }
-        return SchedulingClass(policy: policy & ~0x4000_0000, nice: nice)   // without SCHED_RESET_ON_FORK
+        return SchedulingClass(policy: policy & ~0x4000_0000, nice: nice) // without SCHED_RESET_ON_FORK
     }
 }

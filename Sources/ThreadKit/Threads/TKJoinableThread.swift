@@ -59,9 +59,10 @@ public final class TKJoinableThread<Result: Sendable>: TKThread, @unchecked Send
     /// on any other thread it is a misuse.
     public static func exit(with value: Result) -> Never {
         guard let thread = TKThread.current as? TKJoinableThread<Result> else {
-            misuse("TKJoinableThread<\(Result.self)>.exit(with:) called on TKThread \(TKThread.current.describe()), which is "
-                   + "not a TKJoinableThread<\(Result.self)>: there is nobody to hand the value to. Fix: call it only from "
-                   + "the body of a TKJoinableThread<\(Result.self)>, or use TKThread.exit().")
+            misuse(
+                "TKJoinableThread<\(Result.self)>.exit(with:) called on TKThread \(TKThread.current.describe()), which is "
+                    + "not a TKJoinableThread<\(Result.self)>: there is nobody to hand the value to. Fix: call it only from "
+                    + "the body of a TKJoinableThread<\(Result.self)>, or use TKThread.exit().")
         }
         thread.outcome.withLock { $0 = value }
         TKThread.exit()

@@ -39,7 +39,8 @@ struct CallStackSymbol {
 
     init(_ line: String) {
         guard let open = line.firstIndex(of: "("), let plus = line[open...].firstIndex(of: "+"),
-              line.index(after: open) < plus else {
+            line.index(after: open) < plus
+        else {
             readable = line
             return
         }
@@ -49,8 +50,11 @@ struct CallStackSymbol {
     }
 
     /// swift_demangle from the Swift runtime, found once with dlsym (it is not in a public header).
-    private typealias Demangler = @convention(c) (UnsafePointer<CChar>?, Int, UnsafeMutablePointer<CChar>?,
-                                                  UnsafeMutablePointer<Int>?, UInt32) -> UnsafeMutablePointer<CChar>?
+    private typealias Demangler =
+        @convention(c) (
+            UnsafePointer<CChar>?, Int, UnsafeMutablePointer<CChar>?,
+            UnsafeMutablePointer<Int>?, UInt32
+        ) -> UnsafeMutablePointer<CChar>?
     private static let demangler: Demangler? = {
         guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "swift_demangle") else { return nil }
         return unsafeBitCast(symbol, to: Demangler.self)

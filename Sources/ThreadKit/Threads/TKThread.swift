@@ -115,7 +115,8 @@ open class TKThread: @unchecked Sendable {
     private init(mainThread tid: UInt32) {
         body = .subclass
         var limit = rlimit()
-        let size = getrlimit(__rlimit_resource_t(RLIMIT_STACK.rawValue), &limit) == 0 && limit.rlim_cur != ~rlim_t(0)
+        let size =
+            getrlimit(__rlimit_resource_t(RLIMIT_STACK.rawValue), &limit) == 0 && limit.rlim_cur != ~rlim_t(0)
             ? Int(clamping: limit.rlim_cur) : Int.max
         attributes = Protected(TKThread.adopted(tid, stackSize: size))
     }
@@ -182,13 +183,17 @@ open class TKThread: @unchecked Sendable {
         guard bytes >= 16_384, bytes % 4096 == 0 else {
             // Rounded up without overflow: a size within 4 KiB of Int.max has no multiple above it.
             let suggestion = bytes > Int.max - 4095 ? Int.max & ~4095 : max(16_384, (bytes + 4095) / 4096 * 4096)
-            throw TKError(.invalidArgument, "TKThread \(describe()).setStackSize(\(bytes)): a stack size must be a multiple "
-                          + "of 4096 bytes and at least 16384. Fix: round up to a multiple of 4 KiB, e.g. \(suggestion).")
+            throw TKError(
+                .invalidArgument,
+                "TKThread \(describe()).setStackSize(\(bytes)): a stack size must be a multiple "
+                    + "of 4096 bytes and at least 16384. Fix: round up to a multiple of 4 KiB, e.g. \(suggestion).")
         }
         try attributes.withLock { a in
             guard a.lifecycle == .created else {
-                throw TKError(.invalidArgument, "TKThread \(describe(a)).setStackSize(\(bytes)): the thread has already started. "
-                              + "Fix: set the stack size before start().")
+                throw TKError(
+                    .invalidArgument,
+                    "TKThread \(describe(a)).setStackSize(\(bytes)): the thread has already started. "
+                        + "Fix: set the stack size before start().")
             }
             a.stackSize = bytes
         }
@@ -214,8 +219,9 @@ open class TKThread: @unchecked Sendable {
                 return nil
             }
             if let name = refused {
-                misuse("TKThread \(name).isDetached = false after start(): a started detached thread cannot be made "
-                       + "joinable again (pthread_detach cannot be undone). Fix: set isDetached = false before start().")
+                misuse(
+                    "TKThread \(name).isDetached = false after start(): a started detached thread cannot be made "
+                        + "joinable again (pthread_detach cannot be undone). Fix: set isDetached = false before start().")
             }
         }
     }
@@ -260,8 +266,9 @@ open class TKThread: @unchecked Sendable {
         let inherited = TKThread.current.attributes.current.scheduling
         let stackSize = attributes.withLock { a -> Int in
             guard a.lifecycle == .created else {
-                misuse("TKThread \(describe(a)).start() called again: a thread runs once. "
-                       + "Fix: create a new TKThread for each run.")
+                misuse(
+                    "TKThread \(describe(a)).start() called again: a thread runs once. "
+                        + "Fix: create a new TKThread for each run.")
             }
             a.lifecycle = .starting
             a.inherited = inherited
@@ -294,8 +301,9 @@ open class TKThread: @unchecked Sendable {
     private func join(deadline: ContinuousClock.Instant?) -> Bool {
         if finished.isSet { return true }
         if self === TKThread.currentIfKnown {
-            misuse("TKThread \(describe()).join() called on the thread itself: it would wait forever. "
-                   + "Fix: join a thread from another thread.")
+            misuse(
+                "TKThread \(describe()).join() called on the thread itself: it would wait forever. "
+                    + "Fix: join a thread from another thread.")
         }
         return finished.wait(deadline: deadline, spinLimit: 0, observed: true, retryThreadStarts: true)
     }
@@ -365,7 +373,7 @@ open class TKThread: @unchecked Sendable {
             return (a.lifecycle == .finished, a.attachment)
         }
         if wasFinished { return }
-        markStarted()   // a thread that failed to start never did; wake anyone waiting for it
+        markStarted() // a thread that failed to start never did; wake anyone waiting for it
         attachment?.threadDidFinish()
     }
 
@@ -452,17 +460,23 @@ open class TKThread: @unchecked Sendable {
         if r == 0 {
             var handle = pthread_t()
             let context = Unmanaged.passRetained(thread).toOpaque()
-            r = pthread_create(&handle, &attr, { raw in
-                Unmanaged<TKThread>.fromOpaque(raw!).takeRetainedValue().run()
-                return nil
-            }, context)
+            r = pthread_create(
+                &handle, &attr,
+                { raw in
+                    Unmanaged<TKThread>.fromOpaque(raw!).takeRetainedValue().run()
+                    return nil
+                }, context)
             if r != 0 { Unmanaged<TKThread>.fromOpaque(context).release() }
         }
         if r != 0 {
-            let fix = r == EAGAIN ? "end threads or raise the thread limit (RLIMIT_NPROC, /proc/sys/kernel/threads-max)"
+            let fix =
+                r == EAGAIN
+                ? "end threads or raise the thread limit (RLIMIT_NPROC, /proc/sys/kernel/threads-max)"
                 : "lower the stack size"
-            throw TKError(.systemCall, "TKThread \(thread.describe()).start(): pthread_create failed with \(SystemCall.errnoName(r)) "
-                          + "for a \(stackSize)-byte stack. Fix: \(fix), then start a new TKThread.", errno: r)
+            throw TKError(
+                .systemCall,
+                "TKThread \(thread.describe()).start(): pthread_create failed with \(SystemCall.errnoName(r)) "
+                    + "for a \(stackSize)-byte stack. Fix: \(fix), then start a new TKThread.", errno: r)
         }
     }
 
@@ -580,7 +594,7 @@ extension TKThread {
     /// own object, retained by the frame that runs it, included) is never released; thread-local
     /// values are.
     public static func exit() -> Never {
-        current.finishCurrentThread()   // no local: this frame holds nothing when the thread ends
+        current.finishCurrentThread() // no local: this frame holds nothing when the thread ends
         pthread_exit(nil)
     }
 

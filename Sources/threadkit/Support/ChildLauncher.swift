@@ -63,7 +63,10 @@ struct ChildLauncher {
         var chunk = [UInt8](repeating: 0, count: 4096)
         while true {
             let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n > 0 { bytes += chunk[0..<n]; continue }
+            if n > 0 {
+                bytes += chunk[0..<n]
+                continue
+            }
             if n < 0 && errno == EINTR { continue }
             break
         }

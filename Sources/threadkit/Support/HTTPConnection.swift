@@ -120,11 +120,12 @@ final class HTTPConnection: TKStreamDelegate, @unchecked Sendable {
     private func parseHeader() -> (status: Int, length: Int) {
         let lines = String(decoding: header, as: UTF8.self).split(separator: "\r\n")
         let status = lines.first.flatMap { Int($0.split(separator: " ").dropFirst().first ?? "") } ?? 0
-        let length = lines.compactMap { line -> Int? in
-            let kv = line.split(separator: ":", maxSplits: 1)
-            guard kv.count == 2, kv[0].lowercased() == "content-length" else { return nil }
-            return Int(kv[1].trimmingCharacters(in: " "))
-        }.first ?? 0
+        let length =
+            lines.compactMap { line -> Int? in
+                let kv = line.split(separator: ":", maxSplits: 1)
+                guard kv.count == 2, kv[0].lowercased() == "content-length" else { return nil }
+                return Int(kv[1].trimmingCharacters(in: " "))
+            }.first ?? 0
         return (status, length)
     }
 

@@ -12,11 +12,13 @@ final class SpawnedThread {
 
     init(_ body: @escaping @Sendable () -> Void) {
         let box = Unmanaged.passRetained(Box(body)).toOpaque()
-        let r = pthread_create(&handle, nil, { raw in
-            let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
-            box.body()
-            return nil
-        }, box)
+        let r = pthread_create(
+            &handle, nil,
+            { raw in
+                let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+                box.body()
+                return nil
+            }, box)
         if r != 0 { fatalError("threadkit: pthread_create failed with \(r)") }
     }
 

@@ -17,9 +17,9 @@ final class TinyHTTPServer: @unchecked Sendable {
     let completed = Atomic<Int>(0)
     let abandoned = Atomic<Int>(0)
     private let listener: Int32
-    private var acceptor: SpawnedThread?   // set in init, joined in stop()
+    private var acceptor: SpawnedThread? // set in init, joined in stop()
     private let connectionsLock = TKLock()
-    private var connections: [SpawnedThread] = []   // guarded by connectionsLock
+    private var connections: [SpawnedThread] = [] // guarded by connectionsLock
 
     /// The byte at `offset` of every body: a pattern a client can check without a copy.
     static func byte(at offset: Int) -> UInt8 { UInt8(truncatingIfNeeded: offset % 251) }
@@ -56,7 +56,7 @@ final class TinyHTTPServer: @unchecked Sendable {
             let fd = accept(listener, nil, nil)
             if fd < 0 {
                 if errno == EINTR { continue }
-                return   // shut down
+                return // shut down
             }
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
             accepted.add(1, ordering: .relaxed)
@@ -87,7 +87,10 @@ final class TinyHTTPServer: @unchecked Sendable {
         let body = (0..<size).map { Self.byte(at: $0) }
         var offset = 0
         for piece in 0..<pieces {
-            if piece > 0 { var pause = timespec(tv_sec: 0, tv_nsec: 15_000_000); nanosleep(&pause, nil) }
+            if piece > 0 {
+                var pause = timespec(tv_sec: 0, tv_nsec: 15_000_000)
+                nanosleep(&pause, nil)
+            }
             let end = piece == pieces - 1 ? size : (size / pieces) * (piece + 1)
             guard sendAll(fd, body[offset..<end]) else {
                 abandoned.add(1, ordering: .relaxed)

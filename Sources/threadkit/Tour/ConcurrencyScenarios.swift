@@ -25,16 +25,19 @@ enum ConcurrencyScenarios {
                     note("4. await MainActor.run from a detached task")
                     return "main"
                 }
-                lines.append("5. back in the detached task (off the main thread: \(!TKThread.isMainThread)) with the answer \"\(answer)\"; it stops the main loop")
+                lines.append(
+                    "5. back in the detached task (off the main thread: \(!TKThread.isMainThread)) with the answer \"\(answer)\"; it stops the main loop"
+                )
                 await MainActor.run { TKRunLoop.main.stop() }
             }
         }
         background.start()
         // A TKRunLoop.main timer callout is on the main actor too.
         let assumed = Mutex(false)
-        TKRunLoop.main.add(TKTimer(fireAt: .now, interval: .zero, repeats: false) { _ in
-            MainActor.assumeIsolated { assumed.withLock { $0 = true } }
-        }, forMode: .default)
+        TKRunLoop.main.add(
+            TKTimer(fireAt: .now, interval: .zero, repeats: false) { _ in
+                MainActor.assumeIsolated { assumed.withLock { $0 = true } }
+            }, forMode: .default)
         say.say("the main thread calls TKRunLoop.main.run(); a thread sends work through all three paths")
         let started = ContinuousClock.now
         TKRunLoop.main.run()
@@ -42,8 +45,9 @@ enum ConcurrencyScenarios {
         for line in got { say.say(line) }
         say.say("MainActor.assumeIsolated inside a TKRunLoop.main timer callout: \(assumed.withLock { $0 } ? "holds" : "FAILED")")
         say.say("the loop returned when stopped, after \(ContinuousClock.now - started)")
-        try say.check(got.count == 5 && got.prefix(4).allSatisfy { $0.hasSuffix("true") } && assumed.withLock { $0 },
-                      "not every kind of work ran on the main thread")
+        try say.check(
+            got.count == 5 && got.prefix(4).allSatisfy { $0.hasSuffix("true") } && assumed.withLock { $0 },
+            "not every kind of work ran on the main thread")
         return "all three kinds of main-thread work ran on the main thread under TKRunLoop.main"
     }
 
@@ -78,7 +82,7 @@ enum ConcurrencyScenarios {
         let loopBox = Mutex<TKRunLoop?>(nil)
         let network = TKThread(name: "AFNetworking") {
             let loop = TKRunLoop.current
-            loop.add(TKMessagePort(), forMode: .default)   // keeps the loop resident, as in the seed
+            loop.add(TKMessagePort(), forMode: .default) // keeps the loop resident, as in the seed
             loopBox.withLock { $0 = loop }
             ready.signal()
             loop.run()
@@ -102,8 +106,9 @@ enum ConcurrencyScenarios {
         let count = Mutex(0)
         try network.perform(waitUntilDone: true) { count.withLock { $0 = client.assumeIsolated { $0.count } } }
         say.say("a perform block on the network thread read the actor's state without await: \(count.withLock { $0 }) requests")
-        try say.check(count.withLock { $0 } == 4 && replies.all.allSatisfy { $0.contains("\"AFNetworking\"") },
-                      "a call ran off the network thread")
+        try say.check(
+            count.withLock { $0 } == 4 && replies.all.allSatisfy { $0.contains("\"AFNetworking\"") },
+            "a call ran off the network thread")
         return "4 concurrent calls ran one at a time on the network thread's run loop"
     }
 

@@ -31,23 +31,33 @@ final class CustomSourceDemo: @unchecked Sendable {
     /// The seed's MainThreadRunLoopSource / SecondaryThreadRunLoopSource: a version-0 source with
     /// a command buffer. `context` is set once by the schedule callback, on the source's own thread.
     final class CommandSource: @unchecked Sendable {
-        private(set) var source: TKRunLoopSource!   // set in init, immutable after
-        private(set) var context: SourceContext?     // the owning loop's thread only
+        private(set) var source: TKRunLoopSource! // set in init, immutable after
+        private(set) var context: SourceContext? // the owning loop's thread only
         private let bufferLock = TKLock()
-        private var buffer: [Command] = []           // guarded by bufferLock
+        private var buffer: [Command] = [] // guarded by bufferLock
 
-        init(schedule: @escaping @Sendable (SourceContext) -> Void,
-             cancel: @escaping @Sendable (SourceContext) -> Void,
-             perform: @escaping @Sendable (CommandSource, [Command]) -> Void) {
-            source = TKRunLoopSource(schedule: { [unowned self] loop, _ in
-                let context = SourceContext(loop: loop, source: self)
-                self.context = context
-                schedule(context)
-            }, cancel: { [unowned self] loop, _ in
-                cancel(SourceContext(loop: loop, source: self))
-            }, perform: { [unowned self] in
-                perform(self, bufferLock.withLock { defer { buffer.removeAll() }; return buffer })
-            })
+        init(
+            schedule: @escaping @Sendable (SourceContext) -> Void,
+            cancel: @escaping @Sendable (SourceContext) -> Void,
+            perform: @escaping @Sendable (CommandSource, [Command]) -> Void
+        ) {
+            source = TKRunLoopSource(
+                schedule: { [unowned self] loop, _ in
+                    let context = SourceContext(loop: loop, source: self)
+                    self.context = context
+                    schedule(context)
+                },
+                cancel: { [unowned self] loop, _ in
+                    cancel(SourceContext(loop: loop, source: self))
+                },
+                perform: { [unowned self] in
+                    perform(
+                        self,
+                        bufferLock.withLock {
+                            defer { buffer.removeAll() }
+                            return buffer
+                        })
+                })
         }
 
         /// Marks the source with nothing in its buffer: its loop's run returns after a no-op perform.
@@ -75,9 +85,9 @@ final class CustomSourceDemo: @unchecked Sendable {
     let interval: Duration
     private let say: @Sendable (String) -> Void
     private let start = ContinuousClock.now
-    private var mainPthread = pthread_self()   // set by run(), before any thread is started
+    private var mainPthread = pthread_self() // set by run(), before any thread is started
     private let eventsLock = TKLock()
-    private var events: [Event] = []           // guarded by eventsLock
+    private var events: [Event] = [] // guarded by eventsLock
     // The registry (the seed's AppDelegate): main thread only.
     private var mainContext: SourceContext?
     private var secondaryContext: SourceContext?
@@ -91,7 +101,8 @@ final class CustomSourceDemo: @unchecked Sendable {
     }
 
     private func record(_ what: String, _ round: Int) {
-        let event = Event(what: what, round: round, onMain: pthread_equal(pthread_self(), mainPthread) != 0, at: ContinuousClock.now - start)
+        let event = Event(
+            what: what, round: round, onMain: pthread_equal(pthread_self(), mainPthread) != 0, at: ContinuousClock.now - start)
         eventsLock.withLock { events.append(event) }
     }
 
@@ -100,44 +111,50 @@ final class CustomSourceDemo: @unchecked Sendable {
     /// Runs the demo on the main thread; returns the events and how the secondary loop ended.
     func run() -> (events: [Event], secondaryExit: TKRunLoop.RunResult?) {
         mainPthread = pthread_self()
-        let mainSource = CommandSource(schedule: { [self] context in
-            record("register main", 0)
-            mainContext = context                      // already on the main thread
-            say("\(stamp) main source scheduled on the main loop → registered")
-        }, cancel: { [self] _ in
-            record("cancel main", 0)
-            say("\(stamp) main source cancelled: removed from the main loop")
-        }, perform: { [self] _, commands in
-            performMainTask(commands)
-        })
+        let mainSource = CommandSource(
+            schedule: { [self] context in
+                record("register main", 0)
+                mainContext = context // already on the main thread
+                say("\(stamp) main source scheduled on the main loop → registered")
+            },
+            cancel: { [self] _ in
+                record("cancel main", 0)
+                say("\(stamp) main source cancelled: removed from the main loop")
+            },
+            perform: { [self] _, commands in
+                performMainTask(commands)
+            })
         TKRunLoop.current.add(mainSource.source, forMode: .default)
 
-        let secondaryExit = SharedBox<TKRunLoop.RunResult?>(nil)   // the secondary thread's, until joined
+        let secondaryExit = SharedBox<TKRunLoop.RunResult?>(nil) // the secondary thread's, until joined
         let secondary = TKThread(name: "secondary") { [self] in
-            let source = CommandSource(schedule: { [self] context in
-                say("\(stamp) secondary source scheduled on its loop → perform on main (waiting until done) to register it")
-                TKThread.performOnMainThread(waitUntilDone: true) { [self] in registerSecondary(context) }
-                record("schedule returned", 0)
-            }, cancel: { [self] _ in
-                record("cancel secondary", 0)
-                say("\(stamp) secondary source cancelled → perform on main (waiting) to unregister it")
-                TKThread.performOnMainThread(waitUntilDone: true) { [self] in
-                    record("unregister secondary", 0)
-                    secondaryContext = nil
-                    finished = true
-                    // A perform request is not a source, so the main loop's run(mode:before:)
-                    // would not return for it: signal the main source (an empty buffer) so it
-                    // does. (stop() could outlive this run if the pass also handled a source,
-                    // and end the next scenario's run.)
-                    mainContext?.source.poke()
-                }
-            }, perform: { [self] me, commands in
-                performSecondaryTask(me, commands)
-            })
+            let source = CommandSource(
+                schedule: { [self] context in
+                    say("\(stamp) secondary source scheduled on its loop → perform on main (waiting until done) to register it")
+                    TKThread.performOnMainThread(waitUntilDone: true) { [self] in registerSecondary(context) }
+                    record("schedule returned", 0)
+                },
+                cancel: { [self] _ in
+                    record("cancel secondary", 0)
+                    say("\(stamp) secondary source cancelled → perform on main (waiting) to unregister it")
+                    TKThread.performOnMainThread(waitUntilDone: true) { [self] in
+                        record("unregister secondary", 0)
+                        secondaryContext = nil
+                        finished = true
+                        // A perform request is not a source, so the main loop's run(mode:before:)
+                        // would not return for it: signal the main source (an empty buffer) so it
+                        // does. (stop() could outlive this run if the pass also handled a source,
+                        // and end the next scenario's run.)
+                        mainContext?.source.poke()
+                    }
+                },
+                perform: { [self] me, commands in
+                    performSecondaryTask(me, commands)
+                })
             let loop = TKRunLoop.current
             loop.add(source.source, forMode: .default)
             var done = false
-            repeat {   // the seed's CFRunLoopRunInMode(kCFRunLoopDefaultMode, 5, true) loop
+            repeat { // the seed's CFRunLoopRunInMode(kCFRunLoopDefaultMode, 5, true) loop
                 let result = loop.run(mode: .default, for: .seconds(5), returnAfterSourceHandled: true)
                 if result == .stopped || result == .finished {
                     done = true
@@ -180,7 +197,9 @@ final class CustomSourceDemo: @unchecked Sendable {
             case .work(let round, let replyTo):
                 let alpha = generateRandomAlpha(round)
                 record("secondary perform", round)
-                say("\(stamp) secondary: computed \(alpha.count) alpha values on \"\(TKThread.current.name ?? "?")\"; answer into the main buffer")
+                say(
+                    "\(stamp) secondary: computed \(alpha.count) alpha values on \"\(TKThread.current.name ?? "?")\"; answer into the main buffer"
+                )
                 replyTo.source.send(.work(round: round, replyTo: me.context!), to: replyTo.loop)
             case .stop:
                 record("stop", 0)
@@ -196,8 +215,9 @@ final class CustomSourceDemo: @unchecked Sendable {
             record("main perform", round)
             if round < rounds {
                 say("\(stamp) main: reload the display (round \(round)); a one-shot \(interval) timer will send the next command")
-                TKRunLoop.current.add(TKTimer(interval: interval, repeats: false) { [self] _ in sendCommandToSecondaryThread() },
-                                      forMode: .default)
+                TKRunLoop.current.add(
+                    TKTimer(interval: interval, repeats: false) { [self] _ in sendCommandToSecondaryThread() },
+                    forMode: .default)
             } else {
                 say("\(stamp) main: reload the display (round \(round)); that was the last: send the stop command")
                 replyTo.source.send(.stop, to: replyTo.loop)
@@ -209,7 +229,9 @@ final class CustomSourceDemo: @unchecked Sendable {
     private func generateRandomAlpha(_ round: Int) -> [Double] {
         var x = 0x9E37_79B9_7F4A_7C15 &* UInt64(round + 1)
         return (0..<64).map { _ in
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17
+            x ^= x << 13
+            x ^= x >> 7
+            x ^= x << 17
             return Double(x % 1_000) / 1_000
         }
     }
@@ -223,12 +245,14 @@ final class CustomSourceDemo: @unchecked Sendable {
             return "a source was not registered on the main thread: \(events)"
         }
         guard let registered = index("register secondary"), let returned = index("schedule returned"),
-              let firstSend = index("send", 1), registered < firstSend, firstSend < returned, !events[returned].onMain else {
+            let firstSend = index("send", 1), registered < firstSend, firstSend < returned, !events[returned].onMain
+        else {
             return "the secondary schedule callback did not wait for its registration on the main thread: \(events)"
         }
         for round in 1...rounds {
             guard let send = index("send", round), let work = index("secondary perform", round), let answer = index("main perform", round),
-                  send < work, work < answer, events[send].onMain, !events[work].onMain, events[answer].onMain else {
+                send < work, work < answer, events[send].onMain, !events[work].onMain, events[answer].onMain
+            else {
                 return "round \(round) did not go main → secondary → main: \(events)"
             }
             if round > 1, events[send].at < event("main perform", round - 1)!.at + interval {
@@ -236,8 +260,9 @@ final class CustomSourceDemo: @unchecked Sendable {
             }
         }
         guard let stop = index("stop"), stop > index("main perform", rounds)!, !events[stop].onMain,
-              let cancel = index("cancel secondary"), cancel > stop, !events[cancel].onMain,
-              let unregister = index("unregister secondary"), unregister > cancel, events[unregister].onMain else {
+            let cancel = index("cancel secondary"), cancel > stop, !events[cancel].onMain,
+            let unregister = index("unregister secondary"), unregister > cancel, events[unregister].onMain
+        else {
             return "the stop command did not cancel the secondary source and unregister it on the main thread: \(events)"
         }
         guard index("send", rounds + 1) == nil else { return "a command was sent after the last round" }

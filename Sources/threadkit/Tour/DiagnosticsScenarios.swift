@@ -17,7 +17,7 @@ enum DiagnosticsScenarios {
         TKDiagnostics.enable(.lockOrder)
         TKDiagnostics.printsReports = false
         let reports = SharedBox<[TKLockOrderReport]>([])
-        let reportsLock = TKSpinLock()   // guards `reports`; not nested with the scenario's locks
+        let reportsLock = TKSpinLock() // guards `reports`; not nested with the scenario's locks
         TKDiagnostics.setLockOrderHandler { report in
             reportsLock.lock()
             reports.value.append(report)
@@ -28,7 +28,8 @@ enum DiagnosticsScenarios {
             TKDiagnostics.printsReports = printed
             if !wasOn.contains(.lockOrder) { TKDiagnostics.disable(.lockOrder) }
         }
-        let accounts = TKLock(), auditLog = TKLock()
+        let accounts = TKLock()
+        let auditLog = TKLock()
         accounts.name = "accounts"
         auditLog.name = "audit log"
 
@@ -39,7 +40,9 @@ enum DiagnosticsScenarios {
 
         say.say("thread B (later, alone): lock(audit log), lock(accounts) — the opposite order")
         SpawnedThread { DiagnosticsScenarios.auditThenAdjust(auditLog, accounts) }.join()
-        say.say("thread B done: it never waited, nothing deadlocked — but had A and B run together, each could hold one lock and wait for the other")
+        say.say(
+            "thread B done: it never waited, nothing deadlocked — but had A and B run together, each could hold one lock and wait for the other"
+        )
 
         let found = reportsLock.withLock { reports.value }
         for line in (found.first?.description ?? "(no report)").split(separator: "\n").prefix(12) { say.say("│ \(line)") }
@@ -54,14 +57,18 @@ enum DiagnosticsScenarios {
     /// Thread A's work: the transfer under `accounts`, then its log entry under `auditLog`.
     @inline(never)
     static func transferThenLog(_ accounts: TKLock, _ auditLog: TKLock) {
-        accounts.lock(); auditLog.lock()
-        auditLog.unlock(); accounts.unlock()
+        accounts.lock()
+        auditLog.lock()
+        auditLog.unlock()
+        accounts.unlock()
     }
 
     /// Thread B's work: an audit under `auditLog` that adjusts a balance under `accounts`.
     @inline(never)
     static func auditThenAdjust(_ auditLog: TKLock, _ accounts: TKLock) {
-        auditLog.lock(); accounts.lock()
-        accounts.unlock(); auditLog.unlock()
+        auditLog.lock()
+        accounts.lock()
+        accounts.unlock()
+        auditLog.unlock()
     }
 }

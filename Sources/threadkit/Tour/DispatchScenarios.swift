@@ -10,8 +10,10 @@ import Synchronization
 @_spi(Benchmarks) import ThreadKit
 
 enum DispatchScenarios {
-    static let all: [Scenario] = [photoStore, groupDownload, onceSingleton, concurrentPerform, twoResources,
-                                  countdown, blockingPool, qosOrder, manyProducers, syncDeadlock]
+    static let all: [Scenario] = [
+        photoStore, groupDownload, onceSingleton, concurrentPerform, twoResources,
+        countdown, blockingPool, qosOrder, manyProducers, syncDeadlock,
+    ]
 
     static let photoStore = Scenario(
         name: "gcd-photo-store", title: "a photo store: sync reads and barrier writes on a custom concurrent queue",
@@ -19,7 +21,7 @@ enum DispatchScenarios {
     ) { say in
         final class PhotoStore: @unchecked Sendable {
             let queue = TKDispatchQueue(label: "photo-store", attributes: .concurrent)
-            private var photos: [String] = []   // read in sync blocks, written in barrier blocks of `queue`
+            private var photos: [String] = [] // read in sync blocks, written in barrier blocks of `queue`
             func add(_ photo: String) { queue.async(flags: .barrier) { self.photos.append(photo) } }
             var all: [String] { queue.sync { photos } }
         }
@@ -42,7 +44,9 @@ enum DispatchScenarios {
         for i in 0..<500 { store.add("photo-\(i).jpg") }
         group.wait()
         let final = store.all
-        say.say("500 barrier writes and \(readers.load(ordering: .relaxed)) sync reads; final store: \(final.count) photos, first \(final.first ?? "-"), last \(final.last ?? "-")")
+        say.say(
+            "500 barrier writes and \(readers.load(ordering: .relaxed)) sync reads; final store: \(final.count) photos, first \(final.first ?? "-"), last \(final.last ?? "-")"
+        )
         try say.check(final == (0..<500).map { "photo-\($0).jpg" }, "writes lost or reordered")
         try say.check(shrank.load(ordering: .relaxed) == 0, "a reader saw the store shrink")
         return "every read saw a consistent store; barrier writes ran one at a time, in order"
@@ -53,13 +57,15 @@ enum DispatchScenarios {
         source: "GCD article: dispatch_group_async × 3, dispatch_group_wait, dispatch_group_notify(main)"
     ) { say in
         let group = TKDispatchGroup()
-        let finished = SharedBox<[String]>([])   // guarded by `lock`
+        let finished = SharedBox<[String]>([]) // guarded by `lock`
         let lock = TKLock()
         let start = ContinuousClock.now
         for (name, ms) in [("a.png", 30), ("b.png", 10), ("c.png", 20)] {
             group.enter()
             TKDispatchQueue.global(qos: .utility).asyncAfter(deadline: start + .milliseconds(ms)) {
-                lock.lock(); finished.value.append(name); lock.unlock()
+                lock.lock()
+                finished.value.append(name)
+                lock.unlock()
                 say.say("downloaded \(name) after \(ms) ms (on a pool worker)")
                 group.leave()
             }
@@ -84,20 +90,29 @@ enum DispatchScenarios {
     ) { say in
         final class Holder: @unchecked Sendable {
             let once = TKOnce()
-            var instance: String?   // written once inside `once`
+            var instance: String? // written once inside `once`
             let made = Atomic<Int>(0)
             var shared: String {
-                once.run { made.wrappingAdd(1, ordering: .relaxed); instance = "the one manager" }
+                once.run {
+                    made.wrappingAdd(1, ordering: .relaxed)
+                    instance = "the one manager"
+                }
                 return instance!
             }
         }
         let holder = Holder()
         let group = TKDispatchGroup()
         let wrong = Atomic<Int>(0)
-        for _ in 0..<100 { TKDispatchQueue.global().async(group: group) { if holder.shared != "the one manager" { wrong.wrappingAdd(1, ordering: .relaxed) } } }
+        for _ in 0..<100 {
+            TKDispatchQueue.global().async(group: group) {
+                if holder.shared != "the one manager" { wrong.wrappingAdd(1, ordering: .relaxed) }
+            }
+        }
         group.wait()
         say.say("100 items on the pool read the singleton; its initializer ran \(holder.made.load(ordering: .relaxed))×")
-        try say.check(holder.made.load(ordering: .relaxed) == 1 && wrong.load(ordering: .relaxed) == 0, "the singleton was made twice or read too early")
+        try say.check(
+            holder.made.load(ordering: .relaxed) == 1 && wrong.load(ordering: .relaxed) == 0,
+            "the singleton was made twice or read too early")
         return "made exactly once; every caller saw it fully made"
     }
 
@@ -107,14 +122,16 @@ enum DispatchScenarios {
     ) { say in
         let n = 1_000_000
         let sum = Atomic<Int>(0)
-        let threads = SharedBox<Set<pthread_t>>([])   // guarded by `lock`
+        let threads = SharedBox<Set<pthread_t>>([]) // guarded by `lock`
         let lock = TKLock()
         let start = ContinuousClock.now
         TKDispatchQueue.concurrentPerform(iterations: 64) { chunk in
             var local = 0
             for i in stride(from: chunk, to: n, by: 64) { local &+= i }
             sum.wrappingAdd(local, ordering: .relaxed)
-            lock.lock(); threads.value.insert(pthread_self()); lock.unlock()
+            lock.lock()
+            threads.value.insert(pthread_self())
+            lock.unlock()
         }
         let elapsed = ContinuousClock.now - start
         say.say("sum of 0..<\(n) in 64 chunks = \(sum.load(ordering: .relaxed)) in \(elapsed), on \(threads.value.count) threads")
@@ -127,7 +144,8 @@ enum DispatchScenarios {
         source: "GCD article: dispatch_semaphore_create(2) limiting concurrent access to a resource pool"
     ) { say in
         let printers = TKDispatchSemaphore(value: 2)
-        let busy = Atomic<Int>(0), most = Atomic<Int>(0)
+        let busy = Atomic<Int>(0)
+        let most = Atomic<Int>(0)
         let group = TKDispatchGroup()
         for job in 1...6 {
             TKDispatchQueue.global().async(group: group) {
@@ -151,7 +169,7 @@ enum DispatchScenarios {
     ) { say in
         let queue = TKDispatchQueue(label: "countdown")
         let timer = TKDispatchSource.makeTimerSource(queue: queue)
-        let left = SharedBox(5)   // queue only
+        let left = SharedBox(5) // queue only
         let done = TKDispatchSemaphore(value: 0)
         let start = ContinuousClock.now
         let early = Atomic<Int>(0)
@@ -163,7 +181,10 @@ enum DispatchScenarios {
             left.value -= 1
             if left.value == 0 { timer.cancel() }
         }
-        timer.setCancelHandler { say.say("cancel handler: lift-off"); done.signal() }
+        timer.setCancelHandler {
+            say.say("cancel handler: lift-off")
+            done.signal()
+        }
         timer.activate()
         let ok = done.wait(until: .now + .seconds(10)) == .success
         try say.check(ok && early.load(ordering: .relaxed) == 0, "the countdown did not finish, or a tick was early")
@@ -172,7 +193,8 @@ enum DispatchScenarios {
 
     static let blockingPool = Scenario(
         name: "gcd-blocking-pool", title: "8 items that each block 1 s in a semaphore finish in about 1 s",
-        source: "ThreadKit's pool: a worker parked in a ThreadKit wait is replaced at once (libdispatch on Linux adds one thread per second)"
+        source:
+            "ThreadKit's pool: a worker parked in a ThreadKit wait is replaced at once (libdispatch on Linux adds one thread per second)"
     ) { say in
         let never = TKDispatchSemaphore(value: 0)
         let group = TKDispatchGroup()
@@ -180,7 +202,8 @@ enum DispatchScenarios {
         for _ in 0..<8 { TKDispatchQueue.global().async(group: group) { _ = never.wait(until: .now + .seconds(1)) } }
         group.wait()
         let elapsed = ContinuousClock.now - start
-        say.say("all 8 done after \(elapsed) (a pool that only counted cores would need \(8 / 2) s on 2 cores; libdispatch here: about 8 s)")
+        say.say(
+            "all 8 done after \(elapsed) (a pool that only counted cores would need \(8 / 2) s on 2 cores; libdispatch here: about 8 s)")
         try say.check(elapsed < .milliseconds(1_500), "took \(elapsed)")
         return "the pool started a worker the moment one blocked"
     }
@@ -199,7 +222,9 @@ enum DispatchScenarios {
                 finished.wrappingAdd(1, ordering: .relaxed)
             }
         }
-        TKDispatchQueue.global(qos: .userInteractive).async(group: group) { seen.store(finished.load(ordering: .relaxed), ordering: .relaxed) }
+        TKDispatchQueue.global(qos: .userInteractive).async(group: group) {
+            seen.store(finished.load(ordering: .relaxed), ordering: .relaxed)
+        }
         group.wait()
         say.say("when the interactive item started, \(seen.load(ordering: .relaxed)) of 400 background items had finished")
         try say.check(seen.load(ordering: .relaxed) < 200, "the interactive item waited behind the background work")
@@ -208,9 +233,11 @@ enum DispatchScenarios {
 
     static let manyProducers = Scenario(
         name: "gcd-many-producers", title: "8 producer threads flood the global queues at every QoS: no shared lock per item",
-        source: "ThreadKit's pool on many cores (issue 24): producers stage into per-thread shards and touch the pool's lock only to wake a worker"
+        source:
+            "ThreadKit's pool on many cores (issue 24): producers stage into per-thread shards and touch the pool's lock only to wake a worker"
     ) { say in
-        let producers = 8, perProducer = 25_000
+        let producers = 8
+        let perProducer = 25_000
         let levels: [TKQualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]
         let ran = Atomic<Int>(0)
         let group = TKDispatchGroup()
@@ -231,9 +258,11 @@ enum DispatchScenarios {
         let locks = TKPoolIntrospection.poolLockAcquisitions - before
         let bySubmitters = TKPoolIntrospection.poolLockAcquisitionsBySubmitters - bySubmittersBefore
         let total = producers * perProducer
-        say.say("pool width \(TKPoolIntrospection.width) (TK_CPU_BUDGET=16 makes it 16 on any machine), thread cap "
+        say.say(
+            "pool width \(TKPoolIntrospection.width) (TK_CPU_BUDGET=16 makes it 16 on any machine), thread cap "
                 + "\(TKPoolIntrospection.threadCap) per tier")
-        say.say("\(ran.load(ordering: .relaxed)) of \(total) items ran; the pool's lock was taken \(locks) times "
+        say.say(
+            "\(ran.load(ordering: .relaxed)) of \(total) items ran; the pool's lock was taken \(locks) times "
                 + "(\(locks * 1_000 / total) per 1,000 items): by workers picking the next job (one pick per job while "
                 + "five levels compete, QoS order being exact), and \(bySubmitters) times by a submission that woke a worker")
         try say.check(done && ran.load(ordering: .relaxed) == total, "items were lost or the pool stalled")
@@ -254,8 +283,9 @@ enum DispatchScenarios {
         say.say("  \(shown ?? "(no ThreadKit diagnostic)")")
         say.say("the child ended with status \(status) (\(status > 128 ? "signal \(status - 128)" : "exit"))")
         try say.check(status != 0, "the deadlock went unnoticed")
-        try say.check(shown.map { $0.contains("\"photos\"") && $0.contains("sync") && $0.contains("Fix:") } ?? false,
-                      "the child's standard error carries no diagnostic naming the queue and the fix: \(standardError)")
+        try say.check(
+            shown.map { $0.contains("\"photos\"") && $0.contains("sync") && $0.contains("Fix:") } ?? false,
+            "the child's standard error carries no diagnostic naming the queue and the fix: \(standardError)")
         return "stopped at once with a message naming the queue and the fix"
     }
 }

@@ -18,7 +18,8 @@ enum DistributedLockScenario {
         while lock.holder?.pid != child.pid && ContinuousClock.now < deadline { TKThread.sleep(for: .milliseconds(2)) }
         let taken = lock.tryLock()
         let holder = lock.holder
-        say.say("tour process: tryLock() → \(taken) (never blocks); holder pid \(holder?.pid ?? 0), "
+        say.say(
+            "tour process: tryLock() → \(taken) (never blocks); holder pid \(holder?.pid ?? 0), "
                 + "taken at \(holder.map { "\($0.date)" } ?? "?")")
         try say.check(!taken && holder?.pid == child.pid, "the child did not hold the lock")
         kill(child.pid, SIGKILL)
@@ -30,7 +31,8 @@ enum DistributedLockScenario {
         try say.check(stillTaken && dead, "the crashed holder's lock was not kept, or not recognised as dead")
         let broke = try lock.breakLockIfHolderIsDead()
         let acquired = lock.tryLock()
-        say.say("breakLockIfHolderIsDead() → \(broke) (breakLock() checked: only a dead holder's lock, and only once "
+        say.say(
+            "breakLockIfHolderIsDead() → \(broke) (breakLock() checked: only a dead holder's lock, and only once "
                 + "among racing breakers), then tryLock() → \(acquired)")
         try lock.unlock()
         try say.check(broke && acquired, "could not break the dead holder's lock and take it")

@@ -13,15 +13,16 @@ enum LockScenarios {
 
     static let keepComputing = Scenario(
         name: "lock-keep-computing", title: "tryLock / lock(before:): keep computing until the lock is free, then update the display",
-        source: "Threading Programming Guide, \"Using an NSLock Object\": if tryLock fails, do another increment of calculation; CSDN article, tryLock / lockBeforeDate:"
+        source:
+            "Threading Programming Guide, \"Using an NSLock Object\": if tryLock fails, do another increment of calculation; CSDN article, tryLock / lockBeforeDate:"
     ) { say in
         let theLock = TKLock()
         theLock.name = "display"
         // The display all threads update: the sum of their results so far. Guarded by theLock.
         let display = SharedBox<(total: Int, updates: Int, whileHeld: Int)>((0, 0, 0))
-        let mainHoldsIt = Atomic<Bool>(false)   // true while the main thread "redraws" under theLock
+        let mainHoldsIt = Atomic<Bool>(false) // true while the main thread "redraws" under theLock
         let increments = 2_000
-        let busyIncrements = [TKAtomicInt64(0), TKAtomicInt64(0)]   // per thread: increments done because tryLock failed
+        let busyIncrements = [TKAtomicInt64(0), TKAtomicInt64(0)] // per thread: increments done because tryLock failed
 
         say.say("the main thread holds the lock (redrawing the display); two threads compute \(increments) increments each")
         theLock.lock()
@@ -30,8 +31,8 @@ enum LockScenarios {
             SpawnedThread {
                 var pending = 0
                 for n in 1...increments {
-                    pending += increment(n)   // another increment of calculation
-                    if theLock.tryLock() {    // update the display only when the lock is free
+                    pending += increment(n) // another increment of calculation
+                    if theLock.tryLock() { // update the display only when the lock is free
                         if mainHoldsIt.load(ordering: .relaxed) { display.value.whileHeld += 1 }
                         display.value.total += pending
                         display.value.updates += 1
@@ -41,30 +42,37 @@ enum LockScenarios {
                         busyIncrements[w].increment(barrier: false)
                     }
                 }
-                theLock.withLock { display.value.total += pending }   // no more to do: the last result
+                theLock.withLock { display.value.total += pending } // no more to do: the last result
             }
         }
         let deadline = ContinuousClock.now + .seconds(10)
         while busyIncrements.contains(where: { $0.load() < 10 }) && ContinuousClock.now < deadline { yieldCPU() }
         let busyWhileHeld = busyIncrements.map { Int($0.load()) }
-        say.say("while the lock was held: thread A computed \(busyWhileHeld[0]) increments, thread B \(busyWhileHeld[1]) — tryLock() said no, they kept working")
+        say.say(
+            "while the lock was held: thread A computed \(busyWhileHeld[0]) increments, thread B \(busyWhileHeld[1]) — tryLock() said no, they kept working"
+        )
         mainHoldsIt.store(false, ordering: .relaxed)
         theLock.unlock()
         workers.forEach { $0.join() }
         let expected = 2 * (1...increments).reduce(0) { $0 + increment($1) }
         let busy = busyIncrements.map { Int($0.load()) }
-        say.say("display updated \(display.value.updates) times; total \(display.value.total) (expected \(expected)); "
+        say.say(
+            "display updated \(display.value.updates) times; total \(display.value.total) (expected \(expected)); "
                 + "increments computed while the lock was busy: \(busy[0]) + \(busy[1])")
-        try say.check(busyWhileHeld.allSatisfy { $0 >= 10 } && display.value.whileHeld == 0, "a thread blocked, or updated the display while the lock was held")
+        try say.check(
+            busyWhileHeld.allSatisfy { $0 >= 10 } && display.value.whileHeld == 0,
+            "a thread blocked, or updated the display while the lock was held")
         try say.check(display.value.total == expected, "results were lost: \(display.value.total) ≠ \(expected)")
 
         // lock(before:): wait a little for the lock; each time it times out, compute one more increment.
         theLock.lock()
         mainHoldsIt.store(true, ordering: .relaxed)
-        let timeouts = Atomic<Int>(0), early = Atomic<Int>(0)
+        let timeouts = Atomic<Int>(0)
+        let early = Atomic<Int>(0)
         let gotItWhileHeld = Atomic<Bool>(true)
         let patient = SpawnedThread {
-            var n = 0, pending = 0
+            var n = 0
+            var pending = 0
             while true {
                 let deadline = ContinuousClock.now + .milliseconds(2)
                 if theLock.lock(before: deadline) { break }
@@ -81,17 +89,24 @@ enum LockScenarios {
         mainHoldsIt.store(false, ordering: .relaxed)
         theLock.unlock()
         patient.join()
-        say.say("lock(before: now + 2 ms) timed out \(timeouts.load(ordering: .relaxed))× (never before its deadline: \(early.load(ordering: .relaxed) == 0)), "
+        say.say(
+            "lock(before: now + 2 ms) timed out \(timeouts.load(ordering: .relaxed))× (never before its deadline: \(early.load(ordering: .relaxed) == 0)), "
                 + "one increment computed after each; then it got the lock once the main thread let go")
-        try say.check(timeouts.load(ordering: .relaxed) >= 3 && early.load(ordering: .relaxed) == 0 && !gotItWhileHeld.load(ordering: .relaxed),
-                      "lock(before:) returned early or acquired a held lock")
-        return "\(busy[0] + busy[1]) increments computed instead of waiting; every result reached the display; lock(before:) waited its full deadline"
+        try say.check(
+            timeouts.load(ordering: .relaxed) >= 3 && early.load(ordering: .relaxed) == 0 && !gotItWhileHeld.load(ordering: .relaxed),
+            "lock(before:) returned early or acquired a held lock")
+        return
+            "\(busy[0] + busy[1]) increments computed instead of waiting; every result reached the display; lock(before:) waited its full deadline"
     }
 
     /// One increment of calculation: a few microseconds of arithmetic whose result is `n`.
     static func increment(_ n: Int) -> Int {
         var x: UInt64 = 0x9E37_79B9_7F4A_7C15 &+ UInt64(n)
-        for _ in 0..<2_000 { x ^= x << 13; x ^= x >> 7; x ^= x << 17 }
+        for _ in 0..<2_000 {
+            x ^= x << 13
+            x ^= x >> 7
+            x ^= x << 17
+        }
         return x == 0 ? 0 : n
     }
 
@@ -99,10 +114,11 @@ enum LockScenarios {
         name: "condition-lock", title: "NSConditionLock producer/consumer with HAS_DATA / NO_DATA",
         source: "Threading Programming Guide, \"Using an NSConditionLock Object\"; CSDN article, TestLock.produceMessage"
     ) { say in
-        let NO_DATA = 0, HAS_DATA = 1
+        let NO_DATA = 0
+        let HAS_DATA = 1
         let condLock = TKConditionLock(condition: NO_DATA)
-        let queue = SharedBox<[Int]>([])      // guarded by condLock
-        let consumed = SharedBox<[Int]>([])   // the consumer's own list, read after join
+        let queue = SharedBox<[Int]>([]) // guarded by condLock
+        let consumed = SharedBox<[Int]>([]) // the consumer's own list, read after join
         say.say("condLock = TKConditionLock(condition: NO_DATA); a producer and a consumer thread")
         let consumer = SpawnedThread {
             while consumed.value.count < itemCount {
@@ -111,7 +127,11 @@ enum LockScenarios {
                 let empty = queue.value.isEmpty
                 condLock.unlock(withCondition: empty ? NO_DATA : HAS_DATA)
                 consumed.value.append(item)
-                if item <= 3 { say.say("consumer: lock(whenCondition: HAS_DATA) → took item \(item), unlock(withCondition: \(empty ? "NO_DATA" : "HAS_DATA"))") }
+                if item <= 3 {
+                    say.say(
+                        "consumer: lock(whenCondition: HAS_DATA) → took item \(item), unlock(withCondition: \(empty ? "NO_DATA" : "HAS_DATA"))"
+                    )
+                }
             }
         }
         let producer = SpawnedThread {
@@ -124,7 +144,9 @@ enum LockScenarios {
         }
         producer.join()
         consumer.join()
-        say.say("… \(itemCount) items produced; consumer received \(consumed.value.count); final condition \(condLock.condition == NO_DATA ? "NO_DATA" : "HAS_DATA")")
+        say.say(
+            "… \(itemCount) items produced; consumer received \(consumed.value.count); final condition \(condLock.condition == NO_DATA ? "NO_DATA" : "HAS_DATA")"
+        )
         try say.check(consumed.value == Array(1...itemCount), "items lost, duplicated or out of order")
         try say.check(condLock.condition == NO_DATA, "the queue is empty but the condition is HAS_DATA")
         return "\(itemCount) items handed over once each, in order; the lock ends at NO_DATA"
@@ -167,8 +189,8 @@ enum LockScenarios {
     ) { say in
         let condition = TKCondition()
         condition.name = "products"
-        let products = SharedBox<[Int]>([])   // guarded by condition
-        let consumed = SharedBox<[Int]>([])   // consumer-owned, read after join
+        let products = SharedBox<[Int]>([]) // guarded by condition
+        let consumed = SharedBox<[Int]>([]) // consumer-owned, read after join
         let waits = Atomic<Int>(0)
         let consumer = SpawnedThread {
             for _ in 1...itemCount {
@@ -205,12 +227,13 @@ enum LockScenarios {
     ) { say in
         let lock = TKReadWriteLock()
         // The store's invariant: both fields always hold the same version.
-        let store = SharedBox<(version: Int, copy: Int)>((0, 0))   // guarded by lock
+        let store = SharedBox<(version: Int, copy: Int)>((0, 0)) // guarded by lock
         let readersInside = Atomic<Int>(0)
         let peakReaders = Atomic<Int>(0)
         let torn = Atomic<Int>(0)
         let writerSawReaders = Atomic<Int>(0)
-        let writes = 2_000, readsPerThread = 20_000
+        let writes = 2_000
+        let readsPerThread = 20_000
         say.say("3 reader threads × \(readsPerThread) reads, 1 writer × \(writes) writes; the store's two fields must always agree")
         let readers = (1...3).map { _ in
             SpawnedThread {
@@ -236,7 +259,8 @@ enum LockScenarios {
         }
         writer.join()
         readers.forEach { $0.join() }
-        say.say("peak readers inside together: \(peakReaders.load(ordering: .relaxed)); torn reads: \(torn.load(ordering: .relaxed)); "
+        say.say(
+            "peak readers inside together: \(peakReaders.load(ordering: .relaxed)); torn reads: \(torn.load(ordering: .relaxed)); "
                 + "writes that saw a reader inside: \(writerSawReaders.load(ordering: .relaxed)); final version \(store.value.version)")
         try say.check(torn.load(ordering: .relaxed) == 0 && writerSawReaders.load(ordering: .relaxed) == 0, "a writer overlapped a reader")
         try say.check(store.value.version == writes, "writes were lost")
@@ -247,7 +271,8 @@ enum LockScenarios {
         name: "synchronized", title: "@synchronized with two tokens: different tokens run together, the same token excludes",
         source: "Threading Programming Guide, \"Using the @synchronized Directive\"; CSDN article, objc_sync_enter"
     ) { say in
-        let anObj1 = Token(name: "anObj1"), anObj2 = Token(name: "anObj2")
+        let anObj1 = Token(name: "anObj1")
+        let anObj2 = Token(name: "anObj2")
         // Different tokens: thread A, inside synchronized(anObj1), waits for B to get inside
         // synchronized(anObj2). That can only finish if the two do not block each other.
         let bInside = Atomic<Bool>(false)
@@ -266,7 +291,8 @@ enum LockScenarios {
                 bInside.store(true, ordering: .releasing)
             }
         }
-        a.join(); b.join()
+        a.join()
+        b.join()
         try say.check(overlapped.load(ordering: .relaxed), "different tokens blocked each other")
         // Same token: two threads add to a counter inside synchronized(anObj1); none is lost.
         let counter = SharedBox(0)
@@ -277,7 +303,9 @@ enum LockScenarios {
         try say.check(counter.value == 2 * perThread, "increments were lost: the same token did not exclude")
         // A throwing body releases the lock.
         struct Oops: Error {}
-        do { try synchronized(anObj1) { throw Oops() } } catch { say.say("a body that throws: the error propagates and the lock is released") }
+        do { try synchronized(anObj1) { throw Oops() } } catch {
+            say.say("a body that throws: the error propagates and the lock is released")
+        }
         let free = Atomic<Bool>(false)
         SpawnedThread { synchronized(anObj1) { free.store(true, ordering: .relaxed) } }.join()
         try say.check(free.load(ordering: .relaxed), "the lock stayed held after the body threw")
@@ -329,8 +357,9 @@ enum LockScenarios {
         let cas2 = theValue.compareAndSwap(expected: 256, desired: 1024)
         let after2 = theValue.load()
         say.say("  compareAndSwap(256, 1024) → \(cas2), theValue \(after2)   (Apple: still 512)")
-        try say.check(v0 == 128 && v7 == 1 && v15 == 256 && cas1 && after1 == 512 && !cas2 && after2 == 512,
-                      "Listing 4-1 values differ")
+        try say.check(
+            v0 == 128 && v7 == 1 && v15 == 256 && cas1 && after1 == 512 && !cas2 && after2 == 512,
+            "Listing 4-1 values differ")
         return "every value matches the seed and Apple's Listing 4-1"
     }
 }

@@ -16,7 +16,8 @@ enum NetworkScenarios {
     // MARK: background-request
 
     static let backgroundRequest = Scenario(
-        name: "background-request", title: "a request from a performInBackground thread is answered only if scheduled first and the loop run last",
+        name: "background-request",
+        title: "a request from a performInBackground thread is answered only if scheduled first and the loop run last",
         source: "Run loops and threads article (seed 001): NSURLConnection in performSelectorInBackground, code 1, code 2, code 3"
     ) { say in
         let server = try TinyHTTPServer()
@@ -27,24 +28,27 @@ enum NetworkScenarios {
         /// delegate calls it got, once the thread has ended.
         func attempt(_ label: String, _ body: @escaping @Sendable (HTTPConnection, TKRunLoop) -> Void) throws -> [String] {
             let calls = Mutex<[String]>([])
-            let connection = SharedBox<HTTPConnection?>(nil)   // the background thread writes it; read after that thread ended
+            let connection = SharedBox<HTTPConnection?>(nil) // the background thread writes it; read after that thread ended
             let requestsBefore = server.requests.load(ordering: .relaxed)
             let thread = TKThread.performInBackground {
                 let on = TKThread.current.name ?? "?"
-                let c = HTTPConnection(port: server.port, path: path, callbacks: .init(
-                    didReceiveResponse: { status, _ in calls.withLock { $0.append("didReceiveResponse \(status) on \(on)") } },
-                    didReceiveData: { n in calls.withLock { $0.append("didReceiveData \(n)") } },
-                    didFinishLoading: { calls.withLock { $0.append("didFinishLoading") } },
-                    didFail: { e in calls.withLock { $0.append("didFail \(e)") } }))
+                let c = HTTPConnection(
+                    port: server.port, path: path,
+                    callbacks: .init(
+                        didReceiveResponse: { status, _ in calls.withLock { $0.append("didReceiveResponse \(status) on \(on)") } },
+                        didReceiveData: { n in calls.withLock { $0.append("didReceiveData \(n)") } },
+                        didFinishLoading: { calls.withLock { $0.append("didFinishLoading") } },
+                        didFail: { e in calls.withLock { $0.append("didFail \(e)") } }))
                 connection.value = c
                 body(c, TKRunLoop.current)
             }
             try say.check(pollUntil(.now + .seconds(20)) { thread.isFinished }, "\(label): the background thread did not end")
             let got = calls.withLock { $0 }
             let requests = server.requests.load(ordering: .relaxed) - requestsBefore
-            say.say("\(label): the thread has ended; the server read \(requests) request(s); delegate calls: "
+            say.say(
+                "\(label): the thread has ended; the server read \(requests) request(s); delegate calls: "
                     + (got.isEmpty ? "none" : "\(got.count) (\(got.first!) … \(got.last!))"))
-            connection.value?.cancel()   // its loop is gone: nothing else will ever close it
+            connection.value?.cancel() // its loop is gone: nothing else will ever close it
             return got
         }
 
@@ -53,23 +57,31 @@ enum NetworkScenarios {
             c.start()
         }
         let code2 = try attempt("code 2 (run the loop first, then schedule and start)") { c, loop in
-            loop.run()   // nothing in the mode yet: returns at once
+            loop.run() // nothing in the mode yet: returns at once
             c.schedule(in: loop, forMode: .default)
             c.start()
         }
         let finished = Atomic<Bool>(false)
         let code3 = try attempt("code 3 (schedule and start, then run the loop last)") { c, loop in
-            let done = c.callbacks.didFinishLoading, failed = c.callbacks.didFail
-            c.callbacks.didFinishLoading = { done(); finished.store(true, ordering: .relaxed) }
-            c.callbacks.didFail = { e in failed(e); finished.store(true, ordering: .relaxed) }
+            let done = c.callbacks.didFinishLoading
+            let failed = c.callbacks.didFail
+            c.callbacks.didFinishLoading = {
+                done()
+                finished.store(true, ordering: .relaxed)
+            }
+            c.callbacks.didFail = { e in
+                failed(e)
+                finished.store(true, ordering: .relaxed)
+            }
             c.schedule(in: loop, forMode: .default)
             c.start()
             let deadline = ContinuousClock.now + .seconds(10)
             while !finished.load(ordering: .relaxed) && loop.run(mode: .default, before: deadline) {}
         }
         try say.check(code1.isEmpty && code2.isEmpty, "a connection whose loop never ran called its delegate")
-        try say.check(code3.first?.hasPrefix("didReceiveResponse 200 on performInBackground") == true
-                      && code3.last == "didFinishLoading", "code 3 was not answered on its own thread: \(code3)")
+        try say.check(
+            code3.first?.hasPrefix("didReceiveResponse 200 on performInBackground") == true
+                && code3.last == "didFinishLoading", "code 3 was not answered on its own thread: \(code3)")
         let bytes = code3.compactMap { $0.hasPrefix("didReceiveData ") ? Int($0.dropFirst(15)) : nil }.reduce(0, +)
         try say.check(bytes == 20_000, "code 3 received \(bytes) of 20000 body bytes")
         say.say("code 3's \(bytes) body bytes match the server's pattern, delivered on the background thread")
@@ -79,8 +91,10 @@ enum NetworkScenarios {
     // MARK: resident-network-thread
 
     static let residentNetworkThread = Scenario(
-        name: "resident-network-thread", title: "one resident network thread streams three requests at once, one cancelled, then stops through shouldKeepRunning",
-        source: "Seed 001 (AFNetworking's networkRequestThread, operationDidStart / cancelConnection) and seed 004 (shouldKeepRunning with runMode:beforeDate:)"
+        name: "resident-network-thread",
+        title: "one resident network thread streams three requests at once, one cancelled, then stops through shouldKeepRunning",
+        source:
+            "Seed 001 (AFNetworking's networkRequestThread, operationDidStart / cancelConnection) and seed 004 (shouldKeepRunning with runMode:beforeDate:)"
     ) { say in
         let server = try TinyHTTPServer()
         defer { server.stop() }
@@ -88,34 +102,54 @@ enum NetworkScenarios {
         let loopReturns = Atomic<Int>(0)
         let network = TKThread(name: "AFNetworking") {
             let loop = TKRunLoop.current
-            loop.add(TKMessagePort(), forMode: .default)   // keeps the loop alive with no request
+            loop.add(TKMessagePort(), forMode: .default) // keeps the loop alive with no request
             while shouldKeepRunning.load(ordering: .acquiring) && loop.run(mode: .default, before: .now + .seconds(5)) {
                 loopReturns.add(1, ordering: .relaxed)
             }
         }
         network.start()
 
-        struct Record { var events: [String] = []; var received = 0; var finished = false; var failed: String? }
+        struct Record {
+            var events: [String] = []
+            var received = 0
+            var finished = false
+            var failed: String?
+        }
         let records = Mutex<[String: Record]>([:])
-        let order = Mutex<[String]>([])   // which request each piece of data belonged to, in order
+        let order = Mutex<[String]>([]) // which request each piece of data belonged to, in order
         let allThreadsRight = Atomic<Bool>(true)
-        let connections = SharedBox<[String: HTTPConnection]>([:])   // network thread only
+        let connections = SharedBox<[String: HTTPConnection]>([:]) // network thread only
         let firstDataOfC = Latch(count: 1)
         let twoDone = Latch(count: 2)
         for name in ["A", "B", "C"] {
             // operationDidStart, performed on the network thread.
             try network.perform(modes: [.default]) {
                 let check = { if TKThread.current !== network { allThreadsRight.store(false, ordering: .relaxed) } }
-                let c = HTTPConnection(port: server.port, path: "/slow/60000/12", callbacks: .init(
-                    didReceiveResponse: { status, length in check(); records.withLock { $0[name, default: Record()].events.append("\(status), \(length) bytes") } },
-                    didReceiveData: { n in
-                        check()
-                        let first = records.withLock { r -> Bool in r[name, default: Record()].received += n; return r[name]!.received == n }
-                        order.withLock { $0.append(name) }
-                        if name == "C" && first { firstDataOfC.countDown() }
-                    },
-                    didFinishLoading: { check(); records.withLock { $0[name]!.finished = true }; twoDone.countDown() },
-                    didFail: { e in records.withLock { $0[name, default: Record()].failed = e }; twoDone.countDown() }))
+                let c = HTTPConnection(
+                    port: server.port, path: "/slow/60000/12",
+                    callbacks: .init(
+                        didReceiveResponse: { status, length in
+                            check()
+                            records.withLock { $0[name, default: Record()].events.append("\(status), \(length) bytes") }
+                        },
+                        didReceiveData: { n in
+                            check()
+                            let first = records.withLock { r -> Bool in
+                                r[name, default: Record()].received += n
+                                return r[name]!.received == n
+                            }
+                            order.withLock { $0.append(name) }
+                            if name == "C" && first { firstDataOfC.countDown() }
+                        },
+                        didFinishLoading: {
+                            check()
+                            records.withLock { $0[name]!.finished = true }
+                            twoDone.countDown()
+                        },
+                        didFail: { e in
+                            records.withLock { $0[name, default: Record()].failed = e }
+                            twoDone.countDown()
+                        }))
                 connections.value[name] = c
                 c.schedule(in: TKRunLoop.current, forMode: .default)
                 c.start()
@@ -130,19 +164,24 @@ enum NetworkScenarios {
         let final = records.withLock { $0 }
         for name in ["A", "B", "C"] {
             let r = final[name] ?? Record()
-            say.say("\(name): \(r.events.joined()), received \(r.received) body bytes, "
+            say.say(
+                "\(name): \(r.events.joined()), received \(r.received) body bytes, "
                     + (r.finished ? "finished" : r.failed.map { "failed: \($0)" } ?? "no more callbacks after cancel"))
         }
         let pieces = order.withLock { $0 }
-        let firstB = pieces.firstIndex(of: "B") ?? .max, lastA = pieces.lastIndex(of: "A") ?? -1
+        let firstB = pieces.firstIndex(of: "B") ?? .max
+        let lastA = pieces.lastIndex(of: "A") ?? -1
         say.say("data callbacks in arrival order: \(pieces.map { $0 }.joined())")
         try say.check(firstB < lastA, "the requests did not stream at the same time")
-        try say.check(final["A"]?.finished == true && final["B"]?.finished == true && final["A"]?.received == 60_000
-                      && final["B"]?.received == 60_000, "A and B did not receive exactly 60000 bytes each")
+        try say.check(
+            final["A"]?.finished == true && final["B"]?.finished == true && final["A"]?.received == 60_000
+                && final["B"]?.received == 60_000, "A and B did not receive exactly 60000 bytes each")
         try say.check(final["C"].map { !$0.finished && $0.failed == nil && $0.received < 60_000 } == true, "C was not cancelled cleanly")
         let intact = try network.performWaiting { connections.value.values.allSatisfy(\.bodyIntact) }
-        try say.check(intact && allThreadsRight.load(ordering: .relaxed), "bytes differed from the server's or a callback ran off the network thread")
-        say.say("every callback ran on the AFNetworking thread; the server: \(server.completed.load(ordering: .relaxed)) responses sent in full, "
+        try say.check(
+            intact && allThreadsRight.load(ordering: .relaxed), "bytes differed from the server's or a callback ran off the network thread")
+        say.say(
+            "every callback ran on the AFNetworking thread; the server: \(server.completed.load(ordering: .relaxed)) responses sent in full, "
                 + "\(server.abandoned.load(ordering: .relaxed)) cut short by the cancel")
 
         // Shut down as seed 004 does: clear the flag, then send the thread one request so that
@@ -152,7 +191,8 @@ enum NetworkScenarios {
         try network.perform(modes: [.default]) { connections.value.removeAll() }
         try say.check(network.join(until: .now + .seconds(10)), "the network thread did not leave its loop")
         let took = ContinuousClock.now - stopStart
-        say.say("shouldKeepRunning = false + one perform: the loop returned and the thread ended in \(took.formatted) "
+        say.say(
+            "shouldKeepRunning = false + one perform: the loop returned and the thread ended in \(took.formatted) "
                 + "(not at the 5 s date); runMode:beforeDate: returned \(loopReturns.load(ordering: .relaxed)) times in all")
         return "3 concurrent requests on one resident thread, 1 cancelled, 2 × 60000 exact bytes, clean shutdown"
     }
@@ -163,14 +203,15 @@ enum NetworkScenarios {
         name: "echo-server", title: "a listening socket and 100 clients on one loop thread, exact bytes both ways",
         source: "Seed 000 (a run loop's input sources include sockets) and CFSocket's accept callback"
     ) { say in
-        let clients = 100, size = 8_192
-        _ = TKRunLoop.main   // made once per process, on first use (any loop's run touches it)
+        let clients = 100
+        let size = 8_192
+        _ = TKRunLoop.main // made once per process, on first use (any loop's run touches it)
         let fdsBefore = openDescriptors()
         let result = Mutex<(verified: Int, failures: [String], echoedBytes: Int)>((0, [], 0))
         let allDone = Latch(count: clients)
         let loopThread = TKThread(name: "echo-loop") {
             let loop = TKRunLoop.current
-            let echoes = SharedBox<[EchoConnection]>([])   // the loop thread only
+            let echoes = SharedBox<[EchoConnection]>([]) // the loop thread only
             let listener: TKSocketListener
             do {
                 listener = try TKSocketListener { fd in
@@ -212,7 +253,8 @@ enum NetworkScenarios {
         say.say("the server side echoed \(r.echoedBytes) bytes; all of it on one thread, one epoll set")
         let fdsAfter = openDescriptors()
         let left = fdsAfter.filter { fdsBefore[$0.key] != $0.value }.sorted { $0.key < $1.key }
-        say.say("open descriptors before: \(fdsBefore.count), after: \(fdsAfter.count)"
+        say.say(
+            "open descriptors before: \(fdsBefore.count), after: \(fdsAfter.count)"
                 + (left.isEmpty ? "" : "; new: " + left.map { "\($0.key) → \($0.value)" }.joined(separator: ", ")))
         try say.check(r.verified == clients && r.echoedBytes == clients * size, "echo mismatch")
         try say.check(left.isEmpty, "descriptors left open: \(left.count)")
@@ -250,10 +292,17 @@ enum NetworkScenarios {
         deinit { buffer.deallocate() }
 
         func start(on loop: TKRunLoop) {
-            for s in [input, output] as [TKStream] { s.delegate = self; s.schedule(in: loop, forMode: .default); s.open() }
+            for s in [input, output] as [TKStream] {
+                s.delegate = self
+                s.schedule(in: loop, forMode: .default)
+                s.open()
+            }
         }
 
-        func close() { input.close(); output.close() }
+        func close() {
+            input.close()
+            output.close()
+        }
 
         func stream(_ aStream: TKStream, handle eventCode: TKStream.Event) {
             if eventCode.contains(.hasBytesAvailable) {
@@ -263,7 +312,10 @@ enum NetworkScenarios {
                     pending.append(contentsOf: UnsafeBufferPointer(start: buffer, count: n))
                 }
             }
-            if eventCode.contains(.endEncountered) || eventCode.contains(.errorOccurred) { close(); return }
+            if eventCode.contains(.endEncountered) || eventCode.contains(.errorOccurred) {
+                close()
+                return
+            }
             flush()
         }
 
@@ -296,10 +348,17 @@ enum NetworkScenarios {
         deinit { buffer.deallocate() }
 
         func start(on loop: TKRunLoop) {
-            for s in [input, output] as [TKStream] { s.delegate = self; s.schedule(in: loop, forMode: .default); s.open() }
+            for s in [input, output] as [TKStream] {
+                s.delegate = self
+                s.schedule(in: loop, forMode: .default)
+                s.open()
+            }
         }
 
-        func close() { input.close(); output.close() }
+        func close() {
+            input.close()
+            output.close()
+        }
 
         func stream(_ aStream: TKStream, handle eventCode: TKStream.Event) {
             guard !ended else { return }
@@ -315,7 +374,10 @@ enum NetworkScenarios {
                 while received < size && input.hasBytesAvailable {
                     let n = input.read(buffer, maxLength: 16_384)
                     if n <= 0 { break }
-                    for i in 0..<n where received + i >= size || buffer[i] != message[received + i] { mismatch = true; break }
+                    for i in 0..<n where received + i >= size || buffer[i] != message[received + i] {
+                        mismatch = true
+                        break
+                    }
                     received += n
                 }
                 if received >= size { finish(mismatch || received != size ? "client \(id): bytes differ" : nil) }

@@ -13,13 +13,17 @@ enum NotificationQueueScenarios {
     ) { say in
         final class Document: Sendable {}
         let document = Document()
-        let changed: TKNotification.Name = "DocumentChanged", finished: TKNotification.Name = "TourFinished"
+        let changed: TKNotification.Name = "DocumentChanged"
+        let finished: TKNotification.Name = "TourFinished"
         let loop = TKRunLoop.current
-        let queue = TKNotificationQueue.default   // this thread's queue, posting to TKNotificationCenter.default
+        let queue = TKNotificationQueue.default // this thread's queue, posting to TKNotificationCenter.default
         let center = TKNotificationCenter.default
-        let log = SharedBox<[String]>([])         // loop thread only
+        let log = SharedBox<[String]>([]) // loop thread only
         let token = center.addObserver(forName: nil, object: nil) { note in
-            guard note.name != finished else { loop.stop(); return }
+            guard note.name != finished else {
+                loop.stop()
+                return
+            }
             let label = (note.userInfo?["label"] as? String) ?? "?"
             log.value.append("\(note.name) \(label)")
             say.say("  ← posted: \(note.name) (\(label))")
@@ -36,11 +40,14 @@ enum NotificationQueueScenarios {
             keepAlive.invalidate()
             center.removeObserver(token)
         }
-        @Sendable func post(_ name: TKNotification.Name, _ label: String, _ style: TKNotificationQueue.PostingStyle,
-                            mask: TKNotificationQueue.Coalescing = [.onName, .onSender]) {
+        @Sendable func post(
+            _ name: TKNotification.Name, _ label: String, _ style: TKNotificationQueue.PostingStyle,
+            mask: TKNotificationQueue.Coalescing = [.onName, .onSender]
+        ) {
             say.say("enqueue \(name) (\(label)) .\(style)\(mask.isEmpty ? ", no coalescing" : "")")
-            queue.enqueue(TKNotification(name: name, object: document, userInfo: ["label": label]),
-                          postingStyle: style, coalesceMask: mask)
+            queue.enqueue(
+                TKNotification(name: name, object: document, userInfo: ["label": label]),
+                postingStyle: style, coalesceMask: mask)
         }
 
         say.say("1. a perform block (one pass) enqueues DocumentChanged 5 times, .whenIdle, same name and sender:")
@@ -62,9 +69,14 @@ enum NotificationQueueScenarios {
         }
         result = loop.run(mode: .default, for: .seconds(10), returnAfterSourceHandled: false)
         let order = log.value
-        say.say("→ the .asap ones post first, in the order enqueued (Foundation on Linux reverses them); .whenIdle last, as the loop is about to sleep")
-        try say.check(result == .stopped && order.map { $0.split(separator: ",")[0] }
-                        == ["Asap asap 1", "Asap asap 2", "Asap asap 3", "Idle enqueued 1st"], "unexpected order \(order)")
+        say.say(
+            "→ the .asap ones post first, in the order enqueued (Foundation on Linux reverses them); .whenIdle last, as the loop is about to sleep"
+        )
+        try say.check(
+            result == .stopped
+                && order.map { $0.split(separator: ",")[0] }
+                    == ["Asap asap 1", "Asap asap 2", "Asap asap 3", "Idle enqueued 1st"],
+            "unexpected order \(order)")
         return "5 idle-time enqueues → 1 post at beforeWaiting; asap 1, 2, 3 then the idle one"
     }
 }

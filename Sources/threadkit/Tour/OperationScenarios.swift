@@ -16,9 +16,9 @@ enum OperationScenarios {
         let queue = TKOperationQueue()
         queue.name = "photos"
         queue.maxConcurrentOperationCount = 2
-        queue.isSuspended = true   // build the whole graph first, then let it run
+        queue.isSuspended = true // build the whole graph first, then let it run
         let lock = TKLock()
-        let order = SharedBox<[String]>([])   // guarded by `lock`
+        let order = SharedBox<[String]>([]) // guarded by `lock`
         let start = ContinuousClock.now
         @Sendable func stamp() -> String { "\(Int((ContinuousClock.now - start) / .milliseconds(1))) ms" }
         /// A step; one whose `input` was cancelled has nothing to work on and says so.
@@ -39,12 +39,13 @@ enum OperationScenarios {
         }
         var all: [TKBlockOperation] = []
         for photo in ["a.jpg", "b.jpg", "c.jpg"] {
-            let download = step("download \(photo)", 30), decode = step("decode \(photo)", 20, input: download)
+            let download = step("download \(photo)", 30)
+            let decode = step("decode \(photo)", 20, input: download)
             let thumb = step("thumbnail \(photo)", 10, input: decode)
             try decode.addDependency(download)
             try thumb.addDependency(decode)
             if photo == "a.jpg" { thumb.queuePriority = .high }
-            all += [thumb, decode, download]   // added in reverse: dependencies, not order, decide
+            all += [thumb, decode, download] // added in reverse: dependencies, not order, decide
         }
         let cancelled = all.first { $0.name == "decode b.jpg" }!
         queue.addOperations(all, waitUntilFinished: false)
@@ -54,7 +55,9 @@ enum OperationScenarios {
         }
         let late = step("share album", 1)
         queue.addOperation(late)
-        say.say("graph built: 9 steps + a barrier + 1 later step (\(queue.operationCount) operations); cancelling \"decode b.jpg\" before it starts")
+        say.say(
+            "graph built: 9 steps + a barrier + 1 later step (\(queue.operationCount) operations); cancelling \"decode b.jpg\" before it starts"
+        )
         cancelled.cancel()
         queue.isSuspended = false
         queue.waitUntilAllOperationsAreFinished()
@@ -62,11 +65,13 @@ enum OperationScenarios {
         say.say("ran in this order: \(ran.joined(separator: ", "))")
         func position(_ name: String) -> Int { ran.firstIndex(of: name) ?? -1 }
         for photo in ["a.jpg", "c.jpg"] {
-            try say.check(position("download \(photo)") < position("decode \(photo)")
-                          && position("decode \(photo)") < position("thumbnail \(photo)"), "\(photo) ran out of order")
+            try say.check(
+                position("download \(photo)") < position("decode \(photo)")
+                    && position("decode \(photo)") < position("thumbnail \(photo)"), "\(photo) ran out of order")
         }
         try say.check(!ran.contains("decode b.jpg"), "a cancelled step ran")
-        try say.check(ran.contains("thumbnail b.jpg (skipped)"), "a step whose dependency was cancelled never ran (cancelled counts as finished)")
+        try say.check(
+            ran.contains("thumbnail b.jpg (skipped)"), "a step whose dependency was cancelled never ran (cancelled counts as finished)")
         try say.check(ran.last == "share album", "the step added after the barrier ran before it")
         return "every step after its dependencies; the cancelled one finished without running; the barrier came after all nine"
     }
@@ -75,8 +80,12 @@ enum OperationScenarios {
         name: "operation-cycle", title: "a dependency cycle is refused with the whole cycle named",
         source: "ThreadKit: Foundation's OperationQueue on Linux hangs forever on a cycle"
     ) { say in
-        let upload = TKBlockOperation {}, resize = TKBlockOperation {}, tag = TKBlockOperation {}
-        upload.name = "upload"; resize.name = "resize"; tag.name = "tag"
+        let upload = TKBlockOperation {}
+        let resize = TKBlockOperation {}
+        let tag = TKBlockOperation {}
+        upload.name = "upload"
+        resize.name = "resize"
+        tag.name = "tag"
         try upload.addDependency(resize)
         try resize.addDependency(tag)
         say.say("upload waits for resize, resize waits for tag; now: tag.addDependency(upload)")
@@ -100,7 +109,8 @@ enum OperationScenarios {
         let queue = TKOperationQueue()
         queue.maxConcurrentOperationCount = 8
         let never = TKDispatchSemaphore(value: 0)
-        let running = Atomic<Int>(0), peak = Atomic<Int>(0)
+        let running = Atomic<Int>(0)
+        let peak = Atomic<Int>(0)
         let start = ContinuousClock.now
         for _ in 0..<8 {
             queue.addOperation {

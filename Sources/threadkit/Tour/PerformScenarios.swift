@@ -9,17 +9,18 @@ enum PerformScenarios {
 
     static let performOnThread = Scenario(
         name: "perform-requests", title: "perform-on-thread: a worker's run loop runs requests in order; answers go to the main thread",
-        source: "CSDN NSThread article: performSelector:onThread:withObject:waitUntilDone:, performSelectorOnMainThread, cancelPreviousPerformRequests"
+        source:
+            "CSDN NSThread article: performSelector:onThread:withObject:waitUntilDone:, performSelectorOnMainThread, cancelPreviousPerformRequests"
     ) { say in
         let stop = Atomic<Bool>(false)
         let worker = TKThread(name: "worker") {
             let loop = TKRunLoop.current
-            loop.add(TKRunLoopSource {}, forMode: .default)   // keeps the loop alive between requests
+            loop.add(TKRunLoopSource {}, forMode: .default) // keeps the loop alive between requests
             while !stop.load(ordering: .relaxed) { loop.run(mode: .default, before: .now + .milliseconds(50)) }
         }
         worker.start()
         while !worker.isExecuting { TKThread.sleep(for: .milliseconds(1)) }
-        let log = SharedBox<[String]>([])   // worker thread only until the waiting request returns
+        let log = SharedBox<[String]>([]) // worker thread only until the waiting request returns
         for n in 1...3 {
             try worker.perform { log.value.append("request \(n) on \(TKThread.current.name ?? "?")") }
         }
@@ -40,7 +41,9 @@ enum PerformScenarios {
         final class Target: Sendable {}
         let target = Target()
         let delayedRan = SharedBox(false)
-        TKRunLoop.current.perform(afterDelay: .milliseconds(20), inModes: ["tour"], target: target, key: "refresh") { delayedRan.value = true }
+        TKRunLoop.current.perform(afterDelay: .milliseconds(20), inModes: ["tour"], target: target, key: "refresh") {
+            delayedRan.value = true
+        }
         TKRunLoop.cancelPreviousPerformRequests(withTarget: target, key: "refresh")
         TKRunLoop.current.run(mode: "tour", for: .milliseconds(40), returnAfterSourceHandled: false)
         say.say("perform(afterDelay: 20 ms, target:, key: \"refresh\") then cancelPreviousPerformRequests → ran: \(delayedRan.value)")

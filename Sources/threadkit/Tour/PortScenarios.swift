@@ -13,7 +13,7 @@ enum PortScenarios {
     /// AFNetworking's `networkRequestThread`: started once, lazily; a port keeps its loop running.
     enum NetworkThread {
         private static let once = OnceBox()
-        nonisolated(unsafe) private static var thread: TKThread?   // written once inside `once`
+        nonisolated(unsafe) private static var thread: TKThread? // written once inside `once`
         static let starts = Atomic<Int>(0)
 
         static var shared: TKThread {
@@ -21,8 +21,8 @@ enum PortScenarios {
                 thread = TKThread.detachNewThread(name: "AFNetworking") {
                     starts.wrappingAdd(1, ordering: .relaxed)
                     let loop = TKRunLoop.current
-                    loop.add(TKMessagePort(), forMode: .default)   // the port that keeps the loop alive
-                    loop.run()                                      // never returns: nothing leaves the mode
+                    loop.add(TKMessagePort(), forMode: .default) // the port that keeps the loop alive
+                    loop.run() // never returns: nothing leaves the mode
                 }
             }
             return thread!
@@ -40,10 +40,12 @@ enum PortScenarios {
         let callers = (0..<3).map { caller in
             TKThread.detachNewThread(name: "caller-\(caller)") {
                 for request in 0..<2 {
-                    do { try NetworkThread.shared.perform {
-                        ran.withLock { $0.append("request \(caller).\(request) on \(TKThread.current.name ?? "?")") }
-                        done.countDown()
-                    } } catch { say.say("perform failed: \(error)") }
+                    do {
+                        try NetworkThread.shared.perform {
+                            ran.withLock { $0.append("request \(caller).\(request) on \(TKThread.current.name ?? "?")") }
+                            done.countDown()
+                        }
+                    } catch { say.say("perform failed: \(error)") }
                 }
             }
         }
@@ -52,12 +54,14 @@ enum PortScenarios {
         for line in ran.withLock({ $0 }) { say.say(line) }
         say.say("threads started for the network thread: \(NetworkThread.starts.load(ordering: .relaxed)) (3 callers asked at once)")
         say.say("its loop is still running, kept by its port: \(NetworkThread.shared.isExecuting)")
-        try say.check(NetworkThread.starts.load(ordering: .relaxed) == 1 && NetworkThread.shared.isExecuting, "the network thread was not resident")
+        try say.check(
+            NetworkThread.starts.load(ordering: .relaxed) == 1 && NetworkThread.shared.isExecuting, "the network thread was not resident")
         return "one resident thread served 6 requests from 3 threads"
     }
 
     static let portMessage = Scenario(
-        name: "port-message", title: "a secondary thread sends msgid 1000 to the main thread's port; the main thread answers through the reply port",
+        name: "port-message",
+        title: "a secondary thread sends msgid 1000 to the main thread's port; the main thread answers through the reply port",
         source: "Threading Programming Guide / CSDN run-loop article: NSMachPort, handlePortMessage, msgid 1000"
     ) { say in
         final class MainSide: TKPortDelegate {
@@ -66,8 +70,11 @@ enum PortScenarios {
             init(_ say: Narrator) { self.say = say }
             func handlePortMessage(_ message: TKPortMessage) {
                 if message.msgid == 1000 {
-                    say.say("main thread (\(TKThread.isMainThread ? "main" : "?")): Receive the message that id is 1000 and this is a print task.")
-                    let answer = TKPortMessage(sendPort: message.sendPort, receivePort: message.receivePort, components: [.data(Array("done".utf8))])
+                    say.say(
+                        "main thread (\(TKThread.isMainThread ? "main" : "?")): Receive the message that id is 1000 and this is a print task."
+                    )
+                    let answer = TKPortMessage(
+                        sendPort: message.sendPort, receivePort: message.receivePort, components: [.data(Array("done".utf8))])
                     answer.msgid = 1001
                     _ = answer.send(before: .now + .seconds(5))
                 }
@@ -120,7 +127,7 @@ enum PortScenarios {
             let thread = TKThread.current
             let port = TKMessagePort()
             let lock = TKLock()
-            nonisolated(unsafe) var pending: [TKNotification] = []   // guarded by lock
+            nonisolated(unsafe) var pending: [TKNotification] = [] // guarded by lock
             let handled = Mutex<[String]>([])
             let say: Narrator
 
@@ -214,11 +221,16 @@ enum PortScenarios {
 /// A countdown the tour waits on (a TKCondition underneath).
 final class Latch: @unchecked Sendable {
     private let condition = TKCondition()
-    private var remaining: Int   // guarded by condition
+    private var remaining: Int // guarded by condition
 
     init(count: Int) { remaining = count }
 
-    func countDown() { condition.withLock { remaining -= 1; if remaining == 0 { condition.broadcast() } } }
+    func countDown() {
+        condition.withLock {
+            remaining -= 1
+            if remaining == 0 { condition.broadcast() }
+        }
+    }
 
     func wait(until deadline: ContinuousClock.Instant) -> Bool {
         condition.withLock {

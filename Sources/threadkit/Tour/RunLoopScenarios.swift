@@ -16,10 +16,10 @@ enum RunLoopScenarios {
         // On a thread of its own: the main loop's default mode never runs out of work (it also
         // serves Dispatch's main queue and the main actor, as CoreFoundation's does), so it would
         // not return once the timer is gone.
-        let outcome = SharedBox<(trace: [String], result: TKRunLoop.RunResult?)>(([], nil))   // the thread's, until joined
+        let outcome = SharedBox<(trace: [String], result: TKRunLoop.RunResult?)>(([], nil)) // the thread's, until joined
         let thread = TKThread(name: "observed") {
             let loop = TKRunLoop.current
-            let trace = SharedBox<[String]>([])   // loop thread only
+            let trace = SharedBox<[String]>([]) // loop thread only
             let start = ContinuousClock.now
             @Sendable func stamp() -> String { "+\(Int(((ContinuousClock.now - start) / .milliseconds(1)).rounded())) ms" }
             let observer = TKRunLoopObserver(activities: .allActivities) { _, activity in
@@ -55,21 +55,26 @@ enum RunLoopScenarios {
     ) { say in
         let rounds = 1_000
         let mainLoop = TKRunLoop.current
-        let workerLoop = SharedBox<TKRunLoop?>(nil)       // set once by the worker before `ready`
+        let workerLoop = SharedBox<TKRunLoop?>(nil) // set once by the worker before `ready`
         let ready = TKCondition()
         let count = Atomic<Int>(0)
         let done = Atomic<Bool>(false)
-        let toWorker = SharedBox<TKRunLoopSource?>(nil)   // set before the worker starts
+        let toWorker = SharedBox<TKRunLoopSource?>(nil) // set before the worker starts
         // The main thread's source: the worker signals it and wakes the main loop.
         let toMain = TKRunLoopSource {
             let n = count.wrappingAdd(1, ordering: .relaxed).newValue
             if n <= 2 || n == rounds { say.say("main thread: source performed (round \(n)) → signal the worker's source, wake its loop") }
-            if n == rounds { done.store(true, ordering: .relaxed); return }
+            if n == rounds {
+                done.store(true, ordering: .relaxed)
+                return
+            }
             toWorker.value!.signal()
             workerLoop.value!.wakeUp()
         }
         toWorker.value = TKRunLoopSource {
-            if count.load(ordering: .relaxed) < 2 { say.say("worker thread: source performed → signal the main source, wake the main loop") }
+            if count.load(ordering: .relaxed) < 2 {
+                say.say("worker thread: source performed → signal the main source, wake the main loop")
+            }
             toMain.signal()
             mainLoop.wakeUp()
         }
@@ -77,7 +82,10 @@ enum RunLoopScenarios {
         let worker = TKThread(name: "worker") {
             let loop = TKRunLoop.current
             loop.add(toWorker.value!, forMode: .default)
-            ready.withLock { workerLoop.value = loop; ready.signal() }
+            ready.withLock {
+                workerLoop.value = loop
+                ready.signal()
+            }
             while !done.load(ordering: .relaxed) { loop.run(mode: .default, before: .now + .milliseconds(100)) }
             toWorker.value!.invalidate()
         }
@@ -98,8 +106,10 @@ enum RunLoopScenarios {
     }
 
     static let customSourceDemo = Scenario(
-        name: "custom-source-demo", title: "the seed's two-source demo: main and secondary thread trade commands through buffers; a stop cancels",
-        source: "CSDN run-loop article, \"自定义Run Loop事件源的实际运用\": schedule registers the source via performOnMainThread(waitUntilDone), command buffers, a 1 s timer, a Stop that cancels"
+        name: "custom-source-demo",
+        title: "the seed's two-source demo: main and secondary thread trade commands through buffers; a stop cancels",
+        source:
+            "CSDN run-loop article, \"自定义Run Loop事件源的实际运用\": schedule registers the source via performOnMainThread(waitUntilDone), command buffers, a 1 s timer, a Stop that cancels"
     ) { say in
         let rounds = 3
         let demo = CustomSourceDemo(rounds: rounds, interval: .seconds(1)) { say.say($0) }
@@ -118,25 +128,28 @@ enum RunLoopScenarios {
         let loop = TKRunLoop.current
         let interval = Duration.milliseconds(20)
         let first = ContinuousClock.now + interval
-        let fires = SharedBox<[Int]>([])   // slot numbers, loop thread only
+        let fires = SharedBox<[Int]>([]) // slot numbers, loop thread only
         let timer = TKTimer(fireAt: first, interval: interval, repeats: true) { t in
             let slot = Int(((ContinuousClock.now - first) / interval).rounded(.down))
             fires.value.append(slot)
-            say.say("fire at slot \(slot) (+\(slot * 20) ms of the schedule)\(fires.value.count == 1 ? " — the handler now takes 70 ms" : "")")
+            say.say(
+                "fire at slot \(slot) (+\(slot * 20) ms of the schedule)\(fires.value.count == 1 ? " — the handler now takes 70 ms" : "")")
             if fires.value.count == 1 { TKThread.sleep(for: .milliseconds(70)) }
             if fires.value.count == 4 { t.invalidate() }
         }
         loop.add(timer, forMode: .default)
         loop.run(mode: .default, for: .seconds(10), returnAfterSourceHandled: false)
         say.say("slots 1, 2 and 3 passed during the slow handler: they were skipped, not fired late in a burst")
-        try say.check(fires.value.count == 4 && fires.value[0] == 0 && fires.value[1] >= 4 && fires.value[2] > fires.value[1],
-                      "unexpected slots \(fires.value)")
+        try say.check(
+            fires.value.count == 4 && fires.value[0] == 0 && fires.value[1] >= 4 && fires.value[2] > fires.value[1],
+            "unexpected slots \(fires.value)")
         return "fired at slots \(fires.value.map(String.init).joined(separator: ", ")): the original schedule, missed slots dropped"
     }
 
     static let timerOnThread = Scenario(
         name: "timer-thread", title: "a timer made on the main thread, handed to a thread subclass, run there in the common modes for 5 s",
-        source: "CSDN NSThread article: NSTimer(fireDate: now + 1, interval: 0.5) passed to CustomThread(myTimer:), addTimer(forMode: NSRunLoopCommonModes), runUntilDate(now + 5)"
+        source:
+            "CSDN NSThread article: NSTimer(fireDate: now + 1, interval: 0.5) passed to CustomThread(myTimer:), addTimer(forMode: NSRunLoopCommonModes), runUntilDate(now + 5)"
     ) { say in
         final class CustomThread: TKThread, @unchecked Sendable {
             let myTimer: TKTimer
@@ -152,7 +165,9 @@ enum RunLoopScenarios {
             override func main() {
                 let runloop = TKRunLoop.current
                 runloop.add(myTimer, forMode: .common)
-                say.say("CustomThread.main(): timer added in .common; TKThread.isMultiThreaded() → \(TKThread.isMultiThreaded()); run(until: now + 5 s)")
+                say.say(
+                    "CustomThread.main(): timer added in .common; TKThread.isMultiThreaded() → \(TKThread.isMultiThreaded()); run(until: now + 5 s)"
+                )
                 let start = ContinuousClock.now
                 runloop.run(until: start + .seconds(5))
                 ranFor.value = ContinuousClock.now - start
@@ -161,22 +176,26 @@ enum RunLoopScenarios {
         let created = ContinuousClock.now
         let fireDate = created + .seconds(1)
         let interval = Duration.milliseconds(500)
-        let fires = SharedBox<[(at: Duration, thread: String)]>([])   // CustomThread only, read after join
+        let fires = SharedBox<[(at: Duration, thread: String)]>([]) // CustomThread only, read after join
         let myTimer = TKTimer(fireAt: fireDate, interval: interval, repeats: true) { _ in
             let at = ContinuousClock.now - created
             fires.value.append((at, TKThread.current.name ?? "?"))
             say.say("+\(Int(at / .milliseconds(1))) ms: Fire timer... (on \"\(TKThread.current.name ?? "?")\")")
         }
-        say.say("main thread: TKTimer(fireAt: now + 1 s, interval: 0.5 s, repeats: true) → CustomThread(myTimer:).start(), then wait for it")
+        say.say(
+            "main thread: TKTimer(fireAt: now + 1 s, interval: 0.5 s, repeats: true) → CustomThread(myTimer:).start(), then wait for it")
         let customThread = CustomThread(myTimer: myTimer, say: say)
         customThread.start()
         customThread.join()
         myTimer.invalidate()
         let ranFor = customThread.ranFor.value
-        say.say("the thread's run(until:) returned after \(Int(ranFor / .milliseconds(1))) ms; the timer fired \(fires.value.count)× (slots at 1.0, 1.5 … 5.0 s)")
+        say.say(
+            "the thread's run(until:) returned after \(Int(ranFor / .milliseconds(1))) ms; the timer fired \(fires.value.count)× (slots at 1.0, 1.5 … 5.0 s)"
+        )
         let early = fires.value.enumerated().filter { $0.element.at < .seconds(1) + interval * $0.offset }
-        try say.check(!fires.value.isEmpty && fires.value.count <= 9 && fires.value.allSatisfy { $0.thread == "CustomThread" },
-                      "the timer fired \(fires.value.count)× or off the thread it was handed to")
+        try say.check(
+            !fires.value.isEmpty && fires.value.count <= 9 && fires.value.allSatisfy { $0.thread == "CustomThread" },
+            "the timer fired \(fires.value.count)× or off the thread it was handed to")
         try say.check(early.isEmpty && ranFor >= .seconds(5), "a fire or the end of the run came early")
         return "\(fires.value.count) fires, all on CustomThread, none early; the loop ran its full 5 s"
     }
@@ -187,7 +206,7 @@ enum RunLoopScenarios {
     ) { say in
         // On a thread of its own: the main loop's default mode never runs out of work, so it would
         // not return once the timer is invalidated.
-        let seen = SharedBox<[String]>([])   // the thread's, until joined
+        let seen = SharedBox<[String]>([]) // the thread's, until joined
         let thread = TKThread(name: "timer") {
             TKTimer.scheduledTimer(withInterval: .milliseconds(50), repeats: true, userInfo: "This is a arg") { sender in
                 let info = sender.userInfo as? String ?? "(no userInfo)"
@@ -197,7 +216,9 @@ enum RunLoopScenarios {
             }
             TKRunLoop.current.run(mode: .default, for: .seconds(10), returnAfterSourceHandled: false)
         }
-        say.say("scheduledTimer(withInterval: 50 ms (the seed: 0.5 s), repeats: true, userInfo: \"This is a arg\") on a thread; invalidated after 3 fires")
+        say.say(
+            "scheduledTimer(withInterval: 50 ms (the seed: 0.5 s), repeats: true, userInfo: \"This is a arg\") on a thread; invalidated after 3 fires"
+        )
         thread.start()
         thread.join()
         try say.check(seen.value == Array(repeating: "This is a arg", count: 3), "the handler saw \(seen.value)")
@@ -211,7 +232,8 @@ enum RunLoopScenarios {
         let loop = TKRunLoop.current
         let tracking: TKRunLoop.Mode = "UITrackingRunLoopMode"
         loop.addCommonMode(tracking)
-        let commonFires = SharedBox(0), defaultFires = SharedBox(0)
+        let commonFires = SharedBox(0)
+        let defaultFires = SharedBox(0)
         let commonTimer = TKTimer(interval: .milliseconds(10), repeats: true) { _ in commonFires.value += 1 }
         let defaultTimer = TKTimer(interval: .milliseconds(10), repeats: true) { _ in defaultFires.value += 1 }
         loop.add(commonTimer, forMode: .common)

@@ -1,33 +1,41 @@
+import Glibc
 // ThreadScenarios: the seeds' NSThread scenarios (the CSDN NSThread article, "Runloop和多線程",
 // and the Threading Programming Guide's "Thread Management"): three ways to create a thread, the
 // detached-thread pitfall and its joinable fix, the thread dictionary, Listing 2-3's exit through
 // an input source and the thread dictionary, quality of service, and an error thrown in a thread
 // forwarded to the main thread.
 import Synchronization
-import Glibc
 import ThreadKit
 
 enum ThreadScenarios {
     static let all: [Scenario] = [createThreads, detachedPitfall, threadDictionary, exitNow, qualityOfService, threadError]
 
     static let createThreads = Scenario(
-        name: "create-threads", title: "four ways to create a thread: detach, object + start, subclass with two arguments, performInBackground",
-        source: "CSDN NSThread article: detachNewThreadSelector, initWithTarget + start, NSThread subclass, performSelectorInBackground; isMultiThreaded"
+        name: "create-threads",
+        title: "four ways to create a thread: detach, object + start, subclass with two arguments, performInBackground",
+        source:
+            "CSDN NSThread article: detachNewThreadSelector, initWithTarget + start, NSThread subclass, performSelectorInBackground; isMultiThreaded"
     ) { say in
         let before = TKThread.isMultiThreaded()
-        say.say("TKThread.isMultiThreaded() before any thread is started → \(before)"
+        say.say(
+            "TKThread.isMultiThreaded() before any thread is started → \(before)"
                 + (before && !say.runsFirst ? " (an earlier scenario of this run started threads)" : ""))
         let done = TKCondition()
-        let ran = SharedBox<[String]>([])   // guarded by done
+        let ran = SharedBox<[String]>([]) // guarded by done
         @Sendable func report(_ line: String) {
-            done.withLock { ran.value.append(line); done.signal() }
+            done.withLock {
+                ran.value.append(line)
+                done.signal()
+            }
             say.say(line)
         }
         TKThread.detachNewThread(name: "detached") {
             report("1. detachNewThread: running on \"\(TKThread.current.name ?? "?")\"")
         }
         done.withLock { while ran.value.count < 1 { done.wait() } }
-        let object = TKThread(name: "object") { report("2. TKThread(name:block:) + start(): running on \"\(TKThread.current.name ?? "?")\"") }
+        let object = TKThread(name: "object") {
+            report("2. TKThread(name:block:) + start(): running on \"\(TKThread.current.name ?? "?")\"")
+        }
         object.start()
         object.join()
         final class Downloader: TKThread, @unchecked Sendable {
@@ -49,8 +57,9 @@ enum ThreadScenarios {
         subclass.join()
         say.say("First event in Main Thread.")
         let background = TKThread.performInBackground {
-            report("4. performInBackground: \"I am a event, perform in Background Thread.\" on \"\(TKThread.current.name ?? "?")\", "
-                   + "main thread? \(TKThread.isMainThread)")
+            report(
+                "4. performInBackground: \"I am a event, perform in Background Thread.\" on \"\(TKThread.current.name ?? "?")\", "
+                    + "main thread? \(TKThread.isMainThread)")
         }
         done.withLock { while ran.value.count < 4 { done.wait() } }
         say.say("Second event in Main Thread. (performInBackground's thread is detached: \(background.isDetached))")
@@ -58,7 +67,9 @@ enum ThreadScenarios {
         say.say("TKThread.isMultiThreaded() after → \(after)")
         let count = done.withLock { ran.value.count }
         try say.check(count == 4, "expected 4 threads to run, saw \(count)")
-        try say.check(background.isDetached && done.withLock { ran.value[3].hasSuffix("main thread? false") }, "performInBackground did not run on a detached secondary thread")
+        try say.check(
+            background.isDetached && done.withLock { ran.value[3].hasSuffix("main thread? false") },
+            "performInBackground did not run on a detached secondary thread")
         try say.check(after && (!before || !say.runsFirst), "isMultiThreaded() was \(before) before and \(after) after the first threads")
         return "all four forms ran their code on their own, named threads; isMultiThreaded() went \(before) → \(after)"
     }
@@ -100,7 +111,7 @@ enum ThreadScenarios {
         source: "Threading Programming Guide, \"Configuring Thread-Local Storage\"; NSThread.threadDictionary"
     ) { say in
         TKThread.current.threadDictionary["role"] = "main"
-        let seen = SharedBox<[String]>([])   // written by each thread before it finishes
+        let seen = SharedBox<[String]>([]) // written by each thread before it finishes
         let workers = ["parser", "renderer"].map { role in
             TKThread(name: role) {
                 TKThread.current.threadDictionary["role"] = role
@@ -110,7 +121,10 @@ enum ThreadScenarios {
                 seen.value.append(value)
             }
         }
-        for w in workers { w.start(); w.join() }
+        for w in workers {
+            w.start()
+            w.join()
+        }
         let mine = TKThread.current.threadDictionary["role"] as? String ?? "?"
         say.say("main thread: threadDictionary[\"role\"] = \(mine)")
         TKThread.current.threadDictionary["role"] = nil
@@ -120,24 +134,34 @@ enum ThreadScenarios {
 
     static let exitNow = Scenario(
         name: "thread-exit-now", title: "Listing 2-3: a worker runs its loop briefly between work chunks and exits through an input source",
-        source: "Threading Programming Guide, \"Terminating a Thread\", Listing 2-3: runUntilDate:[NSDate date] after each chunk; ThreadShouldExitNow in the thread dictionary"
+        source:
+            "Threading Programming Guide, \"Terminating a Thread\", Listing 2-3: runUntilDate:[NSDate date] after each chunk; ThreadShouldExitNow in the thread dictionary"
     ) { say in
         let totalChunks = 1_000_000
         let chunksDone = Atomic<Int>(0)
         let registered = TKCondition()
-        let workerLoop = SharedBox<TKRunLoop?>(nil)   // guarded by registered
-        let performed = SharedBox<(thread: String, afterChunk: Int)?>(nil)   // written by the worker's loop, read after join
+        let workerLoop = SharedBox<TKRunLoop?>(nil) // guarded by registered
+        let performed = SharedBox<(thread: String, afterChunk: Int)?>(nil) // written by the worker's loop, read after join
         // myInstallCustomInputSource: the source registers its loop when scheduled; its handler
         // cannot reach the worker's local `exitNow`, so it leaves the request in the thread dictionary.
-        let exitSource = TKRunLoopSource(schedule: { loop, mode in
-            say.say("worker: input source scheduled in \(mode == .default ? "the default mode" : mode.rawValue) → its loop is registered with the main thread")
-            registered.withLock { workerLoop.value = loop; registered.signal() }
-        }, perform: {
-            TKThread.current.threadDictionary["ThreadShouldExitNow"] = true
-            performed.value = (TKThread.current.name ?? "?", chunksDone.load(ordering: .relaxed))
-            say.say("worker: input source performed after chunk \(performed.value!.afterChunk) → threadDictionary[\"ThreadShouldExitNow\"] = true")
-        })
-        let outcome = SharedBox<(chunks: Int, exitNow: Bool)>((0, false))   // the worker's, until joined
+        let exitSource = TKRunLoopSource(
+            schedule: { loop, mode in
+                say.say(
+                    "worker: input source scheduled in \(mode == .default ? "the default mode" : mode.rawValue) → its loop is registered with the main thread"
+                )
+                registered.withLock {
+                    workerLoop.value = loop
+                    registered.signal()
+                }
+            },
+            perform: {
+                TKThread.current.threadDictionary["ThreadShouldExitNow"] = true
+                performed.value = (TKThread.current.name ?? "?", chunksDone.load(ordering: .relaxed))
+                say.say(
+                    "worker: input source performed after chunk \(performed.value!.afterChunk) → threadDictionary[\"ThreadShouldExitNow\"] = true"
+                )
+            })
+        let outcome = SharedBox<(chunks: Int, exitNow: Bool)>((0, false)) // the worker's, until joined
         let worker = TKThread(name: "worker") {
             var moreWorkToDo = true
             var exitNow = false
@@ -172,17 +196,25 @@ enum ThreadScenarios {
         loop.wakeUp()
         worker.join()
         let (chunks, exitNow) = outcome.value
-        say.say("worker left its loop after chunk \(chunks) of \(totalChunks) with exitNow \(exitNow); the handler ran on \"\(performed.value?.thread ?? "?")\"")
+        say.say(
+            "worker left its loop after chunk \(chunks) of \(totalChunks) with exitNow \(exitNow); the handler ran on \"\(performed.value?.thread ?? "?")\""
+        )
         try say.check(exitNow && performed.value?.thread == "worker", "the exit request did not reach the worker through its input source")
-        try say.check(performed.value!.afterChunk >= sentAfter && chunks == performed.value!.afterChunk,
-                      "the source performed after chunk \(performed.value!.afterChunk) but the worker stopped after chunk \(chunks)")
-        return "the request was handled in the brief run after chunk \(chunks) and the worker stopped there, cleanly, through its thread dictionary"
+        try say.check(
+            performed.value!.afterChunk >= sentAfter && chunks == performed.value!.afterChunk,
+            "the source performed after chunk \(performed.value!.afterChunk) but the worker stopped after chunk \(chunks)")
+        return
+            "the request was handled in the brief run after chunk \(chunks) and the worker stopped there, cleanly, through its thread dictionary"
     }
 
     /// One chunk of a larger body of work: a few microseconds of arithmetic.
     static func doChunkOfWork() {
         var x: UInt64 = 88_172_645_463_325_252
-        for _ in 0..<2_000 { x ^= x << 13; x ^= x >> 7; x ^= x << 17 }
+        for _ in 0..<2_000 {
+            x ^= x << 13
+            x ^= x >> 7
+            x ^= x << 17
+        }
         if x == 0 { Console.out("unreachable") }
     }
 
@@ -193,7 +225,7 @@ enum ThreadScenarios {
         var ok = true
         let classes: [(TKQualityOfService, String)] = [(.utility, "utility"), (.default, "default"), (.background, "background")]
         for (qos, label) in classes {
-            let seen = SharedBox<(Int32, Int32)>((0, 0))   // written by the thread before it finishes
+            let seen = SharedBox<(Int32, Int32)>((0, 0)) // written by the thread before it finishes
             let t = TKThread(name: label) { seen.value = (getpriority(__priority_which_t(0), 0), sched_getscheduler(0)) }
             t.qualityOfService = qos
             t.start()
@@ -217,11 +249,14 @@ enum ThreadScenarios {
             var description: String { "DownloadFailed(\(url))" }
         }
         let mailbox = TKCondition()
-        let received = SharedBox<(String, String)?>(nil)   // guarded by mailbox
+        let received = SharedBox<(String, String)?>(nil) // guarded by mailbox
         let previous = TKThread.uncaughtErrorHandler
         TKThread.uncaughtErrorHandler = { thread, error in
             say.say("uncaughtErrorHandler on \"\(TKThread.current.name ?? "?")\": forwarding \(error) to the main thread")
-            mailbox.withLock { received.value = (thread.name ?? "?", "\(error)"); mailbox.signal() }
+            mailbox.withLock {
+                received.value = (thread.name ?? "?", "\(error)")
+                mailbox.signal()
+            }
         }
         defer { TKThread.uncaughtErrorHandler = previous }
         let worker = TKThread(name: "download", throwing: { throw DownloadFailed(url: "https://example.com/big.zip") })

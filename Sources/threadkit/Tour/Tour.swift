@@ -68,11 +68,13 @@ enum Tour {
     }
 
     /// The PostgreSQL lock (SPEC §9): Sources/threadkit-postgres/PostgresLockScenario.swift.
-    static let postgresLock = Elsewhere(name: "distributed-lock-postgres", title: "a lock on PostgreSQL: crash-safe, with fencing tokens",
-                                        command: "swift run threadkit-postgres tour")
+    static let postgresLock = Elsewhere(
+        name: "distributed-lock-postgres", title: "a lock on PostgreSQL: crash-safe, with fencing tokens",
+        command: "swift run threadkit-postgres tour")
 
     /// Every entry, in the order the tour runs them (the order of the seeds' chapters).
-    static let entries: [Entry] = (ThreadScenarios.all + RunLoopScenarios.all + PerformScenarios.all + PortScenarios.all + NetworkScenarios.all
+    static let entries: [Entry] =
+        (ThreadScenarios.all + RunLoopScenarios.all + PerformScenarios.all + PortScenarios.all + NetworkScenarios.all
         + NotificationQueueScenarios.all + LockScenarios.all + [DistributedLockScenario.scenario] + DispatchScenarios.all
         + OperationScenarios.all + ConcurrencyScenarios.all).map(Entry.scenario) + [.elsewhere(postgresLock)]
         + ([TraceScenario.scenario] + DiagnosticsScenarios.all).map(Entry.scenario)
@@ -113,7 +115,9 @@ enum Tour {
             let scenario: Scenario
             switch entry {
             case .scenario(let s): scenario = s
-            case .elsewhere(let e): Console.out("▶ \(e.name): \(e.line)\n"); continue
+            case .elsewhere(let e):
+                Console.out("▶ \(e.name): \(e.line)\n")
+                continue
             }
             let index = selected.count
             selected.append(scenario)
@@ -128,8 +132,9 @@ enum Tour {
             }
         }
         if counters { Console.out(TKDiagnostics.summary + "\n") }
-        Console.out("tour: \(selected.count - failed.count) of \(selected.count) scenarios passed"
-              + (failed.isEmpty ? "" : "; failed: \(failed.joined(separator: ", "))"))
+        Console.out(
+            "tour: \(selected.count - failed.count) of \(selected.count) scenarios passed"
+                + (failed.isEmpty ? "" : "; failed: \(failed.joined(separator: ", "))"))
         return failed.isEmpty ? 0 : 1
     }
 }

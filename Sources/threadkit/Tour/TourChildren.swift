@@ -25,8 +25,9 @@ enum TourChildren {
 
     static func main(_ arguments: [String]) -> Int32 {
         guard let name = arguments.first, let role = roles.first(where: { $0.name == name }) else {
-            Console.err("threadkit tour --child: the tour's child processes (started by the tour itself) are:\n"
-                        + roles.map { "  \($0.name) \($0.usage)" }.joined(separator: "\n"))
+            Console.err(
+                "threadkit tour --child: the tour's child processes (started by the tour itself) are:\n"
+                    + roles.map { "  \($0.name) \($0.usage)" }.joined(separator: "\n"))
             return 2
         }
         return role.run(Array(arguments.dropFirst()))
@@ -36,14 +37,17 @@ enum TourChildren {
         Role(name: "detached-pitfall", usage: "PATH (main returns while a detached thread is still writing PATH)") { args in
             guard let path = args.first else { return 2 }
             let started = TKCondition()
-            let running = SharedBox(false)   // guarded by started
+            let running = SharedBox(false) // guarded by started
             TKThread.detachNewThread(name: "saver") {
-                started.withLock { running.value = true; started.signal() }
+                started.withLock {
+                    running.value = true
+                    started.signal()
+                }
                 writeSlowly(path, chunks: 20)
             }
             started.withLock { while !running.value { started.wait() } }
             Console.out("    (child: main returns while the detached saver writes)")
-            return 0   // the detached thread is not waited for: its file stays incomplete
+            return 0 // the detached thread is not waited for: its file stays incomplete
         },
         Role(name: "joinable-save", usage: "PATH (main returns while a joinable thread is still writing PATH)") { args in
             guard let path = args.first else { return 2 }
@@ -51,7 +55,7 @@ enum TourChildren {
             saver.isDetached = false
             saver.start()
             Console.out("    (child: main returns while the joinable saver writes)")
-            return 0   // exit() runs the atexit handler, which joins the saver
+            return 0 // exit() runs the atexit handler, which joins the saver
         },
         Role(name: "dlock-hold", usage: "PATH (take the lock, print \"child PID: locked\", then hold it until killed)") { args in
             guard let path = args.first, let lock = try? TKDistributedLock(path: path) else { return 2 }
@@ -59,14 +63,21 @@ enum TourChildren {
             Console.out("    child \(getpid()): locked")
             while true { TKThread.sleep(for: .seconds(3600)) }
         },
-        Role(name: "port-echo", usage: "ADDRESS [FILE] (listen; print \"listening ADDRESS\" (or write it to FILE); answer each "
-             + "message through its reply port with msgid+1 and the same components; exit on msgid 0xFFFFFFFF)") { args in
+        Role(
+            name: "port-echo",
+            usage: "ADDRESS [FILE] (listen; print \"listening ADDRESS\" (or write it to FILE); answer each "
+                + "message through its reply port with msgid+1 and the same components; exit on msgid 0xFFFFFFFF)"
+        ) { args in
             guard let port = PortAddress.listening(args.first ?? "tcp:0") else { return 2 }
             let echo = Echo()
             port.delegate = echo
             let loop = TKRunLoop.current
             loop.add(port, forMode: .default)
-            if args.count > 1 { writeFile(args[1], PortAddress.describe(port) + "\n") } else { Console.out("listening \(PortAddress.describe(port))") }
+            if args.count > 1 {
+                writeFile(args[1], PortAddress.describe(port) + "\n")
+            } else {
+                Console.out("listening \(PortAddress.describe(port))")
+            }
             while !echo.finished.load(ordering: .acquiring) {
                 _ = loop.run(mode: .default, before: .now + .seconds(3600))
             }
@@ -92,7 +103,9 @@ enum TourChildren {
                 return 0
             }
         },
-        Role(name: "custom-source-demo", usage: "ROUNDS INTERVAL_MS (the seed's two-source demo on the main loop; prints one line per event)") { args in
+        Role(
+            name: "custom-source-demo", usage: "ROUNDS INTERVAL_MS (the seed's two-source demo on the main loop; prints one line per event)"
+        ) { args in
             guard args.count == 2, let rounds = Int(args[0]), let ms = Int(args[1]), rounds > 0, ms >= 0 else { return 2 }
             let demo = CustomSourceDemo(rounds: rounds, interval: .milliseconds(ms)) { _ in }
             let (events, exit) = demo.run()
@@ -116,7 +129,8 @@ enum TourChildren {
         }
         // Judged by the standard library's atomics (independent of ThreadKit, and cheap enough not
         // to become the contended thing being measured).
-        let ran = AtomicCounter(), onPool = AtomicCounter()
+        let ran = AtomicCounter()
+        let onPool = AtomicCounter()
         let done = TKDispatchSemaphore(value: 0)
         Task {
             await withTaskGroup(of: Void.self) { group in
@@ -130,7 +144,9 @@ enum TourChildren {
             // Blocked-worker compensation covers tasks: 8 tasks (more than the cores) each block in
             // a ThreadKit wait until the last one arrives; without another worker started for each
             // blocked one, they would never all arrive.
-            let arrived = TKAtomicInt32(0), gate = TKDispatchSemaphore(value: 0), parties: Int32 = 8
+            let arrived = TKAtomicInt32(0)
+            let gate = TKDispatchSemaphore(value: 0)
+            let parties: Int32 = 8
             await withTaskGroup(of: Void.self) { group in
                 for _ in 0..<parties {
                     group.addTask {
@@ -147,7 +163,9 @@ enum TourChildren {
             let before = ContinuousClock.now
             try? await Task.sleep(for: .milliseconds(20))
             let slept = ContinuousClock.now - before
-            Console.out("slept \(slept >= .milliseconds(20) ? "at least" : "LESS THAN") 20 ms; resumed on the pool: \(TKThread.current.name?.hasPrefix("tk.dispatch") == true)")
+            Console.out(
+                "slept \(slept >= .milliseconds(20) ? "at least" : "LESS THAN") 20 ms; resumed on the pool: \(TKThread.current.name?.hasPrefix("tk.dispatch") == true)"
+            )
             done.signal()
         }
         done.wait()
@@ -168,7 +186,10 @@ enum TourChildren {
     private final class Echo: TKPortDelegate {
         let finished = Atomic<Bool>(false)
         func handlePortMessage(_ message: TKPortMessage) {
-            if message.msgid == UInt32.max { finished.store(true, ordering: .releasing); return }
+            if message.msgid == UInt32.max {
+                finished.store(true, ordering: .releasing)
+                return
+            }
             guard let reply = message.sendPort else { return }
             let answer = TKPortMessage(sendPort: reply, receivePort: nil, components: message.components)
             answer.msgid = message.msgid &+ 1

@@ -11,17 +11,20 @@ enum TraceScenario {
         source: "issue 16: see what the threads do (thread lifetimes, dispatch items, operation states, lock waits)"
     ) { say in
         let directory = try temporaryDirectory()
-        let json = directory + "/operation-graph.json", html = directory + "/operation-graph.html"
+        let json = directory + "/operation-graph.json"
+        let html = directory + "/operation-graph.html"
         let recorded = try record(OperationScenarios.photoPipeline, narrator: say, json: json, html: html)
         let operations = recorded.threads.flatMap(\.events).filter { $0.kind == .operation && $0.phase == .begin }
         let names = Set(operations.compactMap(\.name))
-        say.say("recorded \(recorded.eventCount) events on \(recorded.threads.count) threads (one timeline row each); "
+        say.say(
+            "recorded \(recorded.eventCount) events on \(recorded.threads.count) threads (one timeline row each); "
                 + "\(operations.count) operations executed: \(names.sorted().joined(separator: ", "))")
         say.say("Chrome trace (chrome://tracing, ui.perfetto.dev): \(json)")
         say.say("timeline page (open in a browser, no network needed): \(html)")
         try say.check(recorded.passed, "the operation-graph scenario failed under the recorder")
-        try say.check(names.contains("download a.jpg") && names.contains("share album"),
-                      "the trace is missing operations: \(names.sorted())")
+        try say.check(
+            names.contains("download a.jpg") && names.contains("share album"),
+            "the trace is missing operations: \(names.sorted())")
         try say.check(!names.contains("decode b.jpg"), "the cancelled \"decode b.jpg\" shows as executing")
         return "\(recorded.threads.count) rows, \(recorded.eventCount) events; files in \(directory)"
     }
@@ -60,7 +63,9 @@ enum TraceScenario {
 
     /// `threadkit trace SCENARIO -o FILE.json [--html FILE.html]`.
     static func main(_ arguments: [String]) -> Int32 {
-        var scenarioName: String?, json: String?, html: String?
+        var scenarioName: String?
+        var json: String?
+        var html: String?
         var rest = arguments[...]
         while let argument = rest.popFirst() {
             switch argument {
@@ -80,8 +85,9 @@ enum TraceScenario {
         Console.out("▶ tracing \(scenario.name): \(scenario.title)")
         do {
             let recorded = try record(scenario, narrator: Narrator(scenario: scenario.name, runsFirst: true), json: json, html: html)
-            Console.out("trace: \(recorded.eventCount) events on \(recorded.threads.count) threads → \(json)"
-                        + (html.map { " and \($0)" } ?? ""))
+            Console.out(
+                "trace: \(recorded.eventCount) events on \(recorded.threads.count) threads → \(json)"
+                    + (html.map { " and \($0)" } ?? ""))
             return recorded.passed ? 0 : 1
         } catch {
             Console.err("threadkit trace: \(error)")

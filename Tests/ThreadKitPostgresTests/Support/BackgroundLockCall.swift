@@ -6,13 +6,16 @@ import ThreadKitPostgres
 final class BackgroundLockCall: @unchecked Sendable {
     private let done = DispatchSemaphore(value: 0)
     private let lock = NSLock()
-    private var outcome: Result<Bool, any Error>?   // guarded by `lock`
-    private var endedAt: Date?                       // guarded by `lock`
+    private var outcome: Result<Bool, any Error>? // guarded by `lock`
+    private var endedAt: Date? // guarded by `lock`
 
     init(_ target: TKPostgresLock, before deadline: ContinuousClock.Instant) {
         Thread.detachNewThread { [self] in
             let result = Result { try target.lock(before: deadline) }
-            lock.withLock { outcome = result; endedAt = Date() }
+            lock.withLock {
+                outcome = result
+                endedAt = Date()
+            }
             done.signal()
         }
     }
@@ -32,9 +35,11 @@ enum PgLocks {
     static func waiting(_ name: String) throws -> Int { try count(name, granted: false) }
 
     private static func count(_ name: String, granted: Bool) throws -> Int {
-        Int(try PostgresTestServer.psql("""
-            SELECT count(*) FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid
-            WHERE l.locktype = 'advisory' AND \(granted ? "" : "NOT ") l.granted AND t.name = '\(name)'
-            """)) ?? -1
+        Int(
+            try PostgresTestServer.psql(
+                """
+                SELECT count(*) FROM pg_locks l JOIN threadkit_locks t ON l.objid = t.id::oid
+                WHERE l.locktype = 'advisory' AND \(granted ? "" : "NOT ") l.granted AND t.name = '\(name)'
+                """)) ?? -1
     }
 }

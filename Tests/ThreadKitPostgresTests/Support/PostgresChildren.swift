@@ -10,9 +10,9 @@ final class PostgresChild: @unchecked Sendable {
     let process = Process()
     private let output = Pipe()
     private let lock = NSLock()
-    private var lines: [String] = []          // guarded by `lock`
-    private var ended = false                 // guarded by `lock`: the output reached its end
-    private var partial = ""                  // reader thread only
+    private var lines: [String] = [] // guarded by `lock`
+    private var ended = false // guarded by `lock`: the output reached its end
+    private var partial = "" // reader thread only
     private let lineArrived = DispatchSemaphore(value: 0)
 
     init(_ role: String, _ arguments: [String]) throws {
@@ -28,7 +28,11 @@ final class PostgresChild: @unchecked Sendable {
         Thread.detachNewThread { [self] in
             while true {
                 let data = handle.availableData
-                if data.isEmpty { lock.withLock { ended = true }; lineArrived.signal(); return }
+                if data.isEmpty {
+                    lock.withLock { ended = true }
+                    lineArrived.signal()
+                    return
+                }
                 partial += String(decoding: data, as: UTF8.self)
                 while let newline = partial.firstIndex(of: "\n") {
                     let line = String(partial[..<newline])

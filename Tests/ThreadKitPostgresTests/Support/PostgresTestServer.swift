@@ -32,12 +32,15 @@ enum PostgresTestServer {
     private static func start() -> Result<PostgresServerInfo, PostgresServerUnavailable> {
         let environment = ProcessInfo.processInfo.environment
         if let url = environment["TK_POSTGRES_URL"], !url.isEmpty {
-            return .success(PostgresServerInfo(url: url, cluster: environment["TK_POSTGRES_CLUSTER"], tls: environment["TK_POSTGRES_TLS"] == "1"))
+            return .success(
+                PostgresServerInfo(url: url, cluster: environment["TK_POSTGRES_CLUSTER"], tls: environment["TK_POSTGRES_TLS"] == "1"))
         }
         let result = shell([script, "start"])
         guard result.status == 0 else {
-            return .failure(PostgresServerUnavailable(message: "TK_POSTGRES_URL is unset and \(script) start failed (\(result.error)). "
-                                                      + "Fix: install PostgreSQL (apt-get install postgresql) or export TK_POSTGRES_URL."))
+            return .failure(
+                PostgresServerUnavailable(
+                    message: "TK_POSTGRES_URL is unset and \(script) start failed (\(result.error)). "
+                        + "Fix: install PostgreSQL (apt-get install postgresql) or export TK_POSTGRES_URL."))
         }
         var values: [String: String] = [:]
         for line in result.output.split(separator: "\n") {
@@ -60,8 +63,9 @@ enum PostgresTestServer {
 
     private static func cluster(_ command: String) throws {
         guard let dir = try info().cluster else {
-            throw XCTSkip("the server in TK_POSTGRES_URL was not started by .ci/postgres-cluster.sh (TK_POSTGRES_CLUSTER unset), "
-                          + "so this test cannot restart it")
+            throw XCTSkip(
+                "the server in TK_POSTGRES_URL was not started by .ci/postgres-cluster.sh (TK_POSTGRES_CLUSTER unset), "
+                    + "so this test cannot restart it")
         }
         let result = shell([script, command, dir])
         if result.status != 0 { throw PostgresServerUnavailable(message: "\(command) failed: \(result.error)") }
@@ -76,8 +80,9 @@ enum PostgresTestServer {
     @discardableResult
     static func psqlAdmin(_ sql: String) throws -> String {
         guard let admin = try info().adminURL else {
-            throw XCTSkip("the server in TK_POSTGRES_URL was not started by .ci/postgres-cluster.sh (TK_POSTGRES_CLUSTER unset), "
-                          + "so this test cannot change the settings only a superuser may change")
+            throw XCTSkip(
+                "the server in TK_POSTGRES_URL was not started by .ci/postgres-cluster.sh (TK_POSTGRES_CLUSTER unset), "
+                    + "so this test cannot change the settings only a superuser may change")
         }
         return try psql(sql, url: admin)
     }
@@ -93,8 +98,12 @@ enum PostgresTestServer {
     /// open, and Foundation's Process was seen to miss the exit of a command that started one.
     static func shell(_ arguments: [String]) -> (status: Int32, output: String, error: String) {
         let base = NSTemporaryDirectory() + "tk-pg-shell-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        let outPath = base + ".out", errPath = base + ".err"
-        defer { unlink(outPath); unlink(errPath) }
+        let outPath = base + ".out"
+        let errPath = base + ".err"
+        defer {
+            unlink(outPath)
+            unlink(errPath)
+        }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -106,7 +115,10 @@ enum PostgresTestServer {
         environment["PGCONNECT_TIMEOUT"] = "10"
         let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
         let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer { argv.forEach { free($0) }; envp.forEach { free($0) } }
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
         var pid: pid_t = 0
         let spawned = posix_spawnp(&pid, arguments[0], &actions, nil, argv, envp)
         guard spawned == 0 else { return (127, "", "posix_spawnp \(arguments[0]): \(String(cString: strerror(spawned)))") }
@@ -127,7 +139,7 @@ struct PostgresServerUnavailable: Error, CustomStringConvertible {
 /// Stops the cluster the tests started, when the bundle finishes (or at exit, whichever first).
 final class ClusterStopper: NSObject, XCTestObservation, @unchecked Sendable {
     private static let lock = NSLock()
-    nonisolated(unsafe) private static var clusters: [String] = []   // guarded by `lock`
+    nonisolated(unsafe) private static var clusters: [String] = [] // guarded by `lock`
 
     init(cluster: String) {
         Self.lock.withLock { Self.clusters.append(cluster) }
@@ -136,7 +148,10 @@ final class ClusterStopper: NSObject, XCTestObservation, @unchecked Sendable {
     func testBundleDidFinish(_ testBundle: Bundle) { Self.stopAll() }
 
     static func stopAll() {
-        let dirs = lock.withLock { () -> [String] in defer { clusters = [] }; return clusters }
+        let dirs = lock.withLock { () -> [String] in
+            defer { clusters = [] }
+            return clusters
+        }
         for dir in dirs { _ = PostgresTestServer.shell([PostgresTestServer.script, "stop", dir]) }
     }
 }

@@ -23,7 +23,10 @@ func eventually(_ deadline: ContinuousClock.Instant = .now + .seconds(30), _ con
 /// `task`'s result, or nil if it has not finished within `limit` (a hang, reported by the caller).
 func outcome<T: Sendable>(of task: Task<T, any Error>, within limit: Duration = .seconds(30)) async -> Result<T, any Error>? {
     let done = Flag()
-    Task { _ = await task.result; done.set() }
+    Task {
+        _ = await task.result
+        done.set()
+    }
     guard await eventually(.now + limit, { done.isSet }) else { return nil }
     return await task.result
 }
@@ -31,7 +34,10 @@ func outcome<T: Sendable>(of task: Task<T, any Error>, within limit: Duration = 
 /// As above, for a task that cannot throw.
 func outcome<T: Sendable>(of task: Task<T, Never>, within limit: Duration = .seconds(30)) async -> T? {
     let done = Flag()
-    Task { _ = await task.value; done.set() }
+    Task {
+        _ = await task.value
+        done.set()
+    }
     guard await eventually(.now + limit, { done.isSet }) else { return nil }
     return await task.value
 }

@@ -26,21 +26,27 @@ enum ChildProcess {
     }
 
     /// Starts `ThreadKitTestChild role arguments…` without waiting for it.
-    static func start(_ role: String, _ arguments: [String] = [],
-                      stdout: Pipe = Pipe(), stderr: Pipe = Pipe()) throws -> Process {
+    static func start(
+        _ role: String, _ arguments: [String] = [],
+        stdout: Pipe = Pipe(), stderr: Pipe = Pipe()
+    ) throws -> Process {
         try launch(executable, [role] + arguments, stdout: stdout, stderr: stderr)
     }
 
     /// Starts `threadkit arguments…`. Unless `backtracer`, the Swift backtracer is off: a crashing
     /// child would otherwise wait for it, which can take its full 30 s timeout under
     /// ThreadSanitizer; the misuse message is printed before it runs.
-    static func launch(_ arguments: [String], backtracer: Bool = false,
-                       stdout: Pipe = Pipe(), stderr: Pipe = Pipe()) throws -> Process {
+    static func launch(
+        _ arguments: [String], backtracer: Bool = false,
+        stdout: Pipe = Pipe(), stderr: Pipe = Pipe()
+    ) throws -> Process {
         try launch(commandLineTool, arguments, backtracer: backtracer, stdout: stdout, stderr: stderr)
     }
 
-    private static func launch(_ tool: URL, _ arguments: [String], backtracer: Bool = false,
-                               stdout: Pipe, stderr: Pipe) throws -> Process {
+    private static func launch(
+        _ tool: URL, _ arguments: [String], backtracer: Bool = false,
+        stdout: Pipe, stderr: Pipe
+    ) throws -> Process {
         let process = Process()
         process.executableURL = tool
         process.arguments = arguments
@@ -65,10 +71,12 @@ enum ChildProcess {
     }
 
     private static func runToCompletion(_ tool: URL, _ arguments: [String], backtracer: Bool, timeout: Duration) throws -> ChildResult {
-        let out = Pipe(), err = Pipe()
+        let out = Pipe()
+        let err = Pipe()
         let process = try launch(tool, arguments, backtracer: backtracer, stdout: out, stderr: err)
         // Drain both pipes on other threads so a chatty child never blocks on a full pipe.
-        let outData = DrainedPipe(out), errData = DrainedPipe(err)
+        let outData = DrainedPipe(out)
+        let errData = DrainedPipe(err)
         let deadline = ContinuousClock.now + timeout
         while process.isRunning && ContinuousClock.now < deadline {
             Thread.sleep(forTimeInterval: 0.005)
@@ -79,16 +87,17 @@ enum ChildProcess {
             XCTFail("\(tool.lastPathComponent) \(arguments.joined(separator: " ")) did not finish within \(timeout)")
         }
         process.waitUntilExit()
-        return ChildResult(status: process.terminationStatus,
-                           signalled: process.terminationReason == .uncaughtSignal,
-                           standardOutput: outData.text(), standardError: errData.text())
+        return ChildResult(
+            status: process.terminationStatus,
+            signalled: process.terminationReason == .uncaughtSignal,
+            standardOutput: outData.text(), standardError: errData.text())
     }
 }
 
 /// Reads a pipe to its end on a background thread.
 final class DrainedPipe: @unchecked Sendable {
     private let done = DispatchSemaphore(value: 0)
-    private var data = Data()   // written by the reader thread before `done` is signalled
+    private var data = Data() // written by the reader thread before `done` is signalled
 
     init(_ pipe: Pipe) {
         let handle = pipe.fileHandleForReading

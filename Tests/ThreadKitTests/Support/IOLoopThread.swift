@@ -92,7 +92,8 @@ enum ProcessProbe {
     static var cpuTime: Duration {
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
-        let micros = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000
+        let micros =
+            (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000
             + Int(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec)
         return .microseconds(micros)
     }
@@ -127,13 +128,17 @@ enum IOTestFD {
     static func pipe() -> (read: Int32, write: Int32) {
         var fds: [Int32] = [0, 0]
         XCTAssertEqual(Glibc.pipe(&fds), 0)
-        for fd in fds { _ = fcntl(fd, F_SETFL, O_NONBLOCK); _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        for fd in fds {
+            _ = fcntl(fd, F_SETFL, O_NONBLOCK)
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        }
         return (fds[0], fds[1])
     }
 
     static func socketPair() -> (Int32, Int32) {
         var fds: [Int32] = [0, 0]
-        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &fds), 0)
+        XCTAssertEqual(
+            socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &fds), 0)
         return (fds[0], fds[1])
     }
 

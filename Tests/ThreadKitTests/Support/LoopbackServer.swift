@@ -4,6 +4,7 @@
 // until `drain()`).
 import Foundation
 import Glibc
+import ThreadKit
 import XCTest
 
 final class LoopbackServer: @unchecked Sendable {
@@ -126,8 +127,6 @@ final class StreamHandler: TKStreamDelegate, @unchecked Sendable {
     init(_ handle: @escaping @Sendable (TKStream, TKStream.Event) -> Void) { self.handle = handle }
     func stream(_ aStream: TKStream, handle eventCode: TKStream.Event) { handle(aStream, eventCode) }
 }
-
-import ThreadKit
 
 /// A deterministic byte pattern for exact-content checks.
 func pattern(_ count: Int, seed: Int = 0) -> [UInt8] {

@@ -6,11 +6,13 @@ import XCTest
 
 func assertMisuse(_ role: String, mentions fragments: [String], file: StaticString = #filePath, line: UInt = #line) throws {
     let result = try ChildProcess.run(role)
-    XCTAssertTrue(result.signalled || result.status != 0,
-                  "\(role) kept running after the misuse (status \(result.status))", file: file, line: line)
+    XCTAssertTrue(
+        result.signalled || result.status != 0,
+        "\(role) kept running after the misuse (status \(result.status))", file: file, line: line)
     XCTAssertTrue(result.standardError.contains("ThreadKit misuse:"), "stderr was: \(result.standardError)", file: file, line: line)
     for fragment in fragments {
-        XCTAssertTrue(result.standardError.contains(fragment), "stderr lacks \"\(fragment)\": \(result.standardError)",
-                      file: file, line: line)
+        XCTAssertTrue(
+            result.standardError.contains(fragment), "stderr lacks \"\(fragment)\": \(result.standardError)",
+            file: file, line: line)
     }
 }

@@ -8,8 +8,8 @@ import XCTest
 func assertMutualExclusion(_ make: () -> any TKLocking, file: StaticString = #filePath, line: UInt = #line) {
     for threads in [2, 4, 10] {
         let lock = make()
-        let counter = Shared(0)        // guarded by lock
-        let inside = Atomic<Int>(0)    // independent witness of overlap
+        let counter = Shared(0) // guarded by lock
+        let inside = Atomic<Int>(0) // independent witness of overlap
         let overlaps = JudgedCounter()
         let perThread = stress(1_000_000) / threads
         let workers = TestThread.spawn(threads, "exclusion") { _ in

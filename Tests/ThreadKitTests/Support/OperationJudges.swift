@@ -6,15 +6,21 @@ import Foundation
 /// Events in the order they happened, as seen under one pthread mutex.
 final class EventLog: @unchecked Sendable {
     private var mutex = pthread_mutex_t()
-    private var events: [String] = []   // guarded by mutex
+    private var events: [String] = [] // guarded by mutex
     init() { pthread_mutex_init(&mutex, nil) }
     deinit { pthread_mutex_destroy(&mutex) }
 
     func append(_ event: String) {
-        pthread_mutex_lock(&mutex); events.append(event); pthread_mutex_unlock(&mutex)
+        pthread_mutex_lock(&mutex)
+        events.append(event)
+        pthread_mutex_unlock(&mutex)
     }
 
-    var all: [String] { pthread_mutex_lock(&mutex); defer { pthread_mutex_unlock(&mutex) }; return events }
+    var all: [String] {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return events
+    }
 
     /// The position of `event` in the log, nil if absent.
     func index(of event: String) -> Int? { all.firstIndex(of: event) }
@@ -23,15 +29,26 @@ final class EventLog: @unchecked Sendable {
 /// How many bodies run at once, and the most that ever did.
 final class ConcurrencyMeter: @unchecked Sendable {
     private var mutex = pthread_mutex_t()
-    private var current = 0, highest = 0   // guarded by mutex
+    private var current = 0, highest = 0 // guarded by mutex
     init() { pthread_mutex_init(&mutex, nil) }
     deinit { pthread_mutex_destroy(&mutex) }
 
     func enter() {
-        pthread_mutex_lock(&mutex); current += 1; highest = max(highest, current); pthread_mutex_unlock(&mutex)
+        pthread_mutex_lock(&mutex)
+        current += 1
+        highest = max(highest, current)
+        pthread_mutex_unlock(&mutex)
     }
-    func leave() { pthread_mutex_lock(&mutex); current -= 1; pthread_mutex_unlock(&mutex) }
-    var peak: Int { pthread_mutex_lock(&mutex); defer { pthread_mutex_unlock(&mutex) }; return highest }
+    func leave() {
+        pthread_mutex_lock(&mutex)
+        current -= 1
+        pthread_mutex_unlock(&mutex)
+    }
+    var peak: Int {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return highest
+    }
 }
 
 /// SplitMix64: small, fast, and the same sequence for the same seed on every machine.

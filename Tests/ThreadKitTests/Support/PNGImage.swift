@@ -24,10 +24,12 @@ struct PNGImage {
             throw Failure(description: "not a PNG")
         }
         func u32(_ at: Int) -> Int { bytes[at..<at + 4].reduce(0) { $0 << 8 | Int($1) } }
-        var offset = 8, compressed: [UInt8] = []
+        var offset = 8
+        var compressed: [UInt8] = []
         var header: (width: Int, height: Int, depth: UInt8, color: UInt8, interlace: UInt8)?
         while offset + 8 <= bytes.count {
-            let length = u32(offset), type = String(decoding: bytes[offset + 4..<offset + 8], as: UTF8.self)
+            let length = u32(offset)
+            let type = String(decoding: bytes[offset + 4..<offset + 8], as: UTF8.self)
             let body = offset + 8
             guard body + length <= bytes.count else { throw Failure(description: "truncated \(type) chunk") }
             if type == "IHDR" { header = (u32(body), u32(body + 4), bytes[body + 8], bytes[body + 9], bytes[body + 12]) }
@@ -58,7 +60,10 @@ struct PNGImage {
                 case 2: predictor = b
                 case 3: predictor = (a + b) / 2
                 case 4:
-                    let p = a + b - c, pa = abs(p - a), pb = abs(p - b), pc = abs(p - c)
+                    let p = a + b - c
+                    let pa = abs(p - a)
+                    let pb = abs(p - b)
+                    let pc = abs(p - c)
                     predictor = pa <= pb && pa <= pc ? a : pb <= pc ? b : c
                 default: throw Failure(description: "bad filter \(filter) on row \(y)")
                 }
@@ -68,7 +73,8 @@ struct PNGImage {
         pixels = out
     }
 
-    private typealias Uncompress = @convention(c) (UnsafeMutablePointer<UInt8>, UnsafeMutablePointer<UInt>, UnsafePointer<UInt8>, UInt) -> Int32
+    private typealias Uncompress =
+        @convention(c) (UnsafeMutablePointer<UInt8>, UnsafeMutablePointer<UInt>, UnsafePointer<UInt8>, UInt) -> Int32
 
     private static func inflate(_ source: [UInt8], into destination: inout [UInt8]) throws {
         guard let library = dlopen("libz.so.1", RTLD_NOW), let symbol = dlsym(library, "uncompress") else {

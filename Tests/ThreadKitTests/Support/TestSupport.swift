@@ -44,7 +44,7 @@ final class SpinBarrier: Sendable {
         let current = generation.load(ordering: .acquiring)
         if arrived.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue == parties {
             arrived.store(0, ordering: .relaxed)
-            generation.wrappingAdd(1, ordering: .releasing)   // pairs with the acquiring loads below
+            generation.wrappingAdd(1, ordering: .releasing) // pairs with the acquiring loads below
             return true
         }
         var spins = 0
@@ -85,7 +85,7 @@ final class TestThread: Sendable {
         let thread = Thread { [self] in
             tid.store(KernelThread.currentID(), ordering: .releasing)
             body()
-            finished.store(true, ordering: .releasing)   // pairs with `join`: publishes the body's writes
+            finished.store(true, ordering: .releasing) // pairs with `join`: publishes the body's writes
         }
         thread.name = name
         thread.start()
@@ -141,7 +141,8 @@ enum KernelThread {
     /// The scheduler state letter of thread `tid` ("R" running, "S" sleeping, …), nil if gone.
     static func state(_ tid: Int32) -> Character? {
         guard let stat = read("/proc/self/task/\(tid)/stat"),
-              let close = stat.lastIndex(of: ")") else { return nil }
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
         // Format: "tid (name) S …"; the name may contain spaces or parentheses, hence lastIndex.
         return stat[stat.index(after: close)...].first { $0 != " " }
     }

@@ -8,8 +8,10 @@ import XCTest
 enum Workers {
     /// Runs `body(index)` on `count` new threads, released together by a start gate, and waits
     /// (at most `timeout`) for all of them. Fails the test if they do not finish in time.
-    static func run(_ count: Int, timeout: TimeInterval = 60, file: StaticString = #filePath, line: UInt = #line,
-                    _ body: @escaping @Sendable (Int) -> Void) {
+    static func run(
+        _ count: Int, timeout: TimeInterval = 60, file: StaticString = #filePath, line: UInt = #line,
+        _ body: @escaping @Sendable (Int) -> Void
+    ) {
         let group = DispatchGroup()
         let gate = DispatchSemaphore(value: 0)
         for index in 0..<count {
@@ -22,8 +24,9 @@ enum Workers {
             thread.start()
         }
         for _ in 0..<count { gate.signal() }
-        XCTAssertEqual(group.wait(timeout: .now() + timeout), .success, "threads did not finish within \(timeout) s",
-                       file: file, line: line)
+        XCTAssertEqual(
+            group.wait(timeout: .now() + timeout), .success, "threads did not finish within \(timeout) s",
+            file: file, line: line)
     }
 
     /// Starts `body` on a new thread; the returned group is left when it returns.
@@ -44,8 +47,16 @@ final class JudgedCounter: @unchecked Sendable {
     private var value = 0
     init() { pthread_mutex_init(&mutex, nil) }
     deinit { pthread_mutex_destroy(&mutex) }
-    func add(_ n: Int = 1) { pthread_mutex_lock(&mutex); value += n; pthread_mutex_unlock(&mutex) }
-    var count: Int { pthread_mutex_lock(&mutex); defer { pthread_mutex_unlock(&mutex) }; return value }
+    func add(_ n: Int = 1) {
+        pthread_mutex_lock(&mutex)
+        value += n
+        pthread_mutex_unlock(&mutex)
+    }
+    var count: Int {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return value
+    }
 }
 
 /// A value shared by test threads; the test states which lock guards each use.
@@ -58,7 +69,7 @@ final class Shared<Value>: @unchecked Sendable {
 /// (it does not see Synchronization.Mutex's lock path and reports false races through it).
 final class Guarded<Value>: @unchecked Sendable {
     private var mutex = pthread_mutex_t()
-    private var value: Value   // guarded by mutex
+    private var value: Value // guarded by mutex
 
     init(_ value: Value) {
         self.value = value

@@ -100,8 +100,9 @@ public struct TKDispatchData: RandomAccessCollection, Sendable, CustomDebugStrin
         guard region.count > 0 else { return }
         let (total, overflow) = count.addingReportingOverflow(region.count)
         if overflow {
-            misuse("TKDispatchData.append: the data would hold \(count) + \(region.count) bytes, more than Int.max. "
-                   + "Fix: keep a data value's total size within Int.max bytes (split it into several values).")
+            misuse(
+                "TKDispatchData.append: the data would hold \(count) + \(region.count) bytes, more than Int.max. "
+                    + "Fix: keep a data value's total size within Int.max bytes (split it into several values).")
         }
         starts.append(count)
         parts.append(region)
@@ -154,8 +155,9 @@ public struct TKDispatchData: RandomAccessCollection, Sendable, CustomDebugStrin
     /// (dispatch_data_copy_region). A location outside `0..<count` is a misuse.
     public func region(location: Int) -> (data: TKDispatchData, offset: Int) {
         guard location >= 0, location < count else {
-            misuse("TKDispatchData.region(location: \(location)) is outside the data's \(count) bytes. "
-                   + "Fix: pass a location within 0..<count.")
+            misuse(
+                "TKDispatchData.region(location: \(location)) is outside the data's \(count) bytes. "
+                    + "Fix: pass a location within 0..<count.")
         }
         let i = regionIndex(containing: location)
         var one = TKDispatchData()
@@ -221,7 +223,8 @@ public struct TKDispatchData: RandomAccessCollection, Sendable, CustomDebugStrin
 
     /// Binary search over `starts`. `location` is within 0..<count.
     private func regionIndex(containing location: Int) -> Int {
-        var low = 0, high = parts.count - 1
+        var low = 0
+        var high = parts.count - 1
         while low < high {
             let mid = (low + high + 1) / 2
             if starts[mid] <= location { low = mid } else { high = mid - 1 }

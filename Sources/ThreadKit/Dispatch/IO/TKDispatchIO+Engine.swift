@@ -74,10 +74,17 @@ extension TKDispatchIO {
         case .descriptor(let given): fd = given
         case .path(let path, let oflag, let mode):
             fd = open(path, oflag | O_CLOEXEC, mode)
-            if fd < 0 { openError = errno; return }
+            if fd < 0 {
+                openError = errno
+                return
+            }
         }
-        var size: Int64 = 0, links: UInt64 = 0
-        guard tk_fd_size_links(fd, &size, &links) == 0 else { openError = errno; return }
+        var size: Int64 = 0
+        var links: UInt64 = 0
+        guard tk_fd_size_links(fd, &size, &links) == 0 else {
+            openError = errno
+            return
+        }
         var st = stat()
         _ = fstat(fd, &st)
         isRegular = st.st_mode & S_IFMT == S_IFREG
@@ -105,16 +112,17 @@ extension TKDispatchIO {
         for _ in 0..<TKDispatchIO.chunksPerTurn {
             let wanted = min(length - operation.transferred, TKDispatchIO.chunkSize)
             if wanted <= 0 { return finish(operation, error: 0) }
-            var at: off_t = 0   // random access: where in the file
+            var at: off_t = 0 // random access: where in the file
             if type == .random {
                 guard let position = filePosition(of: operation) else { return finish(operation, error: EINVAL) }
                 at = position
             }
             let memory = malloc(wanted)!
-            let n: Int = switch type {
-            case .stream: Glibc.read(fd, memory, wanted)
-            case .random: pread(fd, memory, wanted, at)
-            }
+            let n: Int =
+                switch type {
+                case .stream: Glibc.read(fd, memory, wanted)
+                case .random: pread(fd, memory, wanted, at)
+                }
             if n > 0 {
                 let bytes = realloc(memory, n) ?? memory
                 operation.data.append(TKDispatchData(bytesNoCopy: UnsafeRawBufferPointer(start: bytes, count: n), deallocator: .free))
@@ -127,9 +135,9 @@ extension TKDispatchIO {
             free(memory)
             if n < 0 && error == EINTR { continue }
             if n < 0 && (error == EAGAIN || error == EWOULDBLOCK) && !isRegular { return waitUntilReady(write: false) }
-            return finish(operation, error: error)   // end of file (0) or a failure
+            return finish(operation, error: error) // end of file (0) or a failure
         }
-        channel.async { [self] in pump() }   // more to do: yield, then go on
+        channel.async { [self] in pump() } // more to do: yield, then go on
     }
 
     /// Waits for the descriptor to become readable (or writable) through a source on the
@@ -137,8 +145,10 @@ extension TKDispatchIO {
     private func waitUntilReady(write: Bool) {
         if write { writeWaiting = true } else { readWaiting = true }
         if let existing = write ? writeSource : readSource { return existing.resume() }
-        let source = write ? TKDispatchSource.makeWriteSource(fileDescriptor: fd, queue: channel)
-                           : TKDispatchSource.makeReadSource(fileDescriptor: fd, queue: channel)
+        let source =
+            write
+            ? TKDispatchSource.makeWriteSource(fileDescriptor: fd, queue: channel)
+            : TKDispatchSource.makeReadSource(fileDescriptor: fd, queue: channel)
         source.setEventHandler { [weak self, unowned source] in
             source.suspend()
             guard let self else { return }
@@ -154,7 +164,7 @@ extension TKDispatchIO {
     private func advanceWrite(_ operation: IOOperation) {
         for _ in 0..<TKDispatchIO.chunksPerTurn {
             guard operation.data.count > 0 else { return finish(operation, error: 0) }
-            var at: off_t = 0   // random access: where in the file
+            var at: off_t = 0 // random access: where in the file
             if type == .random {
                 guard let position = filePosition(of: operation) else { return finish(operation, error: EINVAL) }
                 at = position
@@ -237,7 +247,7 @@ extension TKDispatchIO {
         case .write:
             deliver(operation, done: true, data: operation.data.count > 0 ? operation.data : nil, error: error)
         case .barrier(let block):
-            block()   // a barrier of a stopped channel still runs (it may be the caller's only signal)
+            block() // a barrier of a stopped channel still runs (it may be the caller's only signal)
         }
         operation.data = TKDispatchData()
         // What waits behind it may start now.
@@ -292,8 +302,14 @@ extension TKDispatchIO {
     func releaseDescriptor() {
         // A source not waiting sits suspended (its handler suspended it): resume it once cancelled,
         // so it ends (a suspended source keeps its handlers).
-        if let readSource { readSource.cancel(); if !readWaiting { readSource.resume() } }
-        if let writeSource { writeSource.cancel(); if !writeWaiting { writeSource.resume() } }
+        if let readSource {
+            readSource.cancel()
+            if !readWaiting { readSource.resume() }
+        }
+        if let writeSource {
+            writeSource.cancel()
+            if !writeWaiting { writeSource.resume() }
+        }
         readSource = nil
         writeSource = nil
         if fd >= 0 {

@@ -6,8 +6,10 @@ extension TKDispatchIO {
     /// Reads up to `maxLength` bytes from `fileDescriptor` (`Int.max`: to the end of file) at its
     /// position, then calls `handler` on `queue` once with all of them and 0, or what was read
     /// and the errno that stopped it (dispatch_read).
-    public static func read(fromFileDescriptor fileDescriptor: Int32, maxLength: Int, runningHandlerOn queue: TKDispatchQueue,
-                            handler: @escaping @Sendable (_ data: TKDispatchData, _ error: Int32) -> Void) {
+    public static func read(
+        fromFileDescriptor fileDescriptor: Int32, maxLength: Int, runningHandlerOn queue: TKDispatchQueue,
+        handler: @escaping @Sendable (_ data: TKDispatchData, _ error: Int32) -> Void
+    ) {
         let io = TKDispatchIO(type: .stream, fileDescriptor: fileDescriptor, queue: queue) { _ in }
         io.setLimit(lowWater: Int.max)
         let collected = OneShotBuffer()
@@ -22,8 +24,10 @@ extension TKDispatchIO {
 
     /// Writes all of `data` to `fileDescriptor` at its position, then calls `handler` on `queue`
     /// once with nil and 0, or the bytes not written and the errno that stopped it (dispatch_write).
-    public static func write(toFileDescriptor fileDescriptor: Int32, data: TKDispatchData, runningHandlerOn queue: TKDispatchQueue,
-                             handler: @escaping @Sendable (_ data: TKDispatchData?, _ error: Int32) -> Void) {
+    public static func write(
+        toFileDescriptor fileDescriptor: Int32, data: TKDispatchData, runningHandlerOn queue: TKDispatchQueue,
+        handler: @escaping @Sendable (_ data: TKDispatchData?, _ error: Int32) -> Void
+    ) {
         let io = TKDispatchIO(type: .stream, fileDescriptor: fileDescriptor, queue: queue) { _ in }
         io.write(offset: 0, data: data, queue: io.channel) { done, remaining, error in
             guard done else { return }

@@ -64,34 +64,34 @@ public final class TKDispatchIO: @unchecked Sendable {
     enum Origin { case descriptor(Int32), path(String, Int32, mode_t) }
     let origin: Origin
 
-    var fd: Int32 = -1                                   // channel
-    var opened = false                                   // channel: the open step ran
-    var openError: Int32 = 0                             // channel
-    var isRegular = false                                // channel
-    var isSocket = false                                 // channel
+    var fd: Int32 = -1 // channel
+    var opened = false // channel: the open step ran
+    var openError: Int32 = 0 // channel
+    var isRegular = false // channel
+    var isSocket = false // channel
     /// The descriptor's flags before the channel made it non-blocking (restored at cleanup).
-    var originalFlags: Int32?                            // channel
+    var originalFlags: Int32? // channel
     /// Random access: the position the offsets are relative to.
-    var basePosition: off_t = 0                          // channel
-    var operations: [IOOperation] = []                   // channel: FIFO of reads, writes, barriers
-    var closed = false                                   // channel
-    var cleanedUp = false                                // channel
-    var cleanupHandler: (@Sendable (Int32) -> Void)?     // channel
+    var basePosition: off_t = 0 // channel
+    var operations: [IOOperation] = [] // channel: FIFO of reads, writes, barriers
+    var closed = false // channel
+    var cleanedUp = false // channel
+    var cleanupHandler: (@Sendable (Int32) -> Void)? // channel
     /// I/O handler calls submitted and not yet returned: the cleanup handler waits for them, as
     /// handlers and cleanup may go to a concurrent queue where submission order is not run order.
-    let deliveries = TKDispatchGroup()                   // any thread (the group is thread-safe)
-    var highWater = Int.max                              // channel
-    var lowWater = TKDispatchIO.chunkSize                // channel
-    var interval: Duration?                              // channel
-    var strictInterval = false                           // channel
-    var tickScheduled = false                            // channel
-    var readSource: TKDispatchSource?                    // channel
-    var writeSource: TKDispatchSource?                   // channel
+    let deliveries = TKDispatchGroup() // any thread (the group is thread-safe)
+    var highWater = Int.max // channel
+    var lowWater = TKDispatchIO.chunkSize // channel
+    var interval: Duration? // channel
+    var strictInterval = false // channel
+    var tickScheduled = false // channel
+    var readSource: TKDispatchSource? // channel
+    var writeSource: TKDispatchSource? // channel
     /// The channel itself while operations are pending (a waiting read keeps its channel, as a
     /// libdispatch operation retains its channel); nil when none is.
-    var keepAlive: TKDispatchIO?                         // channel
+    var keepAlive: TKDispatchIO? // channel
     /// A source waits for readiness (resumed), or sits suspended.
-    var readWaiting = false, writeWaiting = false        // channel
+    var readWaiting = false, writeWaiting = false // channel
 
     // MARK: Creating
 
@@ -99,8 +99,10 @@ public final class TKDispatchIO: @unchecked Sendable {
     /// until the cleanup handler runs on `queue` (with 0, or the errno that made the descriptor
     /// unusable); close it only after that. A descriptor that is not open fails every operation
     /// with EBADF.
-    public init(type: StreamType, fileDescriptor: Int32, queue: TKDispatchQueue,
-                cleanupHandler: @escaping @Sendable (_ error: Int32) -> Void) {
+    public init(
+        type: StreamType, fileDescriptor: Int32, queue: TKDispatchQueue,
+        cleanupHandler: @escaping @Sendable (_ error: Int32) -> Void
+    ) {
         self.type = type
         self.queue = queue
         origin = .descriptor(fileDescriptor)
@@ -112,11 +114,15 @@ public final class TKDispatchIO: @unchecked Sendable {
     /// `mode` before the first operation; the channel closes it. A path that is not absolute
     /// throws `TKError` (`.invalidArgument`); an open that fails fails every operation with its
     /// errno and passes it to the cleanup handler.
-    public init(type: StreamType, path: String, oflag: Int32, mode: mode_t, queue: TKDispatchQueue,
-                cleanupHandler: @escaping @Sendable (_ error: Int32) -> Void) throws {
+    public init(
+        type: StreamType, path: String, oflag: Int32, mode: mode_t, queue: TKDispatchQueue,
+        cleanupHandler: @escaping @Sendable (_ error: Int32) -> Void
+    ) throws {
         guard path.hasPrefix("/") else {
-            throw TKError(.invalidArgument, "TKDispatchIO(path: \"\(path)\"): the path is not absolute. "
-                          + "Fix: pass an absolute path (the channel opens it later, from another thread).")
+            throw TKError(
+                .invalidArgument,
+                "TKDispatchIO(path: \"\(path)\"): the path is not absolute. "
+                    + "Fix: pass an absolute path (the channel opens it later, from another thread).")
         }
         self.type = type
         self.queue = queue

@@ -30,8 +30,12 @@ struct DispatchLock: @unchecked Sendable {
     /// Acquiring on success: pairs with the releasing exchange in `unlock`.
     @inline(__always)
     func lock() {
-        if word.pointer.pointee.compareExchange(expected: 0, desired: 1, successOrdering: .acquiring,
-                                                failureOrdering: .relaxed).exchanged { return }
+        if word.pointer.pointee.compareExchange(
+            expected: 0, desired: 1, successOrdering: .acquiring,
+            failureOrdering: .relaxed
+        ).exchanged {
+            return
+        }
         lockSlow()
     }
 
@@ -49,8 +53,10 @@ struct DispatchLock: @unchecked Sendable {
     /// the flag after `unlockSequentiallyConsistent`; docs/DispatchPool.md, "Staging").
     @inline(__always)
     func tryLock() -> Bool {
-        word.pointer.pointee.compareExchange(expected: 0, desired: 1, successOrdering: .sequentiallyConsistent,
-                                             failureOrdering: .sequentiallyConsistent).exchanged
+        word.pointer.pointee.compareExchange(
+            expected: 0, desired: 1, successOrdering: .sequentiallyConsistent,
+            failureOrdering: .sequentiallyConsistent
+        ).exchanged
     }
 
     /// Whether threads sleep on the lock now (its word is 2): waiting for it would mean parking
@@ -79,8 +85,13 @@ struct DispatchLock: @unchecked Sendable {
         var spin = SpinWait.forLock()
         while spin.spin() {
             if atomic.pointee.load(ordering: .relaxed) == 0,
-               atomic.pointee.compareExchange(expected: 0, desired: 1, successOrdering: .acquiring,
-                                              failureOrdering: .relaxed).exchanged { return }
+                atomic.pointee.compareExchange(
+                    expected: 0, desired: 1, successOrdering: .acquiring,
+                    failureOrdering: .relaxed
+                ).exchanged
+            {
+                return
+            }
         }
         // Announce a sleeper (2) and sleep while the word stays 2; acquire with 2 kept, since
         // others may still sleep.

@@ -57,25 +57,25 @@ final class DispatchManager: @unchecked Sendable {
     /// entries are then plain values, and sifting one of 25,000 timers moves bytes instead of
     /// copying, retaining and releasing an enum with a reference each step (that made a fire cost
     /// several times libdispatch's; issue 12).
-    private var heap = DeadlineHeap<Int>()                          // guarded by lock
-    private var timerTargets: [TimerTarget?] = []                   // guarded by lock
-    private var freeTimerSlots: [Int] = []                          // guarded by lock
-    private var watches: [Int32: Watch] = [:]                       // guarded by lock
-    private var signalSources: [Int32: [TKDispatchSource]] = [:]    // guarded by lock
-    private var caughtSignals: [Int32: Int] = [:]                   // guarded by lock: sources per signal
-    private var threadRunning = false                               // guarded by lock
+    private var heap = DeadlineHeap<Int>() // guarded by lock
+    private var timerTargets: [TimerTarget?] = [] // guarded by lock
+    private var freeTimerSlots: [Int] = [] // guarded by lock
+    private var watches: [Int32: Watch] = [:] // guarded by lock
+    private var signalSources: [Int32: [TKDispatchSource]] = [:] // guarded by lock
+    private var caughtSignals: [Int32: Int] = [:] // guarded by lock: sources per signal
+    private var threadRunning = false // guarded by lock
     /// Descriptors sources own, with the generation in their token (a closed and reused number
     /// never reaches the new owner with the old one's events).
-    private var owned: [Int32: (source: TKDispatchSource, generation: UInt64)] = [:]   // guarded by lock
-    private var ownedGeneration: UInt64 = 0                         // guarded by lock
+    private var owned: [Int32: (source: TKDispatchSource, generation: UInt64)] = [:] // guarded by lock
+    private var ownedGeneration: UInt64 = 0 // guarded by lock
     /// The inotify instance (created on first use, lives for the process; -1 before).
-    private var inotifyFD: Int32 = -1                               // guarded by lock
+    private var inotifyFD: Int32 = -1 // guarded by lock
     /// Per watch descriptor: how many sources hold it (made and not yet cancelled or freed) and
     /// which of them are active (receive its events).
-    private var inotifyHolders: [Int32: Int] = [:]                  // guarded by lock
-    private var inotifySources: [Int32: [TKDispatchSource]] = [:]   // guarded by lock
+    private var inotifyHolders: [Int32: Int] = [:] // guarded by lock
+    private var inotifySources: [Int32: [TKDispatchSource]] = [:] // guarded by lock
     /// Process sources of this very process watching `.signal`.
-    private var ownSignalSources: [TKDispatchSource] = []           // guarded by lock
+    private var ownSignalSources: [TKDispatchSource] = [] // guarded by lock
     /// A wake-up write is outstanding (coalesces wakes). Cleared by the manager thread after it
     /// drains the eventfd, before it looks at its state again (sequentially consistent both sides).
     private let wakePending = Atomic<Bool>(false)
@@ -87,8 +87,9 @@ final class DispatchManager: @unchecked Sendable {
         wakeFD = tk_eventfd()
         timerFD = tk_timerfd()
         guard epoll >= 0, wakeFD >= 0, timerFD >= 0,
-              tk_epoll_ctl(epoll, 1, wakeFD, DispatchManager.pollIn, DispatchManager.wakeToken) == 0,
-              tk_epoll_ctl(epoll, 1, timerFD, DispatchManager.pollIn, DispatchManager.timerToken) == 0 else {
+            tk_epoll_ctl(epoll, 1, wakeFD, DispatchManager.pollIn, DispatchManager.wakeToken) == 0,
+            tk_epoll_ctl(epoll, 1, timerFD, DispatchManager.pollIn, DispatchManager.timerToken) == 0
+        else {
             fatalError("ThreadKit: cannot create the dispatch manager's epoll/eventfd/timerfd: \(SystemCall.errorName(errno))")
         }
         tk_signal_set_wake_fd(wakeFD)
@@ -147,7 +148,13 @@ final class DispatchManager: @unchecked Sendable {
                 return .refused(error)
             }
         }
-        if write { w.writers.append(source); w.armedWrite = true } else { w.readers.append(source); w.armedRead = true }
+        if write {
+            w.writers.append(source)
+            w.armedWrite = true
+        } else {
+            w.readers.append(source)
+            w.armedRead = true
+        }
         if w.registered {
             _ = tk_epoll_ctl(epoll, 3, fd, interest(w), DispatchManager.fdTokenBase + UInt64(fd))
         }
@@ -218,7 +225,10 @@ final class DispatchManager: @unchecked Sendable {
     func releaseSignal(_ signal: Int32) {
         lock.withLock {
             guard let n = caughtSignals[signal] else { return }
-            if n > 1 { caughtSignals[signal] = n - 1; return }
+            if n > 1 {
+                caughtSignals[signal] = n - 1
+                return
+            }
             caughtSignals[signal] = nil
             _ = tk_signal_restore(signal)
         }
@@ -227,7 +237,7 @@ final class DispatchManager: @unchecked Sendable {
     /// Delivers deliveries of `signal` from now on to `source`.
     func watchSignal(_ signal: Int32, source: TKDispatchSource) {
         register {
-            if signalSources[signal] == nil { _ = tk_signal_take(signal) }   // earlier deliveries are not its
+            if signalSources[signal] == nil { _ = tk_signal_take(signal) } // earlier deliveries are not its
             signalSources[signal, default: []].append(source)
         }
     }
@@ -266,9 +276,10 @@ final class DispatchManager: @unchecked Sendable {
         } catch {
             lock.withLock { threadRunning = false }
             if !reportedStartFailure.exchange(true, ordering: .relaxed) {
-                SystemCall.report("ThreadKit: the dispatch manager thread (asyncAfter, timer and descriptor sources) could not "
-                                  + "be started (\(error)). ThreadKit retries with back-off (up to 1 s); they run once a "
-                                  + "thread can start. (Reported once.)")
+                SystemCall.report(
+                    "ThreadKit: the dispatch manager thread (asyncAfter, timer and descriptor sources) could not "
+                        + "be started (\(error)). ThreadKit retries with back-off (up to 1 s); they run once a "
+                        + "thread can start. (Reported once.)")
             }
             ThreadStartRetry.shared.register(self) { [self] in retryStart() }
         }
@@ -285,7 +296,7 @@ final class DispatchManager: @unchecked Sendable {
     /// Anything for the thread to serve. Caller holds lock.
     private var hasRegistrationsLocked: Bool {
         !(heap.isEmpty && watches.isEmpty && signalSources.isEmpty && owned.isEmpty
-          && inotifySources.isEmpty && ownSignalSources.isEmpty)
+            && inotifySources.isEmpty && ownSignalSources.isEmpty)
     }
 
     /// Makes the manager's epoll_wait return (coalesced).
@@ -488,7 +499,10 @@ final class DispatchManager: @unchecked Sendable {
     func releaseFileWatch(_ wd: Int32) {
         lock.withLock {
             guard let n = inotifyHolders[wd] else { return }
-            if n > 1 { inotifyHolders[wd] = n - 1; return }
+            if n > 1 {
+                inotifyHolders[wd] = n - 1
+                return
+            }
             inotifyHolders[wd] = nil
             _ = tk_inotify_unwatch(inotifyFD, wd)
         }
@@ -518,7 +532,7 @@ final class DispatchManager: @unchecked Sendable {
             if n <= 0 { return }
             for i in 0..<Int(n) {
                 let sources = lock.withLock { () -> [TKDispatchSource] in
-                    if masks[i] & 0x8000 != 0 { inotifyHolders[wds[i]] = nil }   // IN_IGNORED: the watch is gone
+                    if masks[i] & 0x8000 != 0 { inotifyHolders[wds[i]] = nil } // IN_IGNORED: the watch is gone
                     return inotifySources[wds[i]] ?? []
                 }
                 for source in sources { source.fileSystemObjectChanged(inotifyMask: masks[i]) }

@@ -149,7 +149,8 @@ extension DispatchPool {
         for worker in scheduler[tier].workers where !worker.isIdle {
             let word = worker.activity.load(ordering: .acquiring)
             defer { worker.monitorSeen = worker.activity.load(ordering: .relaxed) }
-            let observable = word & 2 != 0, stalled = word & 1 != 0
+            let observable = word & 2 != 0
+            let stalled = word & 1 != 0
             guard observable, word == worker.monitorSeen else { continue }
             // Inside the same job since the last tick, not parked in ThreadKit.
             if !stalled {
@@ -160,13 +161,19 @@ extension DispatchPool {
                 // thread's state read (a /proc read, ~10 µs: not once per tick per long job).
                 let compensate = scheduler.saturatedWithWork(tier)
                 if compensate, DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
-                   worker.activity.compareExchange(expected: word, desired: word | 1,
-                                                   ordering: .acquiringAndReleasing).exchanged {
+                    worker.activity.compareExchange(
+                        expected: word, desired: word | 1,
+                        ordering: .acquiringAndReleasing
+                    ).exchanged
+                {
                     scheduler.stall(tier)
                 }
             } else if !DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
-                      worker.activity.compareExchange(expected: word, desired: word & ~1,
-                                                      ordering: .acquiringAndReleasing).exchanged {
+                worker.activity.compareExchange(
+                    expected: word, desired: word & ~1,
+                    ordering: .acquiringAndReleasing
+                ).exchanged
+            {
                 // Runnable again inside the same job: it counts as running (the tier may be over
                 // width until a worker reaches a job boundary).
                 scheduler.unstall(tier)
@@ -179,7 +186,8 @@ extension DispatchPool {
     /// (`D`) rather than running or runnable, from /proc/self/task/TID/stat. False if unknown.
     static func threadIsWaiting(_ tid: UInt32) -> Bool {
         guard tid != 0, let stat = SystemCall.readSmallFile("/proc/self/task/\(tid)/stat", limit: 512),
-              let close = stat.lastIndex(of: ")") else { return false }
+            let close = stat.lastIndex(of: ")")
+        else { return false }
         // "TID (COMM) STATE ...": COMM may hold spaces and parentheses, so look after the last ')'.
         let rest = stat[stat.index(after: close)...].drop(while: { $0 == " " })
         guard let state = rest.first else { return false }

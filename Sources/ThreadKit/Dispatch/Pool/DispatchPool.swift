@@ -96,7 +96,7 @@ final class DispatchPool: @unchecked Sendable {
     let monitor: UnsafeMutablePointer<MonitorState>
     /// Set to wake the monitor thread (docs/DispatchPool.md, "Workers blocked outside ThreadKit").
     let monitorEvent = ParkingEvent()
-    private var nextWorkerNumber = 0             // guarded by lock
+    private var nextWorkerNumber = 0 // guarded by lock
     /// Acquisitions of `lock` (TKPoolIntrospection), guarded by lock: a plain increment by each
     /// holder, so counting adds no atomic operation and no shared cache line of its own.
     private var lockAcquisitions = 0
@@ -115,8 +115,10 @@ final class DispatchPool: @unchecked Sendable {
         maxIdleSpinners = max(2, width / 4)
         stage = InjectionStage(width: width)
         schedulerStorage = .allocate(capacity: 1)
-        schedulerStorage.initialize(to: Scheduler(width: width, threadCap: threadCap,
-                                                  idleTimeout: DispatchPool.idleTimeoutNanoseconds))
+        schedulerStorage.initialize(
+            to: Scheduler(
+                width: width, threadCap: threadCap,
+                idleTimeout: DispatchPool.idleTimeoutNanoseconds))
         monitor = .allocate(capacity: 1)
         monitor.initialize(to: MonitorState())
     }
@@ -245,8 +247,10 @@ final class DispatchPool: @unchecked Sendable {
     }
 
     @inline(__always)
-    private func publish(_ tier: Scheduler.TierState, running: borrowing Atomic<Int>, searching: borrowing Atomic<Int>,
-                         idle: borrowing Atomic<Int>) {
+    private func publish(
+        _ tier: Scheduler.TierState, running: borrowing Atomic<Int>, searching: borrowing Atomic<Int>,
+        idle: borrowing Atomic<Int>
+    ) {
         if running.load(ordering: .relaxed) != tier.running { running.store(tier.running, ordering: .sequentiallyConsistent) }
         if searching.load(ordering: .relaxed) != tier.searching { searching.store(tier.searching, ordering: .sequentiallyConsistent) }
         if idle.load(ordering: .relaxed) != tier.idle.count { idle.store(tier.idle.count, ordering: .relaxed) }
@@ -484,8 +488,11 @@ final class DispatchPool: @unchecked Sendable {
         if background { thread.qualityOfService = .background }
         do {
             try thread.startOrThrow()
-            if reportedStartFailure.load(ordering: .relaxed) == 1 && reportedStartFailure.compareExchange(
-                expected: 1, desired: 2, ordering: .relaxed).exchanged {
+            if reportedStartFailure.load(ordering: .relaxed) == 1
+                && reportedStartFailure.compareExchange(
+                    expected: 1, desired: 2, ordering: .relaxed
+                ).exchanged
+            {
                 SystemCall.report("ThreadKit: the dispatch pool started a worker thread again; the work queued meanwhile runs now.")
             }
         } catch {
@@ -497,9 +504,10 @@ final class DispatchPool: @unchecked Sendable {
                 return scheduler.runQueues.totalCount
             }
             if reportedStartFailure.compareExchange(expected: 0, desired: 1, ordering: .relaxed).exchanged {
-                SystemCall.report("ThreadKit: the dispatch pool could not start a worker thread (\(error)). \(queued) job(s) "
-                                  + "wait; ThreadKit retries with back-off (up to 1 s) and runs them once a thread can start. "
-                                  + "(Reported once.)")
+                SystemCall.report(
+                    "ThreadKit: the dispatch pool could not start a worker thread (\(error)). \(queued) job(s) "
+                        + "wait; ThreadKit retries with back-off (up to 1 s) and runs them once a thread can start. "
+                        + "(Reported once.)")
             }
             ThreadStartRetry.shared.register(self) { [self] in retryWorkers() }
         }
@@ -522,23 +530,31 @@ final class DispatchPool: @unchecked Sendable {
     private func reportThreadCapReached() {
         scheduler.capReached = false
         guard !reportedThreadCap.load(ordering: .relaxed),
-              !reportedThreadCap.exchange(true, ordering: .relaxed) else { return }
-        SystemCall.report("ThreadKit: the dispatch pool reached its cap of \(threadCap) threads per tier "
-                          + "(width \(width)); jobs wait until a thread's job ends. Most of its threads are blocked: "
-                          + "blocking many pool jobs on each other or on I/O starves the pool. (Reported once.)")
+            !reportedThreadCap.exchange(true, ordering: .relaxed)
+        else { return }
+        SystemCall.report(
+            "ThreadKit: the dispatch pool reached its cap of \(threadCap) threads per tier "
+                + "(width \(width)); jobs wait until a thread's job ends. Most of its threads are blocked: "
+                + "blocking many pool jobs on each other or on I/O starves the pool. (Reported once.)")
     }
 
     // MARK: Observing (tests, TKPoolIntrospection)
 
     struct Snapshot {
-        let threads: Int; let running: Int; let blocked: Int; let stalled: Int; let idle: Int; let searching: Int
+        let threads: Int
+        let running: Int
+        let blocked: Int
+        let stalled: Int
+        let idle: Int
+        let searching: Int
     }
 
     func snapshot(background: Bool = false) -> Snapshot {
         withPoolLock {
             let s = scheduler[Tier(background: background)]
-            return Snapshot(threads: s.threads, running: s.running, blocked: s.blocked, stalled: s.stalled,
-                            idle: s.idle.count, searching: s.searching)
+            return Snapshot(
+                threads: s.threads, running: s.running, blocked: s.blocked, stalled: s.stalled,
+                idle: s.idle.count, searching: s.searching)
         }
     }
 
@@ -551,12 +567,14 @@ final class DispatchPool: @unchecked Sendable {
     /// TKPoolIntrospection.stateDescription.
     func stateDescription() -> String {
         withPoolLock {
-            var text = "ThreadKit dispatch pool: width \(width), thread cap \(threadCap), lock acquisitions "
+            var text =
+                "ThreadKit dispatch pool: width \(width), thread cap \(threadCap), lock acquisitions "
                 + "\(lockAcquisitions), stage pending \(stage.pending.load(ordering: .relaxed))\n"
             text += "run queues: \(scheduler.runQueues.stateDescription)\n"
             for tier in [Tier.normal, .background] {
                 let s = scheduler[tier]
-                text += "\(tier) tier: threads \(s.threads), running \(s.running), blocked \(s.blocked), "
+                text +=
+                    "\(tier) tier: threads \(s.threads), running \(s.running), blocked \(s.blocked), "
                     + "stalled \(s.stalled), idle \(s.idle.count), searching \(s.searching)"
                     + (scheduler.invariantHolds(tier) ? "" : " (COUNTER INVARIANT BROKEN)") + "\n"
                 for worker in s.workers {
@@ -564,7 +582,8 @@ final class DispatchPool: @unchecked Sendable {
                     let local = worker.local.count
                     worker.localLock.unlock()
                     let word = worker.activity.load(ordering: .relaxed)
-                    text += "  worker tid \(worker.threadID.load(ordering: .relaxed)): \(worker.isIdle ? "idle" : "busy"), "
+                    text +=
+                        "  worker tid \(worker.threadID.load(ordering: .relaxed)): \(worker.isIdle ? "idle" : "busy"), "
                         + "local \(local), activity \(word >> 2)\(word & 2 != 0 ? " in a job" : "")\(word & 1 != 0 ? " stalled" : "")\n"
                 }
             }

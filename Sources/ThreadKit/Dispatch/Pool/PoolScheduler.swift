@@ -133,7 +133,8 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     /// not aged) only makes sure a background worker will look when it ages.
     mutating func offer(_ tier: Tier, forStealing: Bool = false) -> Plan {
         guard self[tier].searching == 0, self[tier].running < width,
-              forStealing || runQueues.hasWork(background: tier.isBackground) else { return .none }
+            forStealing || runQueues.hasWork(background: tier.isBackground)
+        else { return .none }
         if tier == .background && !forStealing && !runQueues.backgroundAdmissible() {
             return offerAgingBackground()
         }
@@ -165,7 +166,8 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
         let aging = runQueues.backgroundAgingDeadline()
         if self[.background].threads == 0 { return wakeOrStart(.background) }
         if let worker = self[.background].idle.last, let aging,
-           worker.idleDeadline == 0 || worker.idleDeadline > aging {
+            worker.idleDeadline == 0 || worker.idleDeadline > aging
+        {
             return wakeOrStart(.background)
         }
         return .none
@@ -192,7 +194,8 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
         }
         // A background thief only while no normal work waits: the background admission rule.
         if !runQueues.hasWork(background: tier.isBackground)
-            && (tier == .normal || !runQueues.hasWork(background: false)) {
+            && (tier == .normal || !runQueues.hasWork(background: false))
+        {
             return .steal
         }
         return .idle
@@ -208,14 +211,16 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     /// background work start when no normal work is left or enough normal jobs started for it to
     /// age. Returns the plans for (its own tier, the background tier).
     mutating func started(_ tier: Tier, wasSearching: inout Bool) -> (own: Plan, background: Plan) {
-        var own = Plan.none, background = Plan.none
+        var own = Plan.none
+        var background = Plan.none
         if wasSearching {
             wasSearching = false
             self[tier].searching -= 1
             own = offer(tier)
         }
         if tier == .normal && runQueues.hasWork(background: true)
-            && (!runQueues.hasWork(background: false) || runQueues.backgroundPassesComplete) {
+            && (!runQueues.hasWork(background: false) || runQueues.backgroundPassesComplete)
+        {
             background = offer(.background)
         }
         check(tier)

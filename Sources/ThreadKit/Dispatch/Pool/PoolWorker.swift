@@ -127,7 +127,7 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
                 continue
             }
             switch sleepIdle() {
-            case .woken: searching = true           // the waker counted it searching
+            case .woken: searching = true // the waker counted it searching
             case .admittedItself: searching = false // aged background work; not counted searching
             case .retired: return
             }

@@ -186,7 +186,8 @@ struct RunQueues {
     /// offers the work — or it may run already).
     func backgroundAgingDeadline() -> UInt64? {
         guard nonEmpty & 1 != 0, nonEmpty & RunQueues.normalMask != 0, waitingSince[0] != 0,
-              passes[0] >= RunQueues.agingStarts[0] else { return nil }
+            passes[0] >= RunQueues.agingStarts[0]
+        else { return nil }
         return waitingSince[0] + RunQueues.agingTime[0]
     }
 

@@ -16,10 +16,11 @@ enum WorkerPriority {
         var limit = rlimit()
         if getrlimit(__rlimit_resource_t(13 /* RLIMIT_NICE */), &limit) == 0, limit.rlim_cur >= 30 { return true }
         guard let status = SystemCall.readSmallFile("/proc/self/status", limit: 8192),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("CapEff:") }),
-              let hex = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).last,
-              let bits = UInt64(hex, radix: 16) else { return false }
-        return bits & (1 << 23) != 0   // CAP_SYS_NICE
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("CapEff:") }),
+            let hex = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).last,
+            let bits = UInt64(hex, radix: 16)
+        else { return false }
+        return bits & (1 << 23) != 0 // CAP_SYS_NICE
     }()
 
     /// Gives the calling worker thread (`tid`) the nice value of `level`'s QoS.
@@ -27,4 +28,3 @@ enum WorkerPriority {
         _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(tid), SchedulingClass(qosOfLevel[level]).nice)
     }
 }
-
