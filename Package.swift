@@ -13,6 +13,8 @@
 //                                                builds no SwiftNIO; its scenarios' child
 //                                                processes are `threadkit tour --child ROLE`
 //   Sources/ThreadKitPostgres                    the PostgreSQL lock (product ThreadKitPostgres)
+//   Sources/ChildProcessRoles                    the child-process roles the tour and the tests both
+//                                                start, and their helpers (a target, not a product)
 //   Sources/threadkit-postgres                   the tour's PostgreSQL scenario (product
 //                                                threadkit-postgres: `swift run threadkit-postgres tour`)
 //   Tests/ThreadKitTestChild                     test-only executable, not a product: the child
@@ -45,10 +47,13 @@ let package = Package(
         .target(name: "ThreadKit", dependencies: ["CThreadKit"]),
         // Exported symbols let backtrace_symbols name the frames of diagnostics reports
         // (docs/Diagnostics.md §1, caveats).
-        .executableTarget(name: "threadkit", dependencies: ["ThreadKit"], linkerSettings: exportSymbols),
+        .executableTarget(name: "threadkit", dependencies: ["ThreadKit", "ChildProcessRoles"], linkerSettings: exportSymbols),
+        // The child-process roles (and their small helpers) that the tour and the tests both start;
+        // a library target named by no product (Sources/ChildProcessRoles/ChildRole.swift).
+        .target(name: "ChildProcessRoles", dependencies: ["ThreadKit"]),
         // Test-only helper executables (no product names them): the tests' child processes.
         .executableTarget(
-            name: "ThreadKitTestChild", dependencies: ["ThreadKit", "CThreadKit"],
+            name: "ThreadKitTestChild", dependencies: ["ThreadKit", "CThreadKit", "ChildProcessRoles"],
             path: "Tests/ThreadKitTestChild", linkerSettings: exportSymbols),
         // ThreadKitTests also runs the shipped CLI (`threadkit tour NAME`, `threadkit trace`), which
         // links ThreadKit only.
@@ -59,9 +64,9 @@ let package = Package(
                 "ThreadKit",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ]),
-        .executableTarget(name: "threadkit-postgres", dependencies: ["ThreadKit", "ThreadKitPostgres"]),
+        .executableTarget(name: "threadkit-postgres", dependencies: ["ThreadKit", "ThreadKitPostgres", "ChildProcessRoles"]),
         .executableTarget(
-            name: "ThreadKitPostgresTestChild", dependencies: ["ThreadKit", "ThreadKitPostgres"],
+            name: "ThreadKitPostgresTestChild", dependencies: ["ThreadKit", "ThreadKitPostgres", "ChildProcessRoles"],
             path: "Tests/ThreadKitPostgresTestChild"),
         .testTarget(name: "ThreadKitPostgresTests", dependencies: ["ThreadKitPostgres", "ThreadKitPostgresTestChild"]),
     ],

@@ -5,6 +5,7 @@
 // TK_POSTGRES_URL names a reachable server; otherwise says how to start one.
 // Run by `threadkit-postgres tour` (main.swift), not by `threadkit tour`, which lists it with that
 // command: this scenario links ThreadKitPostgres and PostgresNIO, the rest of the tour ThreadKit only.
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 import ThreadKitPostgres

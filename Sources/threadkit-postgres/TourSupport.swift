@@ -1,9 +1,10 @@
 // TourSupport: what the PostgreSQL scenario needs of the `threadkit` tour's runner, trimmed to one
-// scenario: the scenario and narrator types, the verdict's failure, unbuffered console lines,
-// polling until a deadline, a shared box, and a launcher for this executable's hidden child
-// (`/proc/self/exe tour --child ROLE ...`). Sources/threadkit's Tour.swift and Support/ hold the
-// originals; they are a few lines each and this executable must not link the tour (nor the tour
-// PostgresNIO). Main thread only, except Console and SharedBox (any thread).
+// scenario: the scenario and narrator types, the verdict's failure, and a launcher for this
+// executable's hidden child (`/proc/self/exe tour --child ROLE ...`). Sources/threadkit's Tour.swift
+// and Support/ChildLauncher.swift hold the full versions (this executable must not link the tour,
+// nor the tour PostgresNIO); Console, pollUntil and SharedBox come from Sources/ChildProcessRoles.
+// Main thread only.
+import ChildProcessRoles
 import Glibc
 
 struct Scenario: Sendable {
@@ -28,44 +29,6 @@ final class Narrator: Sendable {
     func check(_ condition: Bool, _ failure: @autoclosure () -> String) throws {
         if !condition { throw ScenarioFailure(failure()) }
     }
-}
-
-/// Unbuffered writes to standard output and error, so that lines written by several threads and
-/// processes appear in the order they were written. Any thread.
-enum Console {
-    static func out(_ line: String) { write(1, line + "\n") }
-    static func err(_ line: String) { write(2, line + "\n") }
-
-    private static func write(_ fd: Int32, _ text: String) {
-        var text = text
-        text.withUTF8 { bytes in
-            var offset = 0
-            while offset < bytes.count {
-                let n = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    return
-                }
-                offset += n
-            }
-        }
-    }
-}
-
-/// Polls `condition` every millisecond until it holds (true) or `deadline` passes (false).
-func pollUntil(_ deadline: ContinuousClock.Instant, _ condition: () -> Bool) -> Bool {
-    while !condition() {
-        if ContinuousClock.now >= deadline { return false }
-        usleep(1_000)
-    }
-    return true
-}
-
-/// A mutable value shared between the scenario's threads. It does no locking of its own: every
-/// use states what orders it.
-final class SharedBox<Value>: @unchecked Sendable {
-    var value: Value
-    init(_ value: Value) { self.value = value }
 }
 
 /// This executable started again as `threadkit-postgres tour --child role arguments…`, with the

@@ -6,6 +6,7 @@
 // Hidden: `threadkit-postgres tour --child pglock-hold URL NAME`, the scenario's holder process
 // (take the lock, print that it holds it, hold it until killed; ThreadKitPostgresTests judge their own
 // copy, Tests/ThreadKitPostgresTestChild). Runs on the main thread.
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 import ThreadKitPostgres

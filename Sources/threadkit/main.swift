@@ -8,6 +8,7 @@
 // Layout (issue 27): the tests' child processes are Tests/ThreadKitTestChild and
 // Tests/ThreadKitPostgresTestChild (test-only executables, not products); the PostgreSQL scenario
 // is `threadkit-postgres tour` (Sources/threadkit-postgres), so that this tool builds no PostgresNIO.
+import ChildProcessRoles
 import Glibc
 
 let arguments = Array(CommandLine.arguments.dropFirst())

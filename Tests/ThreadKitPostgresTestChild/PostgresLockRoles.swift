@@ -3,6 +3,7 @@
 // PostgresChildren.swift). Each prints what it did on standard output, one line per event.
 // pglock-hold has a copy in `threadkit-postgres` (Sources/threadkit-postgres/main.swift), the
 // tour's PostgreSQL scenario; the benchmarks have their own (tkbench pglock-child).
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 import ThreadKitPostgres

@@ -9,35 +9,25 @@
 // live in Tests/ThreadKitPostgresTestChild; the tour's own children in
 // Sources/threadkit/Tour/TourChildren.swift (`threadkit tour --child ROLE`). Roles the tour also
 // runs (joinable-save, dlock-hold, port-echo, dispatch-sync-current, global-executor,
-// global-executor-too-late) have a copy there: the shipped CLI must not depend on test code, and
-// the tests judge these roles here.
+// global-executor-too-late) are in Sources/ChildProcessRoles, a library target both link.
+import ChildProcessRoles
 import Glibc
 import ThreadKit
-
-struct ChildRole: Sendable {
-    let name: String
-    let usage: String
-    let run: @Sendable ([String]) -> Int32
-}
 
 enum ChildRoles {
     static let all: [ChildRole] =
         MisuseRoles.all + RunLoopMisuseRoles.all + ThreadRoles.all + DistributedLockRoles.all + PortRoles.all
-        + DispatchMisuseRoles.all + DispatchMainRoles.all + OperationMisuseRoles.all + ConcurrencyRoles.all + GlobalExecutorRoles.all
-        + ExecutorMisuseRoles.all
+        + DispatchMisuseRoles.all + DispatchMainRoles.all + OperationMisuseRoles.all + ConcurrencyRoles.all
+        + ExecutorMisuseRoles.all + TaskExecutorRoles.all
         + DispatchSurfaceRoles.all + DispatchTargetRoles.all + DispatchSourceKindRoles.all + DispatchDataRoles.all
         + RunLoopIORoles.all + PortHardeningRoles.all + ExtremeInputRoles.all + ThreadLimitRoles.all + DistributedLockUserRoles.all
         + TraceRoles.all
         + DiagnosticsRoles.all
         + DispatchPoolRoles.all
+        + SharedChildRoles.all
 
     static func main(_ arguments: [String]) -> Int32 {
-        guard let name = arguments.first, let role = all.first(where: { $0.name == name }) else {
-            Console.err(
-                "usage: ThreadKitTestChild ROLE [ARGUMENT...] (a test helper, started by ThreadKitTests). Roles:\n"
-                    + all.map { "  \($0.name) \($0.usage)" }.joined(separator: "\n"))
-            return 2
-        }
-        return role.run(Array(arguments.dropFirst()))
+        ChildRole.main(
+            all, arguments, header: "usage: ThreadKitTestChild ROLE [ARGUMENT...] (a test helper, started by ThreadKitTests). Roles:")
     }
 }

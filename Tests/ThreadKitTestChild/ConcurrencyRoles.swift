@@ -3,6 +3,7 @@
 //   main-thread-mix N   three submitter threads each send N items through each of the three paths
 //                       to the main thread (TKDispatchQueue.main, Dispatch's main queue, the main
 //                       actor) while the main thread runs TKRunLoop.main; prints the verdicts.
+import ChildProcessRoles
 import Dispatch
 import Glibc
 import Synchronization
@@ -81,85 +82,8 @@ enum ConcurrencyRoles {
 }
 
 // MARK: The pool as the global executor
-// (global-executor and global-executor-too-late have a copy among the tour's children,
-// Sources/threadkit/Tour/TourChildren.swift; ExecutorTests judges these.)
-
-/// A counter on the standard library's atomics: the judge of the global-executor role.
-final class AtomicCounter: Sendable {
-    private let value = Atomic<Int>(0)
-    func add() { value.wrappingAdd(1, ordering: .relaxed) }
-    /// Read after the work was joined (the join orders it after every add).
-    var count: Int { value.load(ordering: .relaxed) }
-}
-
-enum GlobalExecutorRoles {
-    static let all: [ChildRole] = [
-        ChildRole(name: "global-executor", usage: "N (install the pool as the global executor, run N tasks, count them)") { args in
-            let n = args.first.flatMap(Int.init) ?? 1_000_000
-            do { try TKConcurrency.installGlobalExecutor() } catch {
-                Console.out("refused: \(error)")
-                return 1
-            }
-            // Judged by the standard library's atomics (independent of ThreadKit, and cheap enough
-            // not to become the contended thing being measured).
-            let ran = AtomicCounter()
-            let onPool = AtomicCounter()
-            let done = TKDispatchSemaphore(value: 0)
-            Task {
-                await withTaskGroup(of: Void.self) { group in
-                    for _ in 0..<n {
-                        group.addTask {
-                            ran.add()
-                            if TKThread.current.name?.hasPrefix("tk.dispatch") == true { onPool.add() }
-                        }
-                    }
-                }
-                // Blocked-worker compensation covers tasks: 8 tasks (more than the cores) each block
-                // in a ThreadKit wait until the last one arrives; without another worker started
-                // for each blocked one, they would never all arrive.
-                let arrived = TKAtomicInt32(0)
-                let gate = TKDispatchSemaphore(value: 0)
-                let parties: Int32 = 8
-                await withTaskGroup(of: Void.self) { group in
-                    for _ in 0..<parties {
-                        group.addTask {
-                            if arrived.increment() == parties {
-                                for _ in 1..<parties { gate.signal() }
-                            } else {
-                                gate.wait()
-                            }
-                        }
-                    }
-                }
-                Console.out("\(parties) tasks blocked in a TKDispatchSemaphore wait all finished")
-                // Task.sleep waits on the pool's timers and resumes on the pool.
-                let before = ContinuousClock.now
-                try? await Task.sleep(for: .milliseconds(20))
-                let slept = ContinuousClock.now - before
-                Console.out(
-                    "slept \(slept >= .milliseconds(20) ? "at least" : "LESS THAN") 20 ms; resumed on the pool: \(TKThread.current.name?.hasPrefix("tk.dispatch") == true)"
-                )
-                done.signal()
-            }
-            done.wait()
-            Console.out("tasks run: \(ran.count) of \(n); on pool workers: \(onPool.count)")
-            return ran.count == n && onPool.count == n ? 0 : 1
-        },
-        ChildRole(name: "global-executor-too-late", usage: "(a Task runs first, then the install is refused)") { _ in
-            let done = TKDispatchSemaphore(value: 0)
-            Task.detached { done.signal() }
-            done.wait()
-            do {
-                try TKConcurrency.installGlobalExecutor()
-                Console.out("installed")
-                return 1
-            } catch {
-                Console.out("refused: \(error)")
-                return 0
-            }
-        },
-    ]
-}
+// (global-executor and global-executor-too-late, which the tour also runs, are in
+// Sources/ChildProcessRoles, SharedChildRoles.)
 
 // MARK: Executor misuse
 

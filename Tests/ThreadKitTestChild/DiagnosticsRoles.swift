@@ -1,6 +1,7 @@
 // DiagnosticsRoles: child processes for the diagnostics (docs/Diagnostics.md): the lock-order
 // checker's process-stopping mode, TK_DIAGNOSTICS parsing, and a hang of the main thread's run
 // loop (which only a child can show: XCTest owns the test process's main thread).
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 

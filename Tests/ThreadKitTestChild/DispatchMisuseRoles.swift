@@ -3,16 +3,12 @@
 // the misuse went unnoticed, which the tests treat as a failure. dispatch-sync-current has a copy
 // among the tour's children (Sources/threadkit/Tour/TourChildren.swift); DispatchMisuseTests judges
 // this one.
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 
 enum DispatchMisuseRoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "dispatch-sync-current", usage: "(sync onto the serial queue the caller runs on)") { _ in
-            let queue = TKDispatchQueue(label: "photos")
-            queue.sync { queue.sync {} }
-            return 0
-        },
         ChildRole(name: "dispatch-sync-target", usage: "(sync onto a queue whose target the caller runs on)") { _ in
             let parent = TKDispatchQueue(label: "parent")
             let child = TKDispatchQueue(label: "child", target: parent)

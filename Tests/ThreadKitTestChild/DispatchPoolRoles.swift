@@ -1,3 +1,4 @@
+import CThreadKit
 // DispatchPoolRoles: child processes for the dispatch pool (issue 12), which need a pool that has
 // not started yet. Width: the pool sizes itself from the CPUs the process may use, so the role
 // restricts its own affinity mask before the pool starts and prints the global queue's
@@ -9,7 +10,7 @@
 // started as root); exit status 0, 3 if root could not drop its privileges. Submission order: a
 // pool of width 1 (TK_CPU_BUDGET=1, set before the pool starts) runs one job that submits N items
 // to the global queue, then prints how far their start order is from the submission order.
-import CThreadKit
+import ChildProcessRoles
 import Glibc
 import Synchronization
 import ThreadKit

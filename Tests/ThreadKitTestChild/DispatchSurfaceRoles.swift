@@ -2,6 +2,7 @@
 // (issue 14's "Dispatch surface", issue 15 items 5 and 7): misuse of descriptor sources and of
 // queue retargeting, each stopped by ThreadKit with a message naming the object, the call and the
 // fix. Exit status 0 means the misuse went unnoticed, which the tests treat as a failure.
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 

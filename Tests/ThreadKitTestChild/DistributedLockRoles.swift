@@ -1,17 +1,12 @@
 // DistributedLockRoles: child processes contending for a TKDistributedLock, for the tests. Each
-// prints what it did on standard output, one line per event. dlock-hold has a copy among the
-// tour's children (Sources/threadkit/Tour/TourChildren.swift); the tests judge this one.
+// prints what it did on standard output, one line per event. dlock-hold, which the tour also
+// runs, is in Sources/ChildProcessRoles (SharedChildRoles).
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 
 enum DistributedLockRoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "dlock-hold", usage: "PATH (take the lock, print \"child PID: locked\", then hold it until killed)") { args in
-            guard let lock = try? TKDistributedLock(path: args[0]) else { return 2 }
-            while !lock.tryLock() { TKThread.sleep(for: .milliseconds(5)) }
-            Console.out("    child \(getpid()): locked")
-            while true { TKThread.sleep(for: .seconds(3600)) }
-        },
         ChildRole(
             name: "dlock-break-race",
             usage: "PATH GO DONE (when GO exists: breakLockIfHolderIsDead, tryLock, report; stay alive until DONE exists)"

@@ -1,6 +1,7 @@
 // ExtremeCases: the cases of `ThreadKitTestChild extreme CASE` (see ExtremeInputRoles.swift). Each
 // drives one public call with extreme input and returns a line saying what ThreadKit did; a case
 // that sees wrong behaviour (rather than a crash) exits with status 1 through `fail`.
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 

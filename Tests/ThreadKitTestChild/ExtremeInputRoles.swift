@@ -4,6 +4,7 @@
 // of that child only. Each case prints "ok CASE: what happened" and exits 0 when ThreadKit
 // behaved (a result, a thrown TKError, or nothing); the misuse cases stop the process with a
 // "ThreadKit misuse:" message instead. `ThreadKitTestChild extreme list` prints the case names.
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 

@@ -1,6 +1,7 @@
 // MisuseRoles: child processes that commit one misuse each and must be stopped by ThreadKit with
 // a message naming the object and the fix. Exit status 0 from one of these means the misuse went
 // unnoticed, which the tests treat as a failure.
+import ChildProcessRoles
 import ThreadKit
 
 enum MisuseRoles {

@@ -2,6 +2,7 @@
 // be stopped by ThreadKit with a message naming the operation or queue, the call and the fix.
 // Exit status 0 means the misuse went unnoticed, which the tests treat as a failure. (Foundation
 // on Linux hangs forever on the wait cases and says nothing on most others.)
+import ChildProcessRoles
 import ThreadKit
 
 enum OperationMisuseRoles {

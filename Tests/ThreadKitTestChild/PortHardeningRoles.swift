@@ -14,6 +14,7 @@
 //                                (MODE attack) 6 connections without the key each stream a
 //                                60 MiB frame, or (MODE control) nobody else; prints what
 //                                arrived, what was refused and the peak RSS (ru_maxrss)
+import ChildProcessRoles
 import Glibc
 import Synchronization
 import ThreadKit

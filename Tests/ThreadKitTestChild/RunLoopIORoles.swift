@@ -1,6 +1,7 @@
 // RunLoopIORoles: the other processes of the run-loop I/O tests (docs/RunLoopIO.md): a crowd of
 // plain POSIX TCP clients (kept out of the test process, whose descriptors the server needs), and
 // a listener run out of descriptors. Each role prints what it did on standard output.
+import ChildProcessRoles
 import Glibc
 import Synchronization
 import ThreadKit

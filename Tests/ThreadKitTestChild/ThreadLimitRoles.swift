@@ -3,6 +3,7 @@
 // the role drops to user nobody (65534) first: with the soft RLIMIT_NPROC at 0, every clone(2) of
 // that user fails with EAGAIN, whatever other processes nobody runs elsewhere; raising the soft
 // limit back up to the hard limit makes threads available again.
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 

@@ -3,21 +3,13 @@
 // performInBackground as the first thread), the default uncaught-error report, start() twice,
 // detaching after start, a joinable thread's value handed to nobody, priorities refused to an
 // unprivileged process, and a thread whose stack the OS cannot map (under a lowered RLIMIT_AS).
-// joinable-save is also one of the tour's children (Sources/threadkit/Tour/TourChildren.swift, which
-// adds the detached pitfall beside it); ThreadTests judges this copy.
+// joinable-save, which the tour also runs, is in Sources/ChildProcessRoles (SharedChildRoles).
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 
 enum ThreadRoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "joinable-save", usage: "PATH (main returns while a joinable thread is still writing PATH)") { args in
-            let path = args[0]
-            let saver = TKThread(name: "saver") { writeSlowly(path, chunks: 20) }
-            saver.isDetached = false
-            saver.start()
-            Console.out("    (child: main returns while the joinable saver writes)")
-            return 0 // exit() runs the atexit handler, which joins the saver
-        },
         ChildRole(name: "detached-blocked", usage: "(main returns while a detached thread blocks forever)") { _ in
             TKThread.detachNewThread { TKThread.sleep(for: .seconds(3600)) }
             return 0
@@ -173,17 +165,5 @@ enum ThreadRoles {
             return text.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first.flatMap { Int($0) }.map { $0 * 1024 }
         }
         return nil
-    }
-
-    /// Writes `chunks` lines to `path`, pausing 10 ms between them, like a slow save to disk.
-    static func writeSlowly(_ path: String, chunks: Int) {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        guard fd >= 0 else { return }
-        for i in 1...chunks {
-            var line = "chunk \(i) of \(chunks)\n"
-            line.withUTF8 { _ = write(fd, $0.baseAddress, $0.count) }
-            TKThread.sleep(for: .milliseconds(10))
-        }
-        close(fd)
     }
 }

@@ -11,6 +11,7 @@
 // it prints "rss-before KB" (getrusage's peak), exports to FILE.json (mode export; nothing in mode
 // control), prints "rss-after KB". Exit 0, or 1 when the export fails or the threads do not all
 // record within 60 s.
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 

@@ -3,6 +3,7 @@
 // for it. Called from the tour's thread.
 // A child whose standard error is captured writes it into a pipe that only the launching thread
 // reads; its standard output stays the tour's.
+import ChildProcessRoles
 import Glibc
 
 struct ChildLauncher {

@@ -4,6 +4,7 @@
 // delegate's closures) happens on that loop's thread while the loop runs — and not at all while
 // it does not. Loop thread only after `start()`; `cancel()` belongs on the loop's thread too (as
 // AFNetworking's cancelConnection, sent there with perform).
+import ChildProcessRoles
 import ThreadKit
 
 final class HTTPConnection: TKStreamDelegate, @unchecked Sendable {

@@ -4,6 +4,7 @@
 // (so that several responses are in flight at once), then closes the connection.
 // Threads: one accepting thread, one thread per connection; the counters are atomics read by
 // the scenario.
+import ChildProcessRoles
 import Glibc
 import Synchronization
 import ThreadKit

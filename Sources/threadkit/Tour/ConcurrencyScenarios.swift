@@ -2,13 +2,14 @@
 // TKRunLoop.main and serves ThreadKit's main queue, Dispatch's main queue and the main actor; the
 // seeds' resident network thread becomes an actor pinned to its run loop; the pool becomes Swift's
 // global executor (in a child process: the install must come first thing in a process).
+import ChildProcessRoles
 import Dispatch
 import Glibc
 import Synchronization
 import ThreadKit
 
 enum ConcurrencyScenarios {
-    static let all: [Scenario] = [mainActor, actorOnRunLoop, globalExecutor]
+    static let all: [Scenario] = [mainActor, actorOnRunLoop, asyncNetworkThread, globalExecutor]
 
     static let mainActor = Scenario(
         name: "main-actor", title: "TKRunLoop.main serves TKDispatchQueue.main, DispatchQueue.main and @MainActor work",

@@ -16,6 +16,7 @@
 // `run()` is called on the main thread and runs the main loop until the secondary source is
 // unregistered. Who touches what: `registry` only on the main thread; each buffer under its lock;
 // `events` under `eventsLock`.
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 

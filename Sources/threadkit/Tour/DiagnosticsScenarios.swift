@@ -2,6 +2,7 @@
 // (docs/Diagnostics.md §1). Thread A takes "accounts" then "audit log"; later thread B takes them
 // the other way round. The threads never overlap, so nothing deadlocks, yet the order graph now
 // has a cycle, and the lock-order checker reports it at B's second acquisition.
+import ChildProcessRoles
 import ThreadKit
 
 enum DiagnosticsScenarios {

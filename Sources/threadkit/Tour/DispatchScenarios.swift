@@ -5,6 +5,7 @@
 // source that cancels itself; then what ThreadKit's pool adds: blocked workers replaced at once,
 // QoS that orders work, a flood from many producers that never queues on the pool's lock, and a
 // deadlock by sync reported instead of a hang.
+import ChildProcessRoles
 import Glibc
 import Synchronization
 @_spi(Benchmarks) import ThreadKit

@@ -1,6 +1,7 @@
 // DistributedLockScenario: the Threading Programming Guide's NSDistributedLock: two processes
 // contend for a lock in a shared directory; the holder crashes; the lock stays taken until the
 // survivor sees the holder is dead and breaks it.
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 

@@ -2,6 +2,7 @@
 // the CSDN article on locks): NSLock's tryLock / lockBeforeDate: while computing, condition-lock
 // producer/consumer, recursive lock, NSCondition
 // producer/consumer, reader/writer store, @synchronized with two tokens, OSAtomic listing 4-1.
+import ChildProcessRoles
 import Synchronization
 import ThreadKit
 

@@ -6,6 +6,7 @@
 //   - resident-network-thread: AFNetworking's one network thread serving three streamed requests
 //     at once, one cancelled, then shut down through seed 004's shouldKeepRunning flag;
 //   - echo-server: a listening socket and 100 clients, all on one loop thread, exact bytes.
+import ChildProcessRoles
 import Glibc
 import Synchronization
 import ThreadKit

@@ -2,6 +2,7 @@
 // NSPostWhenIdle, for short low-priority work done when the application is idle): the same event
 // enqueued many times in one pass posts once, when the loop is about to wait; .asap ones post
 // before .whenIdle ones, each in the order they were enqueued.
+import ChildProcessRoles
 import ThreadKit
 
 enum NotificationQueueScenarios {

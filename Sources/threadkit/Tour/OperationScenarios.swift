@@ -3,6 +3,7 @@
 // pipeline — download → decode → thumbnail per photo, one branch cancelled, an album published by
 // a barrier — printed as it runs; then what ThreadKit adds: a dependency cycle refused with the
 // whole cycle named (Foundation on Linux hangs), and eight blocking operations replaced at once.
+import ChildProcessRoles
 import Synchronization
 import ThreadKit
 

@@ -1,6 +1,7 @@
 // PerformScenarios: performSelector:onThread: and friends (SPEC §3) from the seeds' NSThread
 // article: work sent to a thread that keeps its run loop alive, an answer sent back to the main
 // thread, a delayed request cancelled before it runs, and a request to a finished thread refused.
+import ChildProcessRoles
 import Synchronization
 import ThreadKit
 

@@ -3,6 +3,7 @@
 // answer through its reply port, a notification forwarded to the thread that registered for it
 // (the Threading Programming Guide's queue + lock + port), and the same messages between two
 // processes over TCP and a Unix socket.
+import ChildProcessRoles
 import Glibc
 import Synchronization
 import ThreadKit

@@ -3,6 +3,7 @@
 // input source driven from another thread and the seed's full two-source demo, a slow timer
 // handler whose missed fires are skipped, a timer handed to a thread subclass, a timer carrying
 // userInfo, and common modes (a timer that keeps firing while the loop runs a tracking mode).
+import ChildProcessRoles
 import Synchronization
 import ThreadKit
 

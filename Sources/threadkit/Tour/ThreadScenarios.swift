@@ -1,3 +1,4 @@
+import ChildProcessRoles
 import Glibc
 // ThreadScenarios: the seeds' NSThread scenarios (the CSDN NSThread article, "Runloop和多線程",
 // and the Threading Programming Guide's "Thread Management"): three ways to create a thread, the

@@ -5,6 +5,7 @@
 // The tour links ThreadKit only: a scenario that needs another library is an `Elsewhere` entry,
 // listed and announced in its place with the command that runs it (the PostgreSQL lock:
 // `swift run threadkit-postgres tour`, Sources/threadkit-postgres).
+import ChildProcessRoles
 import ThreadKit
 
 struct Scenario: Sendable {

@@ -2,6 +2,7 @@
 // under the trace recorder, exported as Chrome trace-event JSON and an HTML timeline) and the
 // tour's `trace` scenario: the operation graph recorded as a timeline (docs/DiagnosticsTrace.md).
 // Runs on the main thread, like the tour.
+import ChildProcessRoles
 import Glibc
 import ThreadKit
 

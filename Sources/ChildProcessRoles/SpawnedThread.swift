@@ -1,8 +1,8 @@
-// SpawnThread: a minimal joinable POSIX thread for the tour and child roles, until TKThread
-// (SPEC §1) lands. Each handle is joined once, by the thread that spawned it.
+// SpawnedThread: a minimal joinable POSIX thread for the tour and the child roles, independent of
+// TKThread (which some roles judge). Each handle is joined once, by the thread that spawned it.
 import Glibc
 
-final class SpawnedThread {
+package final class SpawnedThread {
     private var handle = pthread_t()
 
     private final class Box {
@@ -10,7 +10,8 @@ final class SpawnedThread {
         init(_ body: @escaping () -> Void) { self.body = body }
     }
 
-    init(_ body: @escaping @Sendable () -> Void) {
+    package init(_ body: @escaping @Sendable () -> Void) {
+        // safety: the retained box is released exactly once, by the new thread (takeRetainedValue).
         let box = Unmanaged.passRetained(Box(body)).toOpaque()
         let r = pthread_create(
             &handle, nil,
@@ -19,13 +20,13 @@ final class SpawnedThread {
                 box.body()
                 return nil
             }, box)
-        if r != 0 { fatalError("threadkit: pthread_create failed with \(r)") }
+        if r != 0 { fatalError("pthread_create failed with \(r)") }
     }
 
-    func join() {
+    package func join() {
         pthread_join(handle, nil)
     }
 }
 
 /// Gives up the CPU once (sched_yield), for polling loops in the tour.
-func yieldCPU() { sched_yield() }
+package func yieldCPU() { sched_yield() }

@@ -3,7 +3,7 @@
 import Glibc
 
 /// Polls `condition` every millisecond until it holds (true) or `deadline` passes (false).
-func pollUntil(_ deadline: ContinuousClock.Instant, _ condition: () -> Bool) -> Bool {
+package func pollUntil(_ deadline: ContinuousClock.Instant, _ condition: () -> Bool) -> Bool {
     while !condition() {
         if ContinuousClock.now >= deadline { return false }
         usleep(1_000)
