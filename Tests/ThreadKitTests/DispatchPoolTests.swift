@@ -124,7 +124,10 @@ final class DispatchPoolTests: XCTestCase {
         XCTAssertEqual(group.wait(until: .now + .seconds(60)), .success)
         let seen = seenByBackground.load(ordering: .relaxed)
         let waited = backgroundWaited.load(ordering: .relaxed)
-        if seen < flood {
+        // Once no flood item waits in the run queue the background tier is admitted, while the last
+        // ones taken may still be running (at most one per running normal worker: the width, twice
+        // for a worker replaced meanwhile). Fewer finished than that is a jump, unless it had aged.
+        if seen < flood - 2 * cores {
             XCTAssertGreaterThanOrEqual(
                 waited, RunQueues.agingTime[RunQueues.background],
                 "the background item jumped the interactive flood after \(seen) of \(flood) items, \(waited) ns after it was submitted")
