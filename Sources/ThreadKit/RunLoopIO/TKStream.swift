@@ -136,20 +136,16 @@ public class TKStream: @unchecked Sendable {
     }
 
     /// Closes the stream: it leaves its loops, gets no more events, and releases what it holds.
-    /// A task awaiting the stream (``TKInputStream/chunks(maxLength:)``,
-    /// ``TKOutputStream/write(_:)``) is resumed and throws.
     public func close() {
-        let (wasOpen, delegate) = core.withLock { c -> (Bool, (any TKStreamDelegate)?) in
-            guard c.status != .closed else { return (false, nil) }
+        let wasOpen = core.withLock { c -> Bool in
+            guard c.status != .closed else { return false }
             c.status = .closed
             c.pending = []
-            return (true, c.delegate)
+            return true
         }
         guard wasOpen else { return }
         presence.invalidate()
         closeSide()
-        // The async calls' delegate (TKStream+Async.swift) gets no event after this: wake it.
-        (delegate as? StreamEventRelay)?.wake()
     }
 
     /// Receives the events. Weak, as NSStream's.
