@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <signal.h>
 #include <unistd.h>
 
 uint32_t tk_diagnostics_word = 0;
@@ -62,7 +63,31 @@ static uint64_t tk_duration(const char *start, const char *end) {
     return (uint64_t)ns;
 }
 
-#define TK_ACCEPTED "accepted: lockorder, lockorder:fatal, hangs, hangs:250ms (ns, us, ms, s), contention, trace, all, off, none; " \
+/// `SIGUSR2`, `usr2`, `SIGQUIT`, `12`: a signal a program may catch for the thread dump, or 0.
+/// SIGKILL, SIGSTOP and the synchronous fault signals are refused.
+static int tk_signal(const char *start, const char *end) {
+    if (end - start > 3 && strncasecmp(start, "SIG", 3) == 0) start += 3;
+    static const struct { const char *name; int number; } names[] = {
+        {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"QUIT", SIGQUIT}, {"HUP", SIGHUP},
+        {"INT", SIGINT}, {"TERM", SIGTERM}, {"WINCH", SIGWINCH}, {"PWR", SIGPWR},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (tk_is(start, end, names[i].name)) return names[i].number;
+    int number = 0, digits = 0;
+    for (const char *p = start; p < end; p++) {
+        if (*p < '0' || *p > '9' || ++digits > 3) return 0;
+        number = number * 10 + (*p - '0');
+    }
+    if (digits == 0 || number <= 0 || number >= SIGRTMAX + 1) return 0;
+    if (number == SIGKILL || number == SIGSTOP || number == SIGSEGV || number == SIGBUS ||
+        number == SIGFPE || number == SIGILL || number == SIGTRAP || number == SIGABRT)
+        return 0;
+    return number;
+}
+
+#define TK_ACCEPTED "accepted: lockorder, lockorder:fatal, hangs, hangs:250ms (ns, us, ms, s), contention, trace, " \
+                    "blocking, blocking:fatal, waits, dump, dump:SIGUSR2 (a signal name or number), flight, flight:30s, metrics, " \
+                    "all, off, none; " \
                     "any case, spaces allowed around items"
 
 /// Appends to `warnings` (NUL-terminated, `*used` bytes so far, cut at `size`) the line naming a
@@ -108,6 +133,27 @@ void tk_diagnostics_parse(const char *text, tk_diagnostics_settings *out, char *
                     bits = TK_DIAG_HANGS;
                     if (threshold != 0) out->hang_threshold_ns = threshold;
                 }
+            } else if (tk_is(start, name_end, "blocking")) {
+                if (!colon) bits = TK_DIAG_BLOCKING;
+                else if (tk_is(option, option_end, "fatal")) bits = TK_DIAG_BLOCKING | TK_DIAG_BLOCKING_FATAL;
+                else why = "blocking takes no option but fatal";
+            } else if (tk_is(start, name_end, "dump")) {
+                int number = colon ? tk_signal(option, option_end) : SIGUSR2;
+                if (number == 0) why = "dump takes a signal a program may catch, such as SIGUSR2, USR1, SIGQUIT or 12";
+                else {
+                    bits = TK_DIAG_DUMP | TK_DIAG_WAITS;
+                    out->dump_signal = number;
+                }
+            } else if (tk_is(start, name_end, "flight")) {
+                uint64_t window = colon ? tk_duration(option, option_end) : 30000000000ull;
+                if (window == 0) why = "flight takes a positive duration, such as 30s or 500ms";
+                else {
+                    bits = TK_DIAG_FLIGHT | TK_DIAG_TRACE | TK_DIAG_WAITS;
+                    out->flight_window_ns = window;
+                }
+            } else if (tk_is(start, name_end, "waits") || tk_is(start, name_end, "metrics")) {
+                if (colon) why = "this item takes no option";
+                else bits = tk_is(start, name_end, "waits") ? TK_DIAG_WAITS : TK_DIAG_METRICS;
             } else if (tk_is(start, name_end, "contention") || tk_is(start, name_end, "trace") ||
                        tk_is(start, name_end, "all") || tk_is(start, name_end, "off") || tk_is(start, name_end, "none")) {
                 if (colon) why = "this item takes no option";

@@ -15,6 +15,12 @@ enum {
     TK_DIAG_HANGS = 1u << 2,            // watchdog samples long passes / items (§2)
     TK_DIAG_CONTENTION = 1u << 3,       // per-lock and per-queue wait counters (§3)
     TK_DIAG_TRACE = 1u << 4,            // the ring-buffered trace recorder (§4)
+    TK_DIAG_BLOCKING = 1u << 5,         // report blocking waits where they starve something (§5)
+    TK_DIAG_BLOCKING_FATAL = 1u << 6,   // ... and stop the process at the first one
+    TK_DIAG_WAITS = 1u << 7,            // record who waits for whom, for thread dumps (§6)
+    TK_DIAG_DUMP = 1u << 8,             // a thread dump on a chosen signal (§6)
+    TK_DIAG_FLIGHT = 1u << 9,           // the trace kept as a bounded flight recorder (§7)
+    TK_DIAG_METRICS = 1u << 10,         // sampled latency / depth metrics for ThreadKitMetrics (§8)
 };
 
 /// Which diagnostics are on. Written by the constructor (from TK_DIAGNOSTICS) and by the Swift API
@@ -44,6 +50,8 @@ typedef struct {
     uint32_t off;               // nonzero: `off` or `none` was given (everything off, the debug default too)
     uint64_t hang_threshold_ns; // the last valid `hangs:DURATION`; 0 when none was given
     uint32_t rejected;          // items not understood; none of their features is in `features`
+    int32_t dump_signal;        // the signal of the last valid `dump[:SIGNAL]` (SIGUSR2 when none named); 0 when none
+    uint64_t flight_window_ns;  // the last valid `flight[:DURATION]` (30 s when none named); 0 when none
 } tk_diagnostics_settings;
 
 /// Parses a TK_DIAGNOSTICS value (the grammar is in Diagnostics.c). Pure: reads only its

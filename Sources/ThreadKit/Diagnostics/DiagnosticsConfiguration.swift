@@ -13,6 +13,10 @@ struct DiagnosticsConfiguration: Sendable, Equatable {
     var off = false
     /// How long a run-loop pass, work item or operation may run before it is reported.
     var hangThreshold: Duration = DiagnosticsConfiguration.defaultHangThreshold
+    /// The signal that prints a thread dump (`dump:SIGUSR2`); nil when `dump` was not given.
+    var dumpSignal: Int32?
+    /// How much the flight recorder keeps (`flight:30s`); nil when `flight` was not given.
+    var flightWindow: Duration?
     /// How many items were not understood (each enabled nothing).
     var rejected = 0
     /// One line per rejected item, naming it, why, and the accepted forms; nil when none.
@@ -33,6 +37,8 @@ struct DiagnosticsConfiguration: Sendable, Equatable {
         features = TKDiagnosticsFeature(rawValue: settings.features)
         off = settings.off != 0
         if settings.hang_threshold_ns != 0 { hangThreshold = .nanoseconds(Int64(settings.hang_threshold_ns)) }
+        if settings.dump_signal != 0 { dumpSignal = settings.dump_signal }
+        if settings.flight_window_ns != 0 { flightWindow = .nanoseconds(Int64(settings.flight_window_ns)) }
         rejected = Int(settings.rejected)
         let lines = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         warning = lines.isEmpty ? nil : String(lines.dropLast()) // without the last newline

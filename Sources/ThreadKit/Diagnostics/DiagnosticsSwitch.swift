@@ -27,6 +27,20 @@ public struct TKDiagnosticsFeature: OptionSet, Sendable, Hashable {
     @inlinable public static var contention: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_CONTENTION)) }
     /// The trace recorder.
     @inlinable public static var trace: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_TRACE)) }
+    /// Reports of blocking waits made where they starve something: in a Swift concurrency job, on
+    /// the main thread while its loop runs, on a loop thread an actor is pinned to.
+    @inlinable public static var blocking: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_BLOCKING)) }
+    /// With `blocking`: stop the process at the first such wait instead of reporting it.
+    @inlinable public static var blockingFatal: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_BLOCKING_FATAL)) }
+    /// Who waits for whom: each ThreadKit wait records what it waits for and its holder, for
+    /// thread dumps and deadlock cycles.
+    @inlinable public static var waits: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_WAITS)) }
+    /// A thread dump on standard error when the process receives the chosen signal.
+    @inlinable public static var dumpOnSignal: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_DUMP)) }
+    /// The trace kept as a flight recorder: the last seconds, in bounded memory.
+    @inlinable public static var flightRecorder: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_FLIGHT)) }
+    /// Sampled latency, run-time and depth metrics, exported by the ThreadKitMetrics product.
+    @inlinable public static var metrics: TKDiagnosticsFeature { TKDiagnosticsFeature(rawValue: UInt32(TK_DIAG_METRICS)) }
 }
 
 @usableFromInline
