@@ -1,12 +1,17 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 // ThreadKit: Apple's classic threading system rebuilt in Swift for Linux.
 // Light dependencies only: the standard library's Synchronization module for atomics and a C
 // target for the handful of syscalls Swift cannot call directly. The `ThreadKit` product keeps
 // no package dependencies; `ThreadKitPostgres` (a distributed lock on PostgreSQL) is a separate
-// product built on vapor/postgres-nio.
+// product built on vapor/postgres-nio, behind the package trait `Postgres` (off by default), so
+// that neither `swift build` nor `swift test` builds SwiftNIO or PostgresNIO unless asked:
+//   swift build --traits Postgres                   the lock, its tests and its tour scenario too
+//   .package(url: …, from: …, traits: ["Postgres"])  a client that uses ThreadKitPostgres
+// With the trait off, the Postgres targets compile to nothing (their sources are `#if Postgres`)
+// and their executables say how to build them.
 //
 // Layout (issue 27): what ships and what only tests use are apart, and PostgresNIO is built only
-// for the targets that name ThreadKitPostgres.
+// with the Postgres trait.
 //   Sources/ThreadKit, Sources/CThreadKit        the library (product ThreadKit)
 //   Sources/threadkit                            the CLI: `tour` and `trace` (product threadkit);
 //                                                ThreadKit only, so `swift run threadkit tour`
@@ -30,10 +35,18 @@ let exportSymbols: [LinkerSetting] = [.unsafeFlags(["-Xlinker", "--export-dynami
 let package = Package(
     name: "ThreadKit",
     products: [
-        .library(name: "ThreadKit", targets: ["ThreadKit"]),
+        // Static, so that `swift build --product ThreadKit` builds the library alone (SwiftPM refuses
+        // --product for an automatic library product and builds every target instead).
+        .library(name: "ThreadKit", type: .static, targets: ["ThreadKit"]),
         .executable(name: "threadkit", targets: ["threadkit"]),
         .library(name: "ThreadKitPostgres", targets: ["ThreadKitPostgres"]),
         .executable(name: "threadkit-postgres", targets: ["threadkit-postgres"]),
+    ],
+    traits: [
+        .trait(
+            name: "Postgres",
+            description:
+                "ThreadKitPostgres (the distributed lock on PostgreSQL), its tests and tour scenario: builds SwiftNIO and PostgresNIO")
     ],
     dependencies: [
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
@@ -62,7 +75,7 @@ let package = Package(
             name: "ThreadKitPostgres",
             dependencies: [
                 "ThreadKit",
-                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["Postgres"])),
             ]),
         .executableTarget(name: "threadkit-postgres", dependencies: ["ThreadKit", "ThreadKitPostgres", "ChildProcessRoles"]),
         .executableTarget(

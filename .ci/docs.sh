@@ -21,7 +21,9 @@
 #      Chromium (landing page and TKThread's page, read back from the DOM).
 # Needs python3 (the tests serve the site with `python3 -m http.server`) and chromium (installed
 # here when missing, as .ci/run does). Run from a clean clone or after .ci/run's build; the
-# plugin and its symbol-graph build share .build with the rest of CI.
+# plugin and its symbol-graph build share .build with the rest of CI, and ThreadKitPostgres's
+# (built with the package trait Postgres, Package.swift) share .build-postgres with CI's
+# PostgreSQL step ($TK_POSTGRES_SCRATCH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -31,6 +33,10 @@ site=${TK_DOCS_SITE:-$(mktemp -d /tmp/threadkit-docs.XXXXXX)}
 mkdir -p "$site"
 site=$(cd "$site" && pwd)
 export TK_DOCS_SITE=$site
+# ThreadKitPostgres is built only with the Postgres trait, in its own scratch directory (so the
+# default build in .build is never rebuilt with other flags).
+pg_scratch=${TK_POSTGRES_SCRATCH:-.build-postgres}
+export TK_POSTGRES_SCRATCH=$pg_scratch
 
 if ! command -v chromium >/dev/null; then
     step "installing chromium (for DocumentationTests)"
@@ -45,7 +51,9 @@ for pair in ThreadKit:threadkit ThreadKitPostgres:threadkit-postgres; do
     step "generate-documentation --target $target (warnings are errors; static hosting at /$base)"
     rm -rf "${site:?}/$base"
     log=$site/docc-$target.log
-    swift package --disable-sandbox generate-documentation --target "$target" \
+    build=()
+    [ "$target" = ThreadKitPostgres ] && build=(--scratch-path "$pg_scratch" --traits Postgres)
+    swift package "${build[@]}" --disable-sandbox generate-documentation --target "$target" \
         --warnings-as-errors \
         --transform-for-static-hosting --hosting-base-path "$base" --output-path "$site/$base" \
         --experimental-skip-synthesized-symbols \
@@ -59,18 +67,18 @@ for pair in ThreadKit:threadkit ThreadKitPostgres:threadkit-postgres; do
 done
 
 step "public symbols without a doc comment"
-python3 - "$site/undocumented.txt" <<'PY'
-# Reads the symbol graphs the plugin extracted (.build/*/extracted-symbols/*/TARGET/) and lists
+python3 - "$site/undocumented.txt" "$pg_scratch" <<'PY'
+# Reads the symbol graphs the plugin extracted (SCRATCH/*/extracted-symbols/*/TARGET/) and lists
 # each public or open symbol that has no doc comment of its own module, by file. Synthesized
 # symbols are left out (as in the generated pages); a comment inherited from another module
 # (Swift's `description`, say) does not count, as DocC shows none by default.
 import collections, glob, json, sys
-out = sys.argv[1]
+out, pg_scratch = sys.argv[1], sys.argv[2]
 lines, total, missing = [], 0, 0
-for target in ["ThreadKit", "ThreadKitPostgres"]:
-    paths = sorted(glob.glob(f".build/*/extracted-symbols/*/{target}/*.symbols.json"))
+for target, scratch in [("ThreadKit", ".build"), ("ThreadKitPostgres", pg_scratch)]:
+    paths = sorted(glob.glob(f"{scratch}/*/extracted-symbols/*/{target}/*.symbols.json"))
     if not paths:
-        sys.exit(f"docs: no symbol graphs for {target} under .build/*/extracted-symbols")
+        sys.exit(f"docs: no symbol graphs for {target} under {scratch}/*/extracted-symbols")
     by_file = collections.defaultdict(list)
     for path in paths:
         for symbol in json.load(open(path))["symbols"]:
@@ -104,14 +112,16 @@ fi
 step "ThreadKitPostgres's articles: each swift block typechecks against the module just built"
 # ThreadKitTests does not link ThreadKitPostgres (it must not build postgres-nio), so the
 # PostgreSQL article's code is typechecked here instead, as top-level code, with the flags SwiftPM
-# compiled ThreadKitPostgres with (read from .build/debug.yaml), warnings as errors. It needs a
+# compiled ThreadKitPostgres with (read from $pg_scratch/debug.yaml), warnings as errors. It needs a
 # server to run, so it is not run.
-python3 - <<'PY'
+swift build --scratch-path "$pg_scratch" --traits Postgres --target ThreadKitPostgres > "$site/build-postgres.log" 2>&1 \
+    || { tail -40 "$site/build-postgres.log"; echo "docs: ThreadKitPostgres did not build"; exit 1; }
+python3 - "$pg_scratch" <<'PY'
 import glob, json, os, re, subprocess, sys, tempfile
-yaml = open(".build/debug.yaml").read()
+yaml = open(f"{sys.argv[1]}/debug.yaml").read()
 found = re.search(r'"C\.ThreadKitPostgres-[^"]*\.module":\n(?:.*\n)*?\s+args: (\[.*\])\n', yaml)
 if not found:
-    sys.exit("docs: ThreadKitPostgres's compile command is not in .build/debug.yaml (not built in debug?)")
+    sys.exit(f"docs: ThreadKitPostgres's compile command is not in {sys.argv[1]}/debug.yaml (not built in debug?)")
 args = json.loads(found.group(1))
 keep = {"-I", "-Xcc", "-target", "-swift-version", "-sdk", "-module-cache-path", "-F"}
 flags, i = [], 0

@@ -6,77 +6,80 @@
 // Equal tokens are accepted: one holder may write many times.
 //
 // Threads: calls are serialized by `callLock`; `session` is guarded by it.
-import FoundationEssentials
-import PostgresNIO
-import ThreadKit
+#if Postgres
+    import FoundationEssentials
+    import PostgresNIO
+    import ThreadKit
 
-/// A value in PostgreSQL guarded by fencing tokens: a write whose token is lower than the highest
-/// token already seen for the resource is refused.
-public final class TKPostgresFencedStore: @unchecked Sendable {
-    /// The resource's name in Unicode NFC (its row in `threadkit_fenced`); guard it with the
-    /// `TKPostgresLock` of the same name and write with that lock's fencing token.
-    public let resource: String
-    /// The server the store keeps its value on.
-    public let configuration: TKPostgresConfiguration
-    private let callLock = TKLock()
-    private var session: PostgresSession? // guarded by `callLock`
+    /// A value in PostgreSQL guarded by fencing tokens: a write whose token is lower than the highest
+    /// token already seen for the resource is refused.
+    public final class TKPostgresFencedStore: @unchecked Sendable {
+        /// The resource's name in Unicode NFC (its row in `threadkit_fenced`); guard it with the
+        /// `TKPostgresLock` of the same name and write with that lock's fencing token.
+        public let resource: String
+        /// The server the store keeps its value on.
+        public let configuration: TKPostgresConfiguration
+        private let callLock = TKLock()
+        private var session: PostgresSession? // guarded by `callLock`
 
-    /// `resource` is taken in Unicode NFC, as lock names are: canonically equivalent spellings
-    /// name the same resource.
-    public init(resource: String, configuration: TKPostgresConfiguration) throws {
-        let resource = LockSchema.normalized(resource)
-        self.resource = resource
-        self.configuration = configuration
-        let session = try PostgresSession.connect(configuration, owner: "TKPostgresFencedStore(\"\(resource)\")")
-        do { try LockSchema.ensureTables(session) } catch {
-            session.close()
-            throw error
+        /// `resource` is taken in Unicode NFC, as lock names are: canonically equivalent spellings
+        /// name the same resource.
+        public init(resource: String, configuration: TKPostgresConfiguration) throws {
+            let resource = LockSchema.normalized(resource)
+            self.resource = resource
+            self.configuration = configuration
+            let session = try PostgresSession.connect(configuration, owner: "TKPostgresFencedStore(\"\(resource)\")")
+            do { try LockSchema.ensureTables(session) } catch {
+                session.close()
+                throw error
+            }
+            self.session = session
         }
-        self.session = session
-    }
 
-    deinit { session?.close() }
+        deinit { session?.close() }
 
-    /// Writes `value` if `token` is at least the highest token seen for the resource. Throws
-    /// `.notLockOwner` naming both tokens when it is lower: the writer lost the lock and must stop.
-    public func write(_ value: String, token: Int64) throws {
-        try callLock.withLock {
-            let rows = try liveSession().query(
-                """
-                INSERT INTO threadkit_fenced AS f (resource, token, value) VALUES (\(resource), \(token), \(value))
-                ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, value = EXCLUDED.value, written_at = clock_timestamp()
-                WHERE f.token <= EXCLUDED.token
-                RETURNING token
-                """, what: "writing with fencing token \(token)")
-            if rows.isEmpty {
-                let highest = try liveSession().query(
-                    "SELECT token FROM threadkit_fenced WHERE resource = \(resource)", what: "reading the highest token")
-                let seen = try highest.first?.decode(Int64.self)
-                throw TKError(
-                    .notLockOwner,
-                    "TKPostgresFencedStore(\"\(resource)\").write: fencing token \(token) is older than "
-                        + "\(seen.map(String.init) ?? "the highest") already seen; the writer lost the lock since it took it. "
-                        + "Fix: stop, take the lock again, and redo the work from the current value.")
+        /// Writes `value` if `token` is at least the highest token seen for the resource. Throws
+        /// `.notLockOwner` naming both tokens when it is lower: the writer lost the lock and must stop.
+        public func write(_ value: String, token: Int64) throws {
+            try callLock.withLock {
+                let rows = try liveSession().query(
+                    """
+                    INSERT INTO threadkit_fenced AS f (resource, token, value) VALUES (\(resource), \(token), \(value))
+                    ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, value = EXCLUDED.value, written_at = clock_timestamp()
+                    WHERE f.token <= EXCLUDED.token
+                    RETURNING token
+                    """, what: "writing with fencing token \(token)")
+                if rows.isEmpty {
+                    let highest = try liveSession().query(
+                        "SELECT token FROM threadkit_fenced WHERE resource = \(resource)", what: "reading the highest token")
+                    let seen = try highest.first?.decode(Int64.self)
+                    throw TKError(
+                        .notLockOwner,
+                        "TKPostgresFencedStore(\"\(resource)\").write: fencing token \(token) is older than "
+                            + "\(seen.map(String.init) ?? "the highest") already seen; the writer lost the lock since it took it. "
+                            + "Fix: stop, take the lock again, and redo the work from the current value.")
+                }
             }
         }
-    }
 
-    /// The current value and the token that wrote it; nil before the first write.
-    public func read() throws -> (value: String, token: Int64)? {
-        try callLock.withLock {
-            let rows = try liveSession().query("SELECT value, token FROM threadkit_fenced WHERE resource = \(resource)", what: "reading")
-            guard let row = rows.first else { return nil }
-            let (value, token) = try row.decode((String?, Int64).self)
-            return (value ?? "", token)
+        /// The current value and the token that wrote it; nil before the first write.
+        public func read() throws -> (value: String, token: Int64)? {
+            try callLock.withLock {
+                let rows = try liveSession().query(
+                    "SELECT value, token FROM threadkit_fenced WHERE resource = \(resource)", what: "reading")
+                guard let row = rows.first else { return nil }
+                let (value, token) = try row.decode((String?, Int64).self)
+                return (value ?? "", token)
+            }
+        }
+
+        /// Caller holds `callLock`.
+        private func liveSession() throws -> PostgresSession {
+            if let session, !session.isClosed { return session }
+            session?.close()
+            let fresh = try PostgresSession.connect(configuration, owner: "TKPostgresFencedStore(\"\(resource)\")")
+            session = fresh
+            return fresh
         }
     }
-
-    /// Caller holds `callLock`.
-    private func liveSession() throws -> PostgresSession {
-        if let session, !session.isClosed { return session }
-        session?.close()
-        let fresh = try PostgresSession.connect(configuration, owner: "TKPostgresFencedStore(\"\(resource)\")")
-        session = fresh
-        return fresh
-    }
-}
+#endif

@@ -6,70 +6,81 @@
 // Hidden: `threadkit-postgres tour --child pglock-hold URL NAME`, the scenario's holder process
 // (take the lock, print that it holds it, hold it until killed; ThreadKitPostgresTests judge their own
 // copy, Tests/ThreadKitPostgresTestChild). Runs on the main thread.
-import ChildProcessRoles
-import Glibc
-import ThreadKit
-import ThreadKitPostgres
+#if Postgres
+    import ChildProcessRoles
+    import Glibc
+    import ThreadKit
+    import ThreadKitPostgres
 
-/// The child: holds lock NAME at URL until killed.
-func holdLock(_ arguments: [String]) -> Int32 {
-    guard arguments.count == 2 else {
-        Console.err("usage: threadkit-postgres tour --child pglock-hold URL NAME (the scenario's own child process)")
-        return 2
-    }
-    do {
-        let lock = try TKPostgresLock(name: arguments[1], url: arguments[0])
-        guard try lock.lock(before: .now + .seconds(120)), let token = lock.fencingToken else { return 1 }
-        Console.out("    child \(getpid()): locked, fencing token \(token)")
-        while true { TKThread.sleep(for: .seconds(3600)) }
-    } catch {
-        Console.err("pglock-hold: \(error)")
-        return 1
-    }
-}
-
-func tour(_ arguments: [String]) -> Int32 {
-    let scenario = PostgresLockScenario.scenario
-    switch arguments.first {
-    case "--child" where arguments.dropFirst().first == "pglock-hold":
-        return holdLock(Array(arguments.dropFirst(2)))
-    case "--list":
-        Console.out("\(scenario.name) \(scenario.title)")
-        return 0
-    case nil, .some(scenario.name):
-        Console.out("▶ \(scenario.name): \(scenario.title)")
-        Console.out("  (\(scenario.source))")
+    /// The child: holds lock NAME at URL until killed.
+    func holdLock(_ arguments: [String]) -> Int32 {
+        guard arguments.count == 2 else {
+            Console.err("usage: threadkit-postgres tour --child pglock-hold URL NAME (the scenario's own child process)")
+            return 2
+        }
         do {
-            let detail = try scenario.run(Narrator())
-            Console.out("  ✔ verdict: PASS — \(detail)\n")
-            Console.out("tour: 1 of 1 scenarios passed")
-            return 0
+            let lock = try TKPostgresLock(name: arguments[1], url: arguments[0])
+            guard try lock.lock(before: .now + .seconds(120)), let token = lock.fencingToken else { return 1 }
+            Console.out("    child \(getpid()): locked, fencing token \(token)")
+            while true { TKThread.sleep(for: .seconds(3600)) }
         } catch {
-            Console.out("  ✘ verdict: FAIL — \(error)\n")
-            Console.out("tour: 0 of 1 scenarios passed; failed: \(scenario.name)")
+            Console.err("pglock-hold: \(error)")
             return 1
         }
-    default:
-        Console.err("threadkit-postgres tour: unknown argument '\(arguments.joined(separator: " "))'. Try `threadkit-postgres --help`.")
-        return 2
     }
-}
 
-let arguments = Array(CommandLine.arguments.dropFirst())
-switch arguments.first {
-case "tour":
-    exit(tour(Array(arguments.dropFirst())))
-case "--help", "-h", "help", nil:
-    Console.out(
-        """
-        usage: threadkit-postgres tour [--list]
-          tour            run the tour's PostgreSQL scenario (distributed-lock-postgres) against the server
-                          TK_POSTGRES_URL names; without it, say how to start a throwaway one
-          tour --list     the scenario's name
-        The rest of the tour: `swift run threadkit tour`.
-        """)
-    exit(0)
-default:
-    Console.err("threadkit-postgres: unknown command '\(arguments[0])'. Try `threadkit-postgres --help`.")
+    func tour(_ arguments: [String]) -> Int32 {
+        let scenario = PostgresLockScenario.scenario
+        switch arguments.first {
+        case "--child" where arguments.dropFirst().first == "pglock-hold":
+            return holdLock(Array(arguments.dropFirst(2)))
+        case "--list":
+            Console.out("\(scenario.name) \(scenario.title)")
+            return 0
+        case nil, .some(scenario.name):
+            Console.out("▶ \(scenario.name): \(scenario.title)")
+            Console.out("  (\(scenario.source))")
+            do {
+                let detail = try scenario.run(Narrator())
+                Console.out("  ✔ verdict: PASS — \(detail)\n")
+                Console.out("tour: 1 of 1 scenarios passed")
+                return 0
+            } catch {
+                Console.out("  ✘ verdict: FAIL — \(error)\n")
+                Console.out("tour: 0 of 1 scenarios passed; failed: \(scenario.name)")
+                return 1
+            }
+        default:
+            Console.err("threadkit-postgres tour: unknown argument '\(arguments.joined(separator: " "))'. Try `threadkit-postgres --help`.")
+            return 2
+        }
+    }
+
+    let arguments = Array(CommandLine.arguments.dropFirst())
+    switch arguments.first {
+    case "tour":
+        exit(tour(Array(arguments.dropFirst())))
+    case "--help", "-h", "help", nil:
+        Console.out(
+            """
+            usage: threadkit-postgres tour [--list]
+              tour            run the tour's PostgreSQL scenario (distributed-lock-postgres) against the server
+                              TK_POSTGRES_URL names; without it, say how to start a throwaway one
+              tour --list     the scenario's name
+            The rest of the tour: `swift run threadkit tour`.
+            """)
+        exit(0)
+    default:
+        Console.err("threadkit-postgres: unknown command '\(arguments[0])'. Try `threadkit-postgres --help`.")
+        exit(2)
+    }
+#else
+    // Built without the Postgres trait (Package.swift): nothing here links PostgresNIO.
+    import ChildProcessRoles
+    import Glibc
+
+    Console.err(
+        "threadkit-postgres: built without ThreadKit's Postgres trait; build and run it with `swift run --traits Postgres threadkit-postgres ...`"
+    )
     exit(2)
-}
+#endif

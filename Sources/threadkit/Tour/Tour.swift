@@ -4,7 +4,7 @@
 // `threadkit tour --child ROLE ...` (hidden) is a scenario's child process (TourChildren.swift).
 // The tour links ThreadKit only: a scenario that needs another library is an `Elsewhere` entry,
 // listed and announced in its place with the command that runs it (the PostgreSQL lock:
-// `swift run threadkit-postgres tour`, Sources/threadkit-postgres).
+// `swift run --traits Postgres threadkit-postgres tour`, Sources/threadkit-postgres).
 import ChildProcessRoles
 import ThreadKit
 
@@ -71,7 +71,7 @@ enum Tour {
     /// The PostgreSQL lock (SPEC §9): Sources/threadkit-postgres/PostgresLockScenario.swift.
     static let postgresLock = Elsewhere(
         name: "distributed-lock-postgres", title: "a lock on PostgreSQL: crash-safe, with fencing tokens",
-        command: "swift run threadkit-postgres tour")
+        command: "swift run --traits Postgres threadkit-postgres tour")
 
     /// Every entry, in the order the tour runs them (the order of the seeds' chapters).
     static let entries: [Entry] =
