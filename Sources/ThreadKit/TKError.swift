@@ -57,5 +57,8 @@ public struct TKError: Error, Equatable, CustomStringConvertible {
 /// unlike `precondition`, keeps its message in -O builds. The message must name the object, the
 /// call and the fix.
 func misuse(_ message: String, file: StaticString = #file, line: UInt = #line) -> Never {
+    // The flight recorder's last seconds (docs/DiagnosticsTrace.md §8): written by a helper
+    // thread while this one waits, at most FlightRecorder.misuseTimeout.
+    if DiagnosticsSwitch.isOn(.flightRecorder) { FlightRecorder.dumpBeforeMisuse(message) }
     fatalError("ThreadKit misuse: \(message)", file: file, line: line)
 }

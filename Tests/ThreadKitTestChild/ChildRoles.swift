@@ -21,9 +21,9 @@ enum ChildRoles {
         + ExecutorMisuseRoles.all
         + DispatchSurfaceRoles.all + DispatchTargetRoles.all + DispatchSourceKindRoles.all + DispatchDataRoles.all
         + RunLoopIORoles.all + PortHardeningRoles.all + ExtremeInputRoles.all + ThreadLimitRoles.all + DistributedLockUserRoles.all
-        + TraceRoles.all
-        + DiagnosticsRoles.all
-        + DispatchPoolRoles.all
+        + TraceRoles.all + FlightRoles.all
+        + DiagnosticsRoles.all + BlockingRoles.all
+        + DispatchPoolRoles.all + WaitGraphRoles.all + DeadlockRoles.all
         + SharedChildRoles.all
 
     static func main(_ arguments: [String]) -> Int32 {

@@ -8,7 +8,51 @@ import Foundation
 import ThreadKit
 
 enum TraceBenchmarks {
-    static func rows() -> [Row] { [mark(), globalAsync(), uncontendedLock()] }
+    static func rows() -> [Row] { [mark(), globalAsync(), uncontendedLock(), flightGlobalAsync(), signposts()] }
+
+    /// Runs `body` with the flight recorder on (30 s window, its default budget) or everything off.
+    private static func flight(_ on: Bool, _ body: () -> Double) -> Double {
+        if on { TKTrace.startFlightRecorder(window: .seconds(30)) } else { TKTrace.stop() }
+        defer { TKTrace.stop() }
+        return body()
+    }
+
+    /// Issue 26's target: the flight recorder on costs ≤ 5% on global async.
+    static func flightGlobalAsync() -> Row {
+        func contender(_ on: Bool) -> Contender {
+            Contender(name: on ? "flight recorder on" : "off") { n in
+                flight(on) {
+                    let group = TKDispatchGroup()
+                    let q = TKDispatchQueue.global()
+                    return timed {
+                        for _ in 0..<n { q.async(group: group) {} }
+                        group.wait()
+                    }
+                }
+            }
+        }
+        return Row(
+            group: "trace", name: "flight recorder: async empty blocks to a global queue (per block)", operations: 200_000,
+            unit: .nanoseconds, contenders: [contender(true), contender(false)], reference: "off", target: "≤ 1.05×")
+    }
+
+    /// One interval (2 events) and one counter (1 event) per iteration: per event = time / 3.
+    static func signposts() -> Row {
+        func contender(_ on: Bool) -> Contender {
+            Contender(name: on ? "flight recorder on (3 events)" : "off") { n in
+                flight(on) {
+                    timed {
+                        for i in 0..<n {
+                            TKTrace.interval("bench") { TKTrace.counter("bench depth", Double(i & 7)) }
+                        }
+                    }
+                }
+            }
+        }
+        return Row(
+            group: "trace", name: "TKTrace.interval + TKTrace.counter (3 events; per iteration)", operations: 1_000_000,
+            unit: .nanoseconds, contenders: [contender(true), contender(false)], reference: "off", target: "(on − off) / 3 ≤ 100 ns")
+    }
 
     /// Runs `body` with the recorder on or off, leaving it off.
     private static func measured(_ recording: Bool, _ body: () -> Double) -> Double {

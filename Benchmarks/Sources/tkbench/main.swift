@@ -22,6 +22,7 @@ let groups: [(String, () -> [Row])] = [
     ("io", IOBenchmarks.rows),
     ("trace", TraceBenchmarks.rows),
     ("postgres", PostgresBenchmarks.rows),
+    ("glib", GLibBenchmarks.rows),
 ]
 
 var arguments = Array(CommandLine.arguments.dropFirst())
@@ -30,6 +31,8 @@ var arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.count == 3, let n = Int(arguments[2]) {
     if arguments[0] == "tasks-child" { exit(ConcurrencyBenchmarks.tasksChild(arguments[1], n)) }
     if arguments[0] == "mainactor-child" { exit(ConcurrencyBenchmarks.mainActorChild(arguments[1], n)) }
+    if arguments[0] == "glib-mainactor-child" { exit(GLibBenchmarks.mainActorChild(arguments[1], n)) }
+    if arguments[0] == "glib-idle-child" { exit(GLibBenchmarks.idleChild(arguments[1])) }
 }
 // The other process of the cross-process port row.
 if arguments.first == "port-sender" { exit(PortBenchmarks.sender(Array(arguments.dropFirst()))) }

@@ -16,6 +16,7 @@
 #include "CThreadKitDiagnostics.h"
 #include "CThreadKitTrace.h"
 #include "CThreadKitLockOrder.h"
+#include "CThreadKitDumpSignal.h"
 
 /// Blocks while `*addr == expected` (FUTEX_WAIT_PRIVATE). `relative` is a relative timeout on
 /// CLOCK_MONOTONIC, or NULL for none. Returns 0 when woken (possibly spuriously) or -errno:

@@ -10,8 +10,13 @@
 // `mutex` is a RawMutex. It guards this file's state and, by each owner's declaration, a little of
 // the owner's own state that its hooks (`admit`, `withdraw`) and `withLock` bodies touch (the
 // semaphore's debt, a buffer's elements). Lock order: the owner's hooks may take
-// `PortInbox.mutex` under it (a port's messages); nothing else is taken while it is held, and no
-// continuation is resumed while it is held (resuming can run the task inline on this thread).
+// `PortInbox.mutex` under it (a port's messages), and the trace's registry (a leaf) may be taken
+// under it when a resume is recorded; nothing else is taken while it is held, and no continuation
+// is resumed while it is held (resuming can run the task inline on this thread).
+//
+// The trace (docs/DiagnosticsTrace.md §9): with the recorder on, a suspending task's id is kept in
+// its node, and whichever thread takes the node out to resume it records `.taskResume` with that
+// id; the exports draw a flow from there to the task's next job on a ThreadKit executor.
 //
 // Cancellation, in numbered steps (`suspend`):
 // 1. A node is made in stage `arriving` and the cancellation handler installed. If the task is
@@ -36,6 +41,8 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
         var stage = Stage.arriving
         /// The owner's ordering ticket, given when it was queued (see `suspend`'s `ticket`).
         var ticket: UInt64 = 0
+        /// The suspended task's id when the trace was on as it suspended, else 0.
+        var traceTask: UInt64 = 0
         var continuation: Continuation?
         var next: Waiter?
         /// Held strongly by its predecessor's `next` (or the list's `first`) while queued.
@@ -69,6 +76,7 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
         let waiter = Waiter()
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: Continuation) in
+                let traceTask = DiagnosticsSwitch.isOn(.trace) ? TraceRecorder.currentTaskID() : 0
                 let tid = mutex.lockInternal()
                 if waiter.stage == .cancelled {
                     withdraw()
@@ -84,6 +92,7 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
                     return
                 }
                 waiter.continuation = continuation
+                waiter.traceTask = traceTask
                 waiter.ticket = ticket()
                 waiter.stage = .queued
                 append(waiter)
@@ -183,6 +192,7 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
 
     /// Marks an unlinked waiter resumed and hands its continuation to the caller, who resumes it.
     private func take(_ waiter: Waiter) -> Continuation {
+        if waiter.traceTask != 0 && DiagnosticsSwitch.isOn(.trace) { TraceRecorder.taskResumed(waiter.traceTask) }
         waiter.stage = .resumed
         defer { waiter.continuation = nil }
         return waiter.continuation!

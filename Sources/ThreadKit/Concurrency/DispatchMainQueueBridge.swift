@@ -44,6 +44,10 @@ final class DispatchMainQueueBridge: DescriptorWatcher, @unchecked Sendable {
 
     func descriptorReady(_ fd: Int32, events: UInt32) { signalled = true }
 
+    /// Whether a drain would run something now: poked since the last drain, and no drain on the
+    /// stack (a nested one does nothing). Main thread; for a host loop's "work waiting?" question.
+    var hasPendingWork: Bool { signalled && drainDepth == 0 }
+
     /// Runs one batch of libdispatch's main queue if it was poked; true if it did (a handled source,
     /// as in CFRunLoop). Main thread, in a pass of the main loop in a common mode.
     func drain() -> Bool {

@@ -4,7 +4,8 @@
 // mechanism SwiftNIO uses to install its event loops. The hooks are looked up with dlsym.
 //
 // Threads: `installGlobalExecutor` once, at start-up, on any thread (guarded by `installLock`);
-// the hooks are then called by the runtime on any thread.
+// the hooks are then called by the runtime on any thread. With the trace on, each global job's
+// enqueue and run are recorded (docs/DiagnosticsTrace.md §9).
 import CThreadKit
 import Glibc
 import Synchronization
@@ -93,7 +94,15 @@ public enum TKConcurrency {
     /// A global job: an entry of the pool at the job's QoS, run on the generic executor (no actor,
     /// no task executor), as the runtime's own Dispatch executor runs it.
     static func enqueueGlobal(_ job: UnownedJob) {
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.taskEnqueued(job, executor: TraceRecorder.globalExecutorName) }
         DispatchPool.shared.submit(DispatchEntry(.globalJob(job)), level: RunQueues.level(job.qualityOfService))
+    }
+
+    /// Runs a global job on a pool worker (DispatchEntry's `.globalJob`), recording it when tracing.
+    static func runGlobal(_ job: UnownedJob) {
+        let task = DiagnosticsSwitch.isOn(.trace) ? TraceRecorder.taskStarts(job, executor: TraceRecorder.globalExecutorName) : nil
+        job.runSynchronously(on: genericExecutor)
+        if let task { TraceRecorder.taskEnded(task) }
     }
 
     static func enqueueGlobal(_ job: UnownedJob, at deadline: ContinuousClock.Instant) {

@@ -3,13 +3,16 @@
 // a TaskExecutor. A job is a `DispatchWork.job` entry: no closure is allocated per job.
 //
 // Threads: `enqueue` from any thread; jobs run where the queue's entries run (pool workers, or the
-// main thread for the main queue).
+// main thread for the main queue). With the trace on, a job's enqueue and run are recorded with its
+// task's id and priority (docs/DiagnosticsTrace.md §9).
 
 extension TKDispatchQueue: SerialExecutor, TaskExecutor {
     /// Queues `job` as an entry. On a global queue (the pool) the job runs at its own priority's
     /// QoS; on other queues at the queue's QoS (a serial queue's order is FIFO whatever the priority).
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
+        // The trace (docs/DiagnosticsTrace.md §9): before the job is offered (it may run at once).
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.taskEnqueued(job, executor: label) }
         if case .root = kind {
             DispatchPool.shared.submit(DispatchEntry(.job(job, self)), level: RunQueues.level(job.qualityOfService))
         } else {
@@ -56,10 +59,12 @@ extension TKDispatchQueue: SerialExecutor, TaskExecutor {
     /// user entry). A serial queue runs it isolated to itself and as its task executor; a concurrent
     /// one only as its task executor (the job is nonisolated code preferring this queue).
     func runJob(_ job: UnownedJob) {
+        let task = DiagnosticsSwitch.isOn(.trace) ? TraceRecorder.taskStarts(job, executor: label) : nil
         if isSerialLane {
             job.runSynchronously(isolatedTo: UnownedSerialExecutor(ordinary: self), taskExecutor: asUnownedTaskExecutor())
         } else {
             job.runSynchronously(on: asUnownedTaskExecutor())
         }
+        if let task { TraceRecorder.taskEnded(task) }
     }
 }

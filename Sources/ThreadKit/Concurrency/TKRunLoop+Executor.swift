@@ -16,7 +16,8 @@
 // Threads: `enqueue` from any thread; jobs run on the loop's thread. `RunLoopJobBook`'s counts
 // are atomics (see each for its ordering); its mode-executor list and the finished thread's name
 // are under mutexes of their own, taken with no other lock held. The stall check runs on a pool
-// worker.
+// worker. With the trace on, each job's enqueue (on the sending thread) and run (on the loop's)
+// are recorded with its task's id and priority (docs/DiagnosticsTrace.md §9).
 import Glibc
 import Synchronization
 
@@ -100,11 +101,17 @@ extension TKRunLoop: SerialExecutor {
         // counts (the lock orders these relaxed increments before those loads).
         book.all.queued.wrappingAdd(1, ordering: .relaxed)
         tally?.queued.wrappingAdd(1, ordering: .relaxed)
+        // The trace (docs/DiagnosticsTrace.md §9): recorded before the job is offered, as it may run
+        // (and its task end) as soon as it is.
+        let executorName = modeExecutor == nil ? TraceRecorder.runLoopExecutorName : TraceRecorder.runLoopModeExecutorName
+        if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.taskEnqueued(job, executor: executorName) }
         let accepted = enqueueUnlessClosed(
             PendingBlock(
                 modes: modes,
                 block: {
+                    let task = DiagnosticsSwitch.isOn(.trace) ? TraceRecorder.taskStarts(job, executor: executorName) : nil
                     job.runSynchronously(on: executor)
+                    if let task { TraceRecorder.taskEnded(task) }
                     // Relaxed: read by the stall check, which only needs to see progress, and by the
                     // thread's end, on this same thread.
                     book.all.ran.wrappingAdd(1, ordering: .relaxed)

@@ -3,6 +3,8 @@
 // a `sync` that had to wait, and wrap each `async` block with `timedBlock` to time its start. The uncontended paths
 // never reach this file. Counters are kept per name (`TKLock "cache"`, `queue "com.app.io"`;
 // unnamed locks of one kind share one row) in `rows`, guarded by `mutex` (a RawMutex leaf).
+// The same waits feed the metrics (docs/Metrics.md) while `.metrics` is on: `start` times a wait
+// when either feature is on, and each is recorded by the features on (Metrics.swift).
 import Glibc
 
 final class Contention: @unchecked Sendable {
@@ -11,10 +13,11 @@ final class Contention: @unchecked Sendable {
     private let mutex = RawMutex()
     private var rows: [String: TKContentionCounters] = [:] // guarded by mutex
 
-    /// The time a wait starts, or 0 when the counters are off (then `lockWaited` does nothing).
+    /// The time a wait starts, or 0 when the counters and metrics are off (then `lockWaited` does
+    /// nothing).
     @inline(__always)
     static func start() -> UInt64 {
-        DiagnosticsSwitch.isOn(.contention) ? now() : 0
+        DiagnosticsSwitch.isOn(TKDiagnosticsFeature.contention.union(.metrics)) ? now() : 0
     }
 
     /// CLOCK_MONOTONIC in nanoseconds.
@@ -32,7 +35,10 @@ final class Contention: @unchecked Sendable {
 
     /// A `sync` onto `queue` that could not run at once waited from `start` until now.
     static func queueWaited(_ label: String, since start: UInt64) {
-        if start != 0 { shared.update(queueRow(label)) { $0.addWait(now() &- start) } }
+        guard start != 0 else { return }
+        let waited = now() &- start
+        if DiagnosticsSwitch.isOn(.contention) { shared.update(queueRow(label)) { $0.addWait(waited) } }
+        if DiagnosticsSwitch.isOn(.metrics) { Metrics.queueWaited(label, nanoseconds: waited) }
     }
 
     /// `work`, submitted to the queue labelled `queue` now, wrapped to count its enqueue-to-start
@@ -52,6 +58,8 @@ final class Contention: @unchecked Sendable {
     @inline(never)
     private func recordLock(_ lock: LockName, kind: StaticString, start: UInt64) {
         let waited = Contention.now() &- start
+        if DiagnosticsSwitch.isOn(.metrics) { Metrics.lockWaited(lock, nanoseconds: waited) }
+        guard DiagnosticsSwitch.isOn(.contention) else { return }
         let row = lock.name.map { "\(kind) \"\($0)\"" } ?? "\(kind) (unnamed)"
         update(row) { $0.addWait(waited) }
     }

@@ -110,6 +110,10 @@ final class HangWatchdog: @unchecked Sendable {
                 else { continue }
                 let report = sample(slot, activity: activity, running: .nanoseconds(Int64(now &- started)))
                 TKDiagnostics.deliver(report)
+                // The flight recorder's last seconds (docs/DiagnosticsTrace.md §8), written here.
+                if DiagnosticsSwitch.isOn(.flightRecorder) {
+                    FlightRecorder.dumpOnTrigger(reason: "the hang of \(report.thread) in \(report.activity)")
+                }
             }
             // A quarter threshold between scans: a hang is seen within 1.25 thresholds (plus sampling).
             let pause = max(limit / 4, .milliseconds(2))
@@ -119,10 +123,32 @@ final class HangWatchdog: @unchecked Sendable {
 
     /// Signals the slot's thread for its stack and waits up to 500 ms for the handler.
     private func sample(_ slot: HangSlot, activity: HangActivity, running: Duration) -> TKHangReport {
+        let frames = HangWatchdog.sampleStack(of: slot.tid)
+        let thread = LockOrderThread(tid: slot.tid, name: LockOrderThread.name(of: slot.tid))
+        // Who waits for whom (§6): every known thread, with the stacks of those in a ThreadKit wait
+        // (their parking retries after the sampling signal; other threads are not signalled).
+        let dump = ThreadDumper.capture(stacks: .waiting).description
+        return TKHangReport(
+            thread: thread.description, threadID: slot.tid, activity: activity.description,
+            duration: running, addresses: frames, threadDump: dump)
+    }
+
+    /// The sampler takes one request at a time: the watchdog and the blocking checker's pool
+    /// reports (BlockingChecker) both sample. Synchronization's Mutex: no `Parking` under it.
+    private static let samplerLock = Mutex<Void>(())
+
+    /// Thread `tid`'s stack, innermost first, sampled by signalling it (empty if it could not be):
+    /// waits up to 500 ms for the handler.
+    static func sampleStack(of tid: UInt32) -> [UInt] {
+        _ = tk_hang_sampler_install()
+        return samplerLock.withLock { _ in sampleStackLocked(of: tid) }
+    }
+
+    private static func sampleStackLocked(of tid: UInt32) -> [UInt] {
         let done = FutexWord(0)
         defer { done.deallocate() }
         var frames: [UInt] = []
-        if tk_hang_sample_request(slot.tid, done.address) == 0 {
+        if tk_hang_sample_request(tid, done.address) == 0 {
             let deadline = ContinuousClock.now + .milliseconds(500)
             while done.pointer.pointee.load(ordering: .acquiring) == 0 {
                 if !Parking.park(done, expected: 0, deadline: deadline) { break }
@@ -134,9 +160,6 @@ final class HangWatchdog: @unchecked Sendable {
                 frames = (min(2, count - 1)..<(count - 1)).map { UInt(bitPattern: buffer[$0]) }
             }
         }
-        let thread = LockOrderThread(tid: slot.tid, name: LockOrderThread.name(of: slot.tid))
-        return TKHangReport(
-            thread: thread.description, threadID: slot.tid, activity: activity.description,
-            duration: running, addresses: frames)
+        return frames
     }
 }

@@ -16,12 +16,15 @@ public enum TKDiagnostics {
         let (before, after) = DiagnosticsState.shared.change { $0.union(features) }
         if !before.contains(.lockOrder) && after.contains(.lockOrder) { LockOrder.didSwitchOn() }
         if after.contains(.hangs) { HangWatchdog.shared.startIfNeeded() }
+        if after.contains(.dumpOnSignal) { DumpSignal.install() } // §6: the handler and its thread
     }
 
-    /// Switches `features` off. Turning `.lockOrder` off also turns `.lockOrderFatal` off.
+    /// Switches `features` off. Turning `.lockOrder` off also turns `.lockOrderFatal` off, and
+    /// `.blocking` `.blockingFatal`.
     public static func disable(_ features: TKDiagnosticsFeature) {
         var off = features
         if off.contains(.lockOrder) { off.insert(.lockOrderFatal) }
+        if off.contains(.blocking) { off.insert(.blockingFatal) }
         let (before, after) = DiagnosticsState.shared.change { $0.subtracting(off) }
         if before.contains(.hangs) && !after.contains(.hangs) { HangWatchdog.shared.stop() }
     }
@@ -55,6 +58,16 @@ public enum TKDiagnostics {
         DiagnosticsState.shared.update { $0.hangHandler = handler }
     }
 
+    /// Called with each blocking wait made in the wrong place (a Swift concurrency job, the main
+    /// thread while its run loop runs, a loop thread an actor is pinned to), once per call site, on
+    /// the thread that blocked (or the pool's monitor thread), before it waits. nil removes it.
+    public static func setBlockingHandler(_ handler: (@Sendable (TKBlockingReport) -> Void)?) {
+        BlockingChecker.setHandler(handler)
+    }
+
+    /// Every blocking wait in the wrong place reported so far (the last 100), one per call site.
+    public static var blockingReports: [TKBlockingReport] { BlockingChecker.reports }
+
     /// Every lock-order cycle reported so far.
     public static var lockOrderReports: [TKLockOrderReport] { LockOrderGraph.shared.allReports }
 
@@ -68,10 +81,12 @@ public enum TKDiagnostics {
     /// Zeroes the contention counters.
     public static func resetContentionCounters() { Contention.shared.reset() }
 
-    /// Forgets the reports made so far, so the same cycle may be reported again (tests, tools).
+    /// Forgets the reports made so far, so the same cycle (or blocking call site) may be reported
+    /// again (tests, tools).
     public static func resetReports() {
         LockOrderGraph.shared.forgetReports()
         DiagnosticsState.shared.update { $0.hangs.removeAll() }
+        BlockingChecker.forgetReports()
     }
 
     /// What is on, what was found, and the contention counters, as lines of text.
@@ -85,6 +100,7 @@ public enum TKDiagnostics {
             "  lock order: \(graph.locks) locks, \(graph.edges) orders seen, \(cycles) potential deadlock\(cycles == 1 ? "" : "s")"
                 + (truncated == 0 ? "" : ", \(truncated) cycle search\(truncated == 1 ? "" : "es") truncated"),
             "  hangs: \(hangs) reported (threshold \(TKContentionCounters.format(hangThreshold)))",
+            "  blocking: \(blockingReports.count) call site\(blockingReports.count == 1 ? "" : "s") reported",
         ]
         let counters = contentionCounters
         lines.append("  contention: " + (counters.isEmpty ? "nothing waited" : "\(counters.count) rows"))
@@ -98,6 +114,7 @@ public enum TKDiagnostics {
         if features.contains(.hangs) { names.append("hangs") }
         if features.contains(.contention) { names.append("contention") }
         if features.contains(.trace) { names.append("trace") }
+        if features.contains(.blocking) { names.append(features.contains(.blockingFatal) ? "blocking:fatal" : "blocking") }
         return names.isEmpty ? "off" : names.joined(separator: ", ")
     }
 

@@ -12,6 +12,9 @@ public struct TKHangReport: Sendable, CustomStringConvertible {
     /// How long the activity had run when it was sampled.
     public let duration: Duration
     let addresses: [UInt]
+    /// The thread dump taken with the report (docs/Diagnostics.md §6): every thread ThreadKit
+    /// knows, what each waits for and who holds it, and any deadlock among them.
+    public let threadDump: String
 
     /// The stuck thread's call stack, innermost first (empty if the thread could not be sampled).
     public var callStack: [String] { LockOrderStack.symbolize(addresses, dropLeadingThreadKitFrames: false) }
@@ -21,6 +24,7 @@ public struct TKHangReport: Sendable, CustomStringConvertible {
     public var description: String {
         var text = "ThreadKit hang: \(thread) has been running \(activity) for \(TKContentionCounters.format(duration)):\n"
         for frame in callStack { text += "      \(frame)\n" }
-        return text + "  Fix: move long or blocking work off this thread, or split it into shorter items."
+        text += "  Fix: move long or blocking work off this thread, or split it into shorter items."
+        return threadDump.isEmpty ? text : text + "\n" + threadDump
     }
 }

@@ -20,19 +20,20 @@ public enum TKTrace {
     /// `totalCapacity`: slots all threads' rings share (at least `capacity`; 2^20, 32 MiB, by
     /// default). Threads get `capacity` while it lasts, then what is left, never under 64; once
     /// it is spent a new thread takes over the ring of a thread that exited. It bounds the
-    /// recorder's memory and the size of an export, however many threads record.
+    /// recorder's memory and the size of an export, however many threads record. A flight
+    /// recorder running is turned into a plain session (`startFlightRecorder(window:)` starts one).
     public static func start(capacity: Int = 16_384, totalCapacity: Int = 1 << 20) {
         control.withLock { _ in
             TraceRecorder.beginSession(capacity: capacity, totalCapacity: totalCapacity)
-            _ = DiagnosticsSwitch.update { $0.union(.trace) }
+            _ = DiagnosticsSwitch.update { $0.union(.trace).subtracting(.flightRecorder) }
         }
     }
 
-    /// Stops recording. The session's events stay available to `threads` and the exports until
-    /// the next `start`.
+    /// Stops recording (the flight recorder too). The session's events stay available to
+    /// `threads`, the exports and `dumpFlight(to:)` (then the whole session) until the next `start`.
     public static func stop() {
         control.withLock { _ in
-            _ = DiagnosticsSwitch.update { $0.subtracting(.trace) }
+            _ = DiagnosticsSwitch.update { $0.subtracting([.trace, .flightRecorder]) }
         }
     }
 

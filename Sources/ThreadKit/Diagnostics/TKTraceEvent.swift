@@ -30,8 +30,26 @@ public struct TKTraceEvent: Sendable, Hashable {
         case portReceive = 10
         /// A mark placed by `TKTrace.mark(_:)`.
         case mark = 11
+        /// A Swift concurrency job run by a ThreadKit executor (begin, end): `object` is its task's
+        /// id (0 for a job that is not a task), `detail` the job's priority (`TaskPriority`'s raw
+        /// value), `name` the executor (a queue's label, `TKRunLoop`, the global executor).
+        case task = 12
+        /// A Swift concurrency job handed to a ThreadKit executor (an instant on the thread that
+        /// enqueued it, the one that resumed the task when a continuation was resumed): the same
+        /// fields as `.task`. The exports draw a flow from it to the job's start.
+        case taskEnqueue = 13
+        /// A task suspended on a ThreadKit object (`await` on a semaphore, a group, an operation, a
+        /// thread's end, a stream) resumed by this thread: `object` is the task's id. The exports
+        /// draw a flow from it to the task's next job.
+        case taskResume = 14
+        /// A named interval from user code (`TKTrace.interval(_:_:)`, `TKTrace.beginInterval(_:)`),
+        /// begin and end; `object` tells apart intervals that are not nested.
+        case interval = 15
+        /// A counter's value from user code (`TKTrace.counter(_:_:)`), an instant: `name` is the
+        /// counter, `argument` the value's `Double` bit pattern (`counterValue`).
+        case counter = 16
 
-        /// The kind whose raw value is `rawValue` (1 through 11, as recorded in C's
+        /// The kind whose raw value is `rawValue` (1 through 16, as recorded in C's
         /// `tk_trace_event`), or nil. Written out for its documentation; it is what the compiler
         /// would synthesize.
         public init?(rawValue: UInt16) {
@@ -47,6 +65,11 @@ public struct TKTraceEvent: Sendable, Hashable {
             case 9: self = .portSend
             case 10: self = .portReceive
             case 11: self = .mark
+            case 12: self = .task
+            case 13: self = .taskEnqueue
+            case 14: self = .taskResume
+            case 15: self = .interval
+            case 16: self = .counter
             default: return nil
             }
         }
@@ -65,6 +88,11 @@ public struct TKTraceEvent: Sendable, Hashable {
             case .portSend: "port send"
             case .portReceive: "port message"
             case .mark: "mark"
+            case .task: "task"
+            case .taskEnqueue: "task enqueue"
+            case .taskResume: "task resume"
+            case .interval: "interval"
+            case .counter: "counter"
             }
         }
     }
@@ -111,15 +139,20 @@ public struct TKTraceEvent: Sendable, Hashable {
     public let name: String?
     /// The object the event is about, by kind: the thread id (`.thread`), the item's flow id
     /// (`.dispatchEnqueue`, `.dispatchItem`), the operation's or lock's identity (`.operation`,
-    /// `.lockWait`), the message's msgid (`.portSend`, `.portReceive`); 0 otherwise.
+    /// `.lockWait`), the message's msgid (`.portSend`, `.portReceive`), the task's id (`.task`,
+    /// `.taskEnqueue`, `.taskResume`), the interval's id (`.interval`); 0 otherwise.
     public let object: UInt64
     /// A number that goes with the event: the message's component count (`.portSend`,
-    /// `.portReceive`); 0 otherwise.
+    /// `.portReceive`), the value's bit pattern (`.counter`: see `counterValue`); 0 otherwise.
     public let argument: UInt64
     /// A small code, by kind: the observer activity's raw value (`.runLoopPhase`), the queue's
     /// QoS level, 0 background … 4 userInteractive, 255 unspecified (`.dispatchEnqueue`,
-    /// `.dispatchItem`), an `operation…` state constant (`.operation`); 0 otherwise.
+    /// `.dispatchItem`), an `operation…` state constant (`.operation`), the job's priority
+    /// (`.task`, `.taskEnqueue`: `TaskPriority`'s raw value, 0 unspecified); 0 otherwise.
     public let detail: UInt8
+
+    /// The value of a `.counter` event (nil for other kinds).
+    public var counterValue: Double? { kind == .counter ? Double(bitPattern: argument) : nil }
 }
 
 /// The events one thread recorded, oldest first.

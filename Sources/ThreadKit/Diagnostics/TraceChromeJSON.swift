@@ -2,7 +2,9 @@
 // chrome://tracing and Perfetto open: {"traceEvents": [...], "displayTimeUnit": "ms"}.
 // Per thread: "M" metadata (thread_name, thread_sort_index), "B"/"E" pairs for spans, "i" instants
 // (thread scope), and for dispatch items a flow: "s" at the enqueue, "f" (binding to the enclosing
-// slice) at the item's start. Timestamps are microseconds from the first event, three decimals.
+// slice) at the item's start; Swift tasks' jobs get the same from their enqueue and from the
+// resume of their continuation (TraceTaskFlows), and counters are "C" events (process-scoped, as
+// Chrome draws them). Timestamps are microseconds from the first event, three decimals.
 // Written row by row into a TraceSink (a file or a String); by the exporting thread only.
 import Glibc
 
@@ -15,18 +17,23 @@ enum TraceChromeJSON {
     }
 
     /// Writes the whole document, one row at a time.
-    static func write(_ rows: TraceRows, to sink: TraceSink, processName: String = "ThreadKit") {
+    /// `otherData` adds string fields to the document's `otherData` (a flight dump's reason, window
+    /// and thread dump).
+    static func write(_ rows: TraceRows, to sink: TraceSink, processName: String = "ThreadKit", otherData: [(String, String)] = []) {
         let pid = Int(getpid())
-        sink.write("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"recorder\":\"ThreadKit TKTrace\"},\"traceEvents\":[\n")
+        let other = otherData.map { ",\(quote($0.0)):\(quote($0.1))" }.joined()
+        sink.write("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"recorder\":\"ThreadKit TKTrace\"\(other)},\"traceEvents\":[\n")
         sink.write("{\"ph\":\"M\",\"pid\":\(pid),\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\(quote(processName))}}")
         for index in 0..<rows.count {
-            write(rows.row(index), index: index, pid: pid, origin: rows.origin, flows: rows.completeFlows, to: sink)
+            write(rows.row(index), index: index, pid: pid, origin: rows.origin, flows: rows.completeFlows, tasks: rows.taskFlows, to: sink)
         }
         sink.write("\n]}\n")
     }
 
     /// One row's events, each preceded by ",\n" (the process metadata always comes first).
-    private static func write(_ row: TraceTimeline.Row, index: Int, pid: Int, origin: UInt64, flows: TraceFlowSet, to sink: TraceSink) {
+    private static func write(
+        _ row: TraceTimeline.Row, index: Int, pid: Int, origin: UInt64, flows: TraceFlowSet, tasks: TraceTaskFlows, to sink: TraceSink
+    ) {
         let tid = Int(row.threadID)
         func emit(_ object: String) {
             sink.write(",\n")
@@ -53,21 +60,43 @@ enum TraceChromeJSON {
             guard let id, flows.contains(id) else { return }
             event(ph, time, "\"id\":\(id),\"name\":\"dispatch\",\"cat\":\"flow\"" + (ph == "f" ? ",\"bp\":\"e\"" : ""))
         }
+        func taskFlow(_ ph: String, _ id: UInt64, _ time: UInt64) {
+            guard id != 0 else { return }
+            event(ph, time, "\"id\":\(id),\"name\":\"task\",\"cat\":\"task flow\"" + (ph == "f" ? ",\"bp\":\"e\"" : ""))
+        }
         for (_, item) in items {
             switch item {
             case .begin(let i):
                 let span = row.spans[i]
                 event("B", span.start, "\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label)),\"args\":\(arguments(span.args))")
                 flow("f", span.flowIn, span.start)
+                if span.kind == .task, let into = tasks.entering(task: span.object, at: span.start) {
+                    taskFlow("f", into.enqueue, span.start)
+                    taskFlow("f", into.resume, span.start)
+                }
             case .end(let i):
                 let span = row.spans[i]
                 event("E", span.end, "\"name\":\(quote(span.name)),\"cat\":\(quote(span.kind.label))")
             case .instant(let i):
                 let instant = row.instants[i]
+                if instant.kind == .counter {
+                    // Non-finite values have no JSON number: left out.
+                    let value = Double(bitPattern: instant.argument)
+                    if value.isFinite {
+                        let name = row.instants[i].args.first { $0.0 == "counter" }?.1 ?? "counter"
+                        event("C", instant.time, "\"name\":\(quote(name)),\"cat\":\"counter\",\"args\":{\"value\":\(value)}")
+                    }
+                    continue
+                }
                 event(
                     "i", instant.time,
                     "\"s\":\"t\",\"name\":\(quote(instant.name)),\"cat\":\(quote(instant.kind.label)),\"args\":\(arguments(instant.args))")
                 flow("s", instant.flowOut, instant.time)
+                if instant.kind == .taskEnqueue || instant.kind == .taskResume,
+                    let id = tasks.leaving(task: instant.object, at: instant.time, resume: instant.kind == .taskResume)
+                {
+                    taskFlow("s", id, instant.time)
+                }
             }
         }
     }

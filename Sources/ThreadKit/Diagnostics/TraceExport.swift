@@ -12,6 +12,8 @@ struct TraceRows {
     let origin: UInt64
     let end: UInt64
     let completeFlows: TraceFlowSet
+    /// Task jobs' flows (enqueue → start, resume → start).
+    let taskFlows: TraceTaskFlows
     /// How many rows there are.
     let count: Int
     private let make: (Int) -> TraceTimeline.Row
@@ -22,8 +24,9 @@ struct TraceRows {
         origin = summary.origin
         end = summary.end
         completeFlows = summary.completeFlows
+        taskFlows = summary.taskFlows
         count = capture.threadGroups.count
-        make = { TraceTimeline.row(capture.thread($0)) }
+        make = { TraceTimeline.row(capture.thread($0), openUntil: capture.openUntil) }
     }
 
     /// The rows of a timeline already built.
@@ -31,6 +34,7 @@ struct TraceRows {
         origin = timeline.origin
         end = timeline.end
         completeFlows = timeline.completeFlows
+        taskFlows = timeline.taskFlows
         count = timeline.rows.count
         make = { timeline.rows[$0] }
     }

@@ -7,6 +7,13 @@
 // laid out into <body data-row-tops>, which the tests read back from headless Chromium. Spans
 // the exporter closed (no end recorded) are drawn dashed. Written row by row into a TraceSink (a
 // file or a String); by the exporting thread only.
+//
+// Below the thread rows (docs/DiagnosticsTrace.md §9): one row per Swift task (its jobs on
+// whichever threads ran them, the wait from each enqueue to the job's start as a thin line;
+// the latest `maximumTaskRows` tasks), then one row per counter (a step line). Their data is
+// gathered while the thread rows are written and written after them; the page counts them into
+// <body data-task-rows> and <body data-counter-rows>. A flight dump adds a note and the thread
+// dump, shown under the header.
 
 enum TraceHTML {
     /// The whole page as a String (tests, small traces).
@@ -16,25 +23,104 @@ enum TraceHTML {
         return sink.text
     }
 
+    /// Task rows drawn at most (the tasks with the latest jobs).
+    static let maximumTaskRows = 256
+
+    /// One job of a task, for its task row.
+    private struct TaskJob {
+        var start: UInt64
+        var end: UInt64
+        var tid: UInt32
+        var executor: String
+        var enqueuedAt: UInt64
+    }
+
+    /// A task's row: its priority (of its latest job) and jobs.
+    private struct TaskRow {
+        var priority: String
+        var jobs: [TaskJob] = []
+    }
+
     /// Writes the page: the part of the template before the data, the data one row at a time,
-    /// the rest of the template.
-    static func write(_ rows: TraceRows, title: String, to sink: TraceSink) {
+    /// the task and counter rows gathered meanwhile, the rest of the template. `note` and `dump`
+    /// (a flight dump's) are shown under the header.
+    static func write(_ rows: TraceRows, title: String, to sink: TraceSink, note: String? = nil, dump: String? = nil) {
         let (before, after) = template
         // The title goes into the template only, never into the data (which may contain any text).
         sink.write(before.replacing("TRACE_TITLE", with: escapeHTML(title)))
         let duration = TraceChromeJSON.micros(rows.end, rows.origin)
-        sink.write("{\"title\":\(TraceChromeJSON.quote(title)),\"duration\":\(duration),\"rows\":[\n")
+        sink.write("{\"title\":\(TraceChromeJSON.quote(title)),\"duration\":\(duration),")
+        if let note { sink.write("\"note\":\(TraceChromeJSON.quote(note)),") }
+        if let dump { sink.write("\"dump\":\(TraceChromeJSON.quote(dump)),") }
+        sink.write("\"rows\":[\n")
+        var tasks: [UInt64: TaskRow] = [:]
+        var counters: [String: [(UInt64, Double)]] = [:]
         for index in 0..<rows.count {
             if index > 0 { sink.write(",\n") }
-            write(rows.row(index), origin: rows.origin, flows: rows.completeFlows, to: sink)
+            let row = rows.row(index)
+            write(row, origin: rows.origin, flows: rows.completeFlows, tasks: rows.taskFlows, to: sink)
+            for span in row.spans where span.kind == .task && span.object != 0 {
+                let args = Dictionary(span.args, uniquingKeysWith: { a, _ in a })
+                let enqueued = rows.taskFlows.entering(task: span.object, at: span.start)?.enqueuedAt ?? 0
+                tasks[span.object, default: TaskRow(priority: args["priority"] ?? "")].jobs.append(
+                    TaskJob(start: span.start, end: span.end, tid: row.threadID, executor: args["executor"] ?? "", enqueuedAt: enqueued))
+            }
+            for instant in row.instants where instant.kind == .counter {
+                let value = Double(bitPattern: instant.argument)
+                guard value.isFinite else { continue }
+                let name = instant.args.first { $0.0 == "counter" }?.1 ?? "counter"
+                counters[name, default: []].append((instant.time, value))
+            }
         }
-        sink.write("\n]}")
+        sink.write("\n],\"tasks\":[")
+        writeTasks(tasks, origin: rows.origin, to: sink)
+        sink.write("],\"counters\":[")
+        for (index, name) in counters.keys.sorted().enumerated() {
+            let points = counters[name]!.sorted { $0.0 < $1.0 }
+            sink.write((index > 0 ? ",\n" : "\n") + "{\"name\":\(TraceChromeJSON.quote(name)),\"points\":[")
+            for (i, (time, value)) in points.enumerated() {
+                sink.write((i > 0 ? "," : "") + "[\(TraceChromeJSON.micros(time, rows.origin)),\(value)]")
+            }
+            sink.write("]}")
+        }
+        sink.write("]}")
         sink.write(after.replacing("TRACE_TITLE", with: escapeHTML(title)))
     }
 
+    /// The task rows: the `maximumTaskRows` tasks whose last job ended latest, ordered by their
+    /// first job's start.
+    private static func writeTasks(_ tasks: [UInt64: TaskRow], origin: UInt64, to sink: TraceSink) {
+        let latest = tasks.sorted { ($0.value.jobs.map(\.end).max() ?? 0) > ($1.value.jobs.map(\.end).max() ?? 0) }
+            .prefix(maximumTaskRows)
+            .sorted { ($0.value.jobs.first?.start ?? 0, $0.key) < ($1.value.jobs.first?.start ?? 0, $1.key) }
+        for (index, (id, row)) in latest.enumerated() {
+            sink.write(
+                (index > 0 ? ",\n" : "\n") + "{\"id\":\(id),\"priority\":\(TraceChromeJSON.quote(row.priority)),\"jobs\":[")
+            for (i, job) in row.jobs.sorted(by: { $0.start < $1.start }).enumerated() {
+                let enqueued = job.enqueuedAt == 0 ? "-1" : TraceChromeJSON.micros(job.enqueuedAt, origin)
+                sink.write(
+                    (i > 0 ? "," : "") + "[\(TraceChromeJSON.micros(job.start, origin)),\(TraceChromeJSON.micros(job.end, origin)),"
+                        + "\(job.tid),\(TraceChromeJSON.quote(job.executor)),\(enqueued)]")
+            }
+            sink.write("]}")
+        }
+        if tasks.count > latest.count {
+            sink.write(",\n{\"id\":0,\"more\":\(tasks.count - latest.count),\"priority\":\"\",\"jobs\":[]}")
+        }
+    }
+
     /// One row as the page's script reads it.
-    private static func write(_ row: TraceTimeline.Row, origin: UInt64, flows: TraceFlowSet, to sink: TraceSink) {
+    private static func write(_ row: TraceTimeline.Row, origin: UInt64, flows: TraceFlowSet, tasks: TraceTaskFlows, to sink: TraceSink) {
         func flow(_ id: UInt64?) -> String { id.map { flows.contains($0) ? "\($0)" : "0" } ?? "0" }
+        /// A task job's incoming flows, as an array; else the dispatch flow.
+        func flowIn(_ s: TraceTimeline.Span) -> String {
+            guard s.kind == .task, let into = tasks.entering(task: s.object, at: s.start) else { return flow(s.flowIn) }
+            return "[" + [into.enqueue, into.resume].filter { $0 != 0 }.map { "\($0)" }.joined(separator: ",") + "]"
+        }
+        func flowOut(_ i: TraceTimeline.Instant) -> String {
+            guard i.kind == .taskEnqueue || i.kind == .taskResume else { return flow(i.flowOut) }
+            return tasks.leaving(task: i.object, at: i.time, resume: i.kind == .taskResume).map { "\($0)" } ?? "0"
+        }
         sink.write(
             "{\"tid\":\(row.threadID),\"name\":\(TraceChromeJSON.quote(row.name)),\"depth\":\(max(row.depth, 1)),"
                 + "\"overwritten\":\(row.overwritten),\"spans\":[")
@@ -42,13 +128,15 @@ enum TraceHTML {
             sink.write(
                 (index > 0 ? "," : "") + "[\(TraceChromeJSON.micros(s.start, origin)),\(TraceChromeJSON.micros(s.end, origin)),\(s.depth),"
                     + "\(TraceChromeJSON.quote(s.name)),\(TraceChromeJSON.quote(s.kind.label)),\(TraceChromeJSON.arguments(s.args)),"
-                    + "\(flow(s.flowIn)),\(s.closedByExport ? 1 : 0)]")
+                    + "\(flowIn(s)),\(s.closedByExport ? 1 : 0)]")
         }
         sink.write("],\"instants\":[")
-        for (index, i) in row.instants.enumerated() {
+        var separator = ""
+        for i in row.instants where i.kind != .counter {
+            defer { separator = "," }
             sink.write(
-                (index > 0 ? "," : "") + "[\(TraceChromeJSON.micros(i.time, origin)),\(TraceChromeJSON.quote(i.name)),"
-                    + "\(TraceChromeJSON.quote(i.kind.label)),\(TraceChromeJSON.arguments(i.args)),\(flow(i.flowOut))]")
+                separator + "[\(TraceChromeJSON.micros(i.time, origin)),\(TraceChromeJSON.quote(i.name)),"
+                    + "\(TraceChromeJSON.quote(i.kind.label)),\(TraceChromeJSON.arguments(i.args)),\(flowOut(i))]")
         }
         sink.write("]}")
     }
@@ -86,12 +174,15 @@ enum TraceHTML {
         #legend i{width:12px;height:12px;display:inline-block;border-radius:2px}
         #chart{position:relative;overflow:hidden;cursor:grab}
         svg text{pointer-events:none}
+        #flight{padding:6px 12px;background:#fff8e1;border-bottom:1px solid #ddd;display:none}
+        #flight pre{max-height:300px;overflow:auto;background:#fff;border:1px solid #ddd;padding:6px;font-size:11px}
         #tip{position:fixed;display:none;background:#fffde7;border:1px solid #999;padding:6px 8px;border-radius:4px;
          box-shadow:0 2px 6px rgba(0,0,0,.2);pointer-events:none;max-width:420px;white-space:pre-wrap;font-size:12px}
         </style></head>
-        <body data-rows="0">
+        <body data-rows="0" data-task-rows="0" data-counter-rows="0">
         <header><h1 id="heading">TRACE_TITLE</h1><span id="summary"></span><button id="reset">Reset zoom</button>
         <span style="opacity:.7">wheel: zoom · drag: pan · hover: details</span></header>
+        <div id="flight"></div>
         <div id="legend"></div>
         <div id="chart"></div>
         <div id="tip"></div>
@@ -99,8 +190,10 @@ enum TraceHTML {
         "use strict";
         const TRACE = /*TRACE_DATA*/null;
         const COLORS = {"thread":"#cfd8dc","run-loop pass":"#90caf9","sleep":"#e0e0e0","dispatch item":"#a5d6a7",
-          "operation":"#ffcc80","lock wait":"#ef9a9a","port message":"#ce93d8","mark":"#fff59d"};
-        const TICKS = {"run-loop phase":"#1e88e5","enqueue":"#2e7d32","operation":"#ef6c00","port send":"#8e24aa","mark":"#f9a825"};
+          "operation":"#ffcc80","lock wait":"#ef9a9a","port message":"#ce93d8","mark":"#fff59d","task":"#80deea","interval":"#b39ddb"};
+        const TICKS = {"run-loop phase":"#1e88e5","enqueue":"#2e7d32","operation":"#ef6c00","port send":"#8e24aa","mark":"#f9a825",
+          "task enqueue":"#00838f","task resume":"#6a1b9a"};
+        const TASKS = TRACE.tasks || [], COUNTERS = TRACE.counters || [], TASK_H = 22, COUNTER_H = 40, SECTION_H = 22;
         const LABEL_W = 190, LANE_H = 16, ROW_GAP = 8, AXIS_H = 24, NS = "http://www.w3.org/2000/svg";
         const chart = document.getElementById("chart"), tip = document.getElementById("tip");
         let width = Math.max(600, window.innerWidth), t0 = 0, t1 = Math.max(TRACE.duration, 1);
@@ -122,12 +215,32 @@ enum TraceHTML {
           for (const k in COLORS) box.insertAdjacentHTML("beforeend", '<span><i style="background:' + COLORS[k] + '"></i>' + k + "</span>");
           for (const k in TICKS) box.insertAdjacentHTML("beforeend", '<span><i style="background:' + TICKS[k] + ';width:3px"></i>' + k + "</span>");
         }
+        function flight() {
+          if (!TRACE.note && !TRACE.dump) return;
+          const box = document.getElementById("flight");
+          box.style.display = "block";
+          const p = document.createElement("div"); p.textContent = TRACE.note || ""; box.appendChild(p);
+          if (TRACE.dump) {
+            const d = document.createElement("details"), s = document.createElement("summary"), pre = document.createElement("pre");
+            s.textContent = "Thread dump"; pre.id = "thread-dump"; pre.textContent = TRACE.dump;
+            d.appendChild(s); d.appendChild(pre); box.appendChild(d);
+          }
+        }
+        function threadColor(tid) { return "hsl(" + ((tid * 47) % 360) + ",55%,72%)"; }
+        function section(svg, y, text) {
+          el("rect", {x: 0, y: y, width: width, height: SECTION_H, fill: "#cfd8dc"}, svg);
+          el("text", {x: 8, y: y + 15, "font-weight": 600}, svg).textContent = text;
+        }
         function draw() {
           chart.textContent = "";
           const plotW = width - LABEL_W - 10, x = t => LABEL_W + (t - t0) / (t1 - t0) * plotW;
           let y = AXIS_H;
           const tops = [];
           for (const row of TRACE.rows) { tops.push(y); y += row.depth * LANE_H + ROW_GAP * 2; }
+          const taskTop = y;
+          if (TASKS.length) y += SECTION_H + TASKS.length * TASK_H;
+          const counterTop = y;
+          if (COUNTERS.length) y += SECTION_H + COUNTERS.length * COUNTER_H;
           const svg = el("svg", {width: width, height: y + 4, id: "timeline"}, chart);
           const clip = el("clipPath", {id: "plot"}, el("defs", {}, svg));
           el("rect", {x: LABEL_W, y: 0, width: plotW, height: y}, clip);
@@ -160,7 +273,7 @@ enum TraceHTML {
               if (unended) rect.setAttribute("stroke-dasharray", "4 2");
               rect.dataset.tip = describe(name, kind, start, end, args) + (unended ? "\n(no end recorded: drawn to the thread's last event)" : "");
               if (w > 30) { const t = el("text", {x: x0 + 3, y: yy + LANE_H - 5, "font-size": 10}, plot); t.textContent = name.length * 6 > w ? name.slice(0, Math.max(1, Math.floor(w / 6) - 1)) + "…" : name; }
-              if (flow) pos[flow] = Object.assign(pos[flow] || {}, {to: [x0, yy + LANE_H / 2]});
+              for (const f of [].concat(flow)) if (f) pos[f] = Object.assign(pos[f] || {}, {to: [x0, yy + LANE_H / 2]});
             }
             let tickAt = -2;
             for (const i of row.instants) {
@@ -174,6 +287,45 @@ enum TraceHTML {
               if (flow) pos[flow] = Object.assign(pos[flow] || {}, {from: [xx, yy + 4]});
             }
           });
+          if (TASKS.length) {
+            section(svg, taskTop, "Swift tasks (jobs on ThreadKit executors)");
+            TASKS.forEach((task, r) => {
+              const top = taskTop + SECTION_H + r * TASK_H;
+              const g = el("g", {"class": "task-row", "data-task": task.id}, svg);
+              el("rect", {x: 0, y: top, width: width, height: TASK_H, fill: r % 2 ? "#f4f9f9" : "#ffffff"}, g);
+              el("text", {x: 8, y: top + 15, "font-weight": 600}, g).textContent =
+                task.more ? task.more + " more tasks (their jobs are on the thread rows)" : "task " + task.id + (task.priority ? " · " + task.priority : "");
+              const plot = el("g", {"clip-path": "url(#plot)"}, g);
+              for (const [start, end, tid, executor, enqueued] of task.jobs) {
+                if (end < t0 || start > t1) continue;
+                if (enqueued >= 0 && enqueued < start) {
+                  el("line", {x1: x(enqueued), x2: x(start), y1: top + TASK_H / 2, y2: top + TASK_H / 2, stroke: "#00838f", "stroke-dasharray": "3 2"}, plot);
+                }
+                const x0 = x(start), w = Math.max(1, x(end) - x0);
+                const rect = el("rect", {x: x0, y: top + 3, width: w, height: TASK_H - 6, rx: 2, fill: threadColor(tid), stroke: "rgba(0,0,0,.3)"}, plot);
+                rect.dataset.tip = "task " + task.id + " (" + task.priority + ")\njob on thread " + tid + ": " + fmt(end - start) + " from " + fmt(start) +
+                  "\nexecutor: " + executor + (enqueued >= 0 ? "\nwaited " + fmt(start - enqueued) + " after its enqueue" : "");
+              }
+            });
+          }
+          if (COUNTERS.length) {
+            section(svg, counterTop, "Counters");
+            COUNTERS.forEach((counter, r) => {
+              const top = counterTop + SECTION_H + r * COUNTER_H, pts = counter.points;
+              const g = el("g", {"class": "counter-row", "data-counter": counter.name}, svg);
+              el("rect", {x: 0, y: top, width: width, height: COUNTER_H, fill: r % 2 ? "#f9f6fc" : "#ffffff"}, g);
+              let lo = Infinity, hi = -Infinity;
+              for (const [, v] of pts) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+              el("text", {x: 8, y: top + 15, "font-weight": 600}, g).textContent = counter.name;
+              el("text", {x: 8, y: top + 29, fill: "#777"}, g).textContent = pts.length + " values · " + lo + " … " + hi;
+              const yv = v => top + COUNTER_H - 4 - (hi > lo ? (v - lo) / (hi - lo) : 0.5) * (COUNTER_H - 8);
+              let d = "";
+              pts.forEach(([t, v], i) => { d += (i ? "H" + x(t) + "V" + yv(v) : "M" + x(t) + "," + yv(v)); });
+              if (pts.length) d += "H" + x(TRACE.duration);
+              const path = el("path", {d: d, fill: "none", stroke: "#6a1b9a", "stroke-width": 1.5}, el("g", {"clip-path": "url(#plot)"}, g));
+              path.dataset.tip = counter.name + "\n" + pts.length + " values from " + lo + " to " + hi;
+            });
+          }
           const flows = el("g", {"clip-path": "url(#plot)", "class": "flows"}, svg);
           for (const id in pos) {
             const f = pos[id]; if (!f.from || !f.to) continue;
@@ -182,10 +334,12 @@ enum TraceHTML {
           }
           const drawn = svg.querySelectorAll("g.row").length;
           document.body.dataset.rows = drawn;
+          document.body.dataset.taskRows = svg.querySelectorAll("g.task-row").length;
+          document.body.dataset.counterRows = svg.querySelectorAll("g.counter-row").length;
           // Where the browser laid each row out (read back by the rendering test).
           document.body.dataset.rowTops = Array.from(svg.querySelectorAll("g.row > rect:first-child"), r => Math.round(r.getBoundingClientRect().top)).join(",");
           document.title = "ThreadKit trace: " + drawn + " rows";
-          document.getElementById("summary").textContent = TRACE.rows.length + " threads · " + fmt(TRACE.duration) + " · showing " + fmt(t0) + " – " + fmt(t1);
+          document.getElementById("summary").textContent = TRACE.rows.length + " threads · " + (TASKS.length ? TASKS.length + " tasks · " : "") + fmt(TRACE.duration) + " · showing " + fmt(t0) + " – " + fmt(t1);
         }
         chart.addEventListener("mousemove", e => {
           const t = e.target.dataset && e.target.dataset.tip;
@@ -204,6 +358,7 @@ enum TraceHTML {
         document.getElementById("reset").onclick = () => { t0 = 0; t1 = Math.max(TRACE.duration, 1); draw(); };
         window.addEventListener("resize", () => { width = Math.max(600, window.innerWidth); draw(); });
         legend();
+        flight();
         draw();
         </script>
         </body></html>

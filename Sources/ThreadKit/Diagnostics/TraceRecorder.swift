@@ -18,6 +18,10 @@
 // ring of a thread that exited (the one registered first) when there is one. So a session's rings
 // hold at most `totalCapacity` + `minimumCapacity` × (live threads) events, and so does an export:
 // its size follows the budget, not the number of threads times the per-thread capacity.
+//
+// Flight mode (FlightRecorder.swift): the same rings and budget (2^19 slots by default when
+// TK_DIAGNOSTICS has `flight`); a retired ring whose last event is older than the flight window
+// holds nothing a dump would keep, so a registering thread takes it over first.
 import CThreadKit
 
 /// One thread's ring and what the Swift side keeps for it.
@@ -57,8 +61,10 @@ enum TraceRecorder {
         var rings: [TraceRing] = []
         /// Events per thread for rings registered from now on (a power of two).
         var capacity = TraceRecorder.defaultCapacity
-        /// Slots all rings of the session share (at least `capacity`).
-        var totalCapacity = TraceRecorder.defaultTotalCapacity
+        /// Slots all rings of the session share (at least `capacity`); the flight recorder's smaller
+        /// budget when TK_DIAGNOSTICS turned it on at launch.
+        var totalCapacity =
+            DiagnosticsSwitch.isOn(.flightRecorder) ? FlightRecorder.defaultTotalCapacity : TraceRecorder.defaultTotalCapacity
         /// Registrations since launch (stamps `TraceRing.registeredAt`).
         var registrations = 0
         /// The session the rings of which the exporter reads; mirrors tk_trace_session.
@@ -211,11 +217,33 @@ enum TraceRecorder {
     /// this session when more than `keptRetired` are kept. Registry held.
     private static func reusableRetiredRingLocked(_ r: Registry) -> TraceRing? {
         var retiredThisSession = 0
+        let window = FlightRecorder.activeWindowNanoseconds
+        let now = window == nil ? 0 : tk_trace_now()
         for ring in r.rings where tk_trace_is_retired(ring.raw) != 0 {
             if ring.raw.pointee.session != r.session { return ring }
+            if let window, now > window, lastEventTime(ring) < now - window { return ring }
             retiredThisSession += 1
         }
         return retiredThisSession > keptRetired ? oldestRetiredRingLocked(r) : nil
+    }
+
+    /// The time of a retired ring's last event (0 when empty). Registry held; its thread has
+    /// exited (the acquiring load of `retired` orders its last stores before these loads).
+    private static func lastEventTime(_ ring: TraceRing) -> UInt64 {
+        let head = tk_trace_head(ring.raw)
+        guard head > 0 else { return 0 }
+        return ring.raw.pointee.slots[Int((head - 1) & ring.raw.pointee.mask)].timestamp
+    }
+
+    /// Bytes held by every ring ever made (they are never freed): slots, the C header with its
+    /// name cache, and the Swift side's cached Strings. What the flight recorder's bound is about.
+    static var ringMemory: Int {
+        registry.withLock { r in
+            r.rings.reduce(0) {
+                $0 + $1.capacity * MemoryLayout<tk_trace_event>.stride + MemoryLayout<tk_trace_ring>.stride
+                    + 64 * MemoryLayout<String?>.stride // cachedNames: its count never changes (owner-only array)
+            }
+        }
     }
 
     /// The retired ring of this session registered first. Registry held.

@@ -20,6 +20,8 @@ struct TraceTimeline {
         var beginSequence: Int
         var endSequence: Int
         var args: [(String, String)]
+        /// The event's object (a task's id for `.task`).
+        var object: UInt64
         /// The dispatch flow this span ends (an item's start), if any.
         var flowIn: UInt64?
         /// Closed by the exporter, not by a recorded end.
@@ -32,6 +34,10 @@ struct TraceTimeline {
         var time: UInt64
         var sequence: Int
         var args: [(String, String)]
+        /// The event's object (a task's id for `.taskEnqueue`, `.taskResume`).
+        var object: UInt64
+        /// The event's argument (a counter's value bits).
+        var argument: UInt64
         /// The dispatch flow this instant starts (an enqueue), if any.
         var flowOut: UInt64?
     }
@@ -51,22 +57,34 @@ struct TraceTimeline {
     var end: UInt64
     /// Flow ids that have both an enqueue and a start in this trace.
     var completeFlows: TraceFlowSet
+    /// Task jobs' flows.
+    var taskFlows: TraceTaskFlows
 
     var eventCount: Int { rows.reduce(0) { $0 + 2 * $1.spans.count + $1.instants.count } }
 
     /// All rows at once (tests, small traces). The exports build one row at a time instead, from a
     /// TraceCapture's summary (the same origin, end and flows).
     init(_ threads: [TKTraceThread]) {
-        rows = threads.map(TraceTimeline.row)
+        rows = threads.map { TraceTimeline.row($0) }
         origin = threads.compactMap { $0.events.first?.timestamp }.min() ?? 0
         end = threads.compactMap { $0.events.last?.timestamp }.max() ?? origin
         completeFlows = TraceFlowSet(
             intersecting: rows.flatMap { $0.instants.compactMap(\.flowOut) },
             rows.flatMap { $0.spans.compactMap(\.flowIn) })
+        var taskEvents: [TraceTaskFlows.Event] = []
+        for thread in threads {
+            for e in thread.events where e.object != 0 {
+                if let step = TraceTaskFlows.step(kind: e.kind.rawValue, phase: e.phase.rawValue) {
+                    taskEvents.append(TraceTaskFlows.Event(task: e.object, time: e.timestamp, step: step))
+                }
+            }
+        }
+        taskFlows = TraceTaskFlows(taskEvents)
     }
 
-    /// One thread's row: its spans paired and nested, its instants.
-    static func row(_ thread: TKTraceThread) -> Row {
+    /// One thread's row: its spans paired and nested, its instants. Spans still open at the end
+    /// close at `openUntil` when given (a flight dump's time), else at the thread's last event.
+    static func row(_ thread: TKTraceThread, openUntil: UInt64? = nil) -> Row {
         var row = Row(threadID: thread.threadID, name: thread.name, overwritten: thread.overwritten)
         var open: [(span: Span, object: UInt64)] = []
         var sequence = 0
@@ -83,7 +101,7 @@ struct TraceTimeline {
             case .begin:
                 let span = Span(
                     name: spanName(event), kind: event.kind, start: event.timestamp, end: event.timestamp,
-                    depth: open.count, beginSequence: sequence, endSequence: 0, args: args(event),
+                    depth: open.count, beginSequence: sequence, endSequence: 0, args: args(event), object: event.object,
                     flowIn: event.kind == .dispatchItem ? event.object : nil, closedByExport: false)
                 sequence += 1
                 open.append((span, event.object))
@@ -96,11 +114,12 @@ struct TraceTimeline {
                 row.instants.append(
                     Instant(
                         name: instantName(event), kind: event.kind, time: event.timestamp, sequence: sequence,
-                        args: args(event), flowOut: event.kind == .dispatchEnqueue ? event.object : nil))
+                        args: args(event), object: event.object, argument: event.argument,
+                        flowOut: event.kind == .dispatchEnqueue ? event.object : nil))
                 sequence += 1
             }
         }
-        let last = thread.events.last?.timestamp ?? 0
+        let last = max(thread.events.last?.timestamp ?? 0, openUntil ?? 0)
         while !open.isEmpty { close(at: last, byExport: true) }
         row.spans.sort { $0.beginSequence < $1.beginSequence }
         return row
@@ -118,6 +137,7 @@ struct TraceTimeline {
         case .operation: return name.isEmpty ? "operation" : name
         case .lockWait: return "wait \(name.isEmpty ? "lock" : name)"
         case .portReceive: return "message \(e.object)"
+        case .task: return e.object == 0 ? "job" : "task \(e.object)"
         default: return name.isEmpty ? e.kind.label : name
         }
     }
@@ -129,6 +149,9 @@ struct TraceTimeline {
         case .dispatchEnqueue: return "enqueue → \(name)"
         case .operation: return "\(operationStateName(e.detail)) \(name)"
         case .portSend: return "send \(e.object)"
+        case .taskEnqueue: return "enqueue task \(e.object) → \(name)"
+        case .taskResume: return "resume task \(e.object)"
+        case .counter: return "\(name) = \(Double(bitPattern: e.argument))"
         default: return name.isEmpty ? e.kind.label : name
         }
     }
@@ -169,6 +192,19 @@ struct TraceTimeline {
         }
     }
 
+    /// A job's priority as recorded (`TaskPriority`'s raw value): its name where it has one.
+    static func priorityName(_ raw: UInt8) -> String {
+        switch raw {
+        case 0: "unspecified"
+        case 9: "background"
+        case 17: "low"
+        case 21: "medium"
+        case 25: "high"
+        case 33: "userInteractive"
+        default: "\(raw)"
+        }
+    }
+
     static func args(_ e: TKTraceEvent) -> [(String, String)] {
         var args = [("kind", e.kind.label)]
         switch e.kind {
@@ -182,7 +218,13 @@ struct TraceTimeline {
             args += [("msgid", "\(e.object)"), ("components", "\(e.argument)")]
         case .runLoopPass, .runLoopSleep, .runLoopPhase:
             args += [("mode", e.name ?? "")]
-        case .thread, .mark:
+        case .task, .taskEnqueue:
+            args += [("task", "\(e.object)"), ("priority", priorityName(e.detail)), ("executor", e.name ?? "")]
+        case .taskResume:
+            args += [("task", "\(e.object)")]
+        case .counter:
+            args += [("counter", e.name ?? ""), ("value", "\(Double(bitPattern: e.argument))")]
+        case .thread, .mark, .interval:
             break
         }
         return args

@@ -25,6 +25,9 @@ public final class TKDispatchGroup: @unchecked Sendable {
 
     private let state = Atomic<UInt64>(0)
     private let generation = FutexWord(0)
+    /// The thread that entered last, for thread dumps (docs/Diagnostics.md §6): stored only while
+    /// waits are recorded. Relaxed: a hint, read by a dumping thread.
+    private let lastEnterer = Atomic<UInt32>(0)
     private let notifyLock = DispatchLock()
     private var notifications: [(TKDispatchQueue, @Sendable () -> Void)] = [] // guarded by notifyLock
     private var finishWaiters: AsyncWaiters<Void>? // guarded by notifyLock
@@ -40,6 +43,7 @@ public final class TKDispatchGroup: @unchecked Sendable {
     /// One more unfinished task. Sequentially consistent, like every access to `state`: pairs with
     /// the waiter's flag-and-check (Dekker's pattern between `state` and `generation`).
     public func enter() {
+        if DiagnosticsSwitch.isOn(WaitGraph.recording) { lastEnterer.store(SystemCall.currentThreadID, ordering: .relaxed) }
         let old = state.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
         if old & TKDispatchGroup.countMask == TKDispatchGroup.countMask {
             misuse("TKDispatchGroup.enter(): more than 2^32-1 tasks entered and not left. Fix: balance enter() with leave().")
@@ -84,12 +88,16 @@ public final class TKDispatchGroup: @unchecked Sendable {
 
     /// Waits until the count is zero (or has crossed zero since the call began).
     public func wait() {
+        let waiting = WaitGraph.begin(self, .group, "TKDispatchGroup.wait()") // who waits for whom (§6)
         _ = wait(deadline: nil)
+        WaitGraph.end(waiting)
     }
 
     /// As `wait()`, giving up at `deadline` (never early).
     public func wait(until deadline: ContinuousClock.Instant) -> TKDispatchTimeoutResult {
-        wait(deadline: deadline) ? .success : .timedOut
+        let waiting = WaitGraph.begin(self, .group, "TKDispatchGroup.wait(until:)") // who waits for whom (§6)
+        defer { WaitGraph.end(waiting) }
+        return wait(deadline: deadline) ? .success : .timedOut
     }
 
     private func wait(deadline: ContinuousClock.Instant?) -> Bool {
@@ -164,4 +172,15 @@ public enum TKDispatchTimeoutResult: Sendable {
     case success
     /// The deadline passed first.
     case timedOut
+}
+
+extension TKDispatchGroup: WaitTarget {
+    var waitDescription: String {
+        "TKDispatchGroup \(ObjectIdentifier(self)) (count \(state.load(ordering: .relaxed) & TKDispatchGroup.countMask))"
+    }
+    /// A group has no owner: the thread that entered it last, as a hint.
+    var waitHolder: WaitHolder {
+        let last = lastEnterer.load(ordering: .relaxed)
+        return last == 0 ? .none("entered by no thread while waits were recorded") : .hint(last, "last entered by")
+    }
 }

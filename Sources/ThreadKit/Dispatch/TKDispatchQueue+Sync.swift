@@ -41,11 +41,16 @@ extension TKDispatchQueue {
             if !chainEndsAtMain {
                 if !tryEnterInline(barrier: barrier) {
                     let start = Contention.start() // counters (docs/Diagnostics.md §3)
+                    let waiting = WaitGraph.begin(self, .queueSync, "TKDispatchQueue.sync") // who waits for whom (§6)
                     acquireForSync(barrier: barrier)
+                    WaitGraph.end(waiting)
                     Contention.queueWaited(label, since: start)
                 }
                 let pushed = pushChainFrames(context, barrier: barrier)
+                // The caller runs the queue now: a `sync` waiting for it names this thread (§6).
+                let running = WaitGraph.beginRunning(self, exclusive: kind == .serial || barrier)
                 defer {
+                    if running { WaitGraph.endRunning(self) }
                     for _ in 0..<pushed { context.pop() }
                     leaveInline(barrier: barrier)
                 }
@@ -58,7 +63,9 @@ extension TKDispatchQueue {
             let waiter = SyncWaiter { box.value = Result { try escapable() } }
             enqueue(DispatchEntry(.sync(waiter), barrier: barrier))
             let start = Contention.start()
+            let waiting = WaitGraph.begin(self, .queueSync, "TKDispatchQueue.sync") // who waits for whom (§6)
             waiter.waitForDrainer()
+            WaitGraph.end(waiting)
             Contention.queueWaited(label, since: start)
             return box.value!
         }

@@ -189,8 +189,10 @@ public final class TKDispatchQueue: @unchecked Sendable {
     /// suspended or inactive queue waits until it is resumed or activated.
     public func async(group: TKDispatchGroup? = nil, flags: WorkFlags = [], execute work: @escaping @Sendable () -> Void) {
         group?.enter()
-        // Contention counters (docs/Diagnostics.md §3): the block carries its enqueue time.
-        let block = DiagnosticsSwitch.isOn(.contention) ? Contention.timedBlock(work, queue: label) : work
+        // Contention counters (docs/Diagnostics.md §3): the block carries its enqueue time; metrics
+        // (docs/Metrics.md): the item is counted, one in N is timed.
+        let observed = DiagnosticsSwitch.isOn(TKDiagnosticsFeature.contention.union(.metrics))
+        let block = observed ? Metrics.observedBlock(work, queue: self) : work
         var entry = DispatchEntry(.block(block), group: group, barrier: flags.contains(.barrier))
         if DiagnosticsSwitch.isOn(.trace) { entry.traceFlow = TraceRecorder.dispatchEnqueued(self) }
         enqueue(consume entry)

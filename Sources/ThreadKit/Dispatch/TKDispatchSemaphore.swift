@@ -51,6 +51,9 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
     private let value: Atomic<Int>
     /// Units signalled while no waiter was queued, taken by spinning waiters.
     private let wakeups = FutexWord(0)
+    /// The thread that signalled last, for thread dumps (docs/Diagnostics.md §6): stored only while
+    /// waits are recorded. Relaxed: a hint, read by a dumping thread.
+    private let lastSignaller = Atomic<UInt32>(0)
     /// Suspended `acquire()` calls; its mutex also guards `threads`, `debt` and `tickets`.
     private let asyncWaiters = AsyncWaiters<Void>()
     /// Threads parked in `wait`, first come first: each waits on its node's word.
@@ -76,6 +79,7 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
     /// was given the unit, else 0.
     @discardableResult
     public func signal() -> Int {
+        if DiagnosticsSwitch.isOn(WaitGraph.recording) { lastSignaller.store(SystemCall.currentThreadID, ordering: .relaxed) }
         let old = value.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
         if old >= 0 {
             if old == Int.max { signalOverflow() }
@@ -130,12 +134,16 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
     /// Takes one unit, waiting for a `signal()` if none is available.
     public func wait() {
         if value.wrappingSubtract(1, ordering: .sequentiallyConsistent).oldValue > 0 { return }
+        let waiting = WaitGraph.begin(self, .semaphore, "TKDispatchSemaphore.wait()") // who waits for whom (§6)
         _ = waitSlow(deadline: nil)
+        WaitGraph.end(waiting)
     }
 
     /// As `wait()`, giving up at `deadline` (never early).
     public func wait(until deadline: ContinuousClock.Instant) -> TKDispatchTimeoutResult {
         if value.wrappingSubtract(1, ordering: .sequentiallyConsistent).oldValue > 0 { return .success }
+        let waiting = WaitGraph.begin(self, .semaphore, "TKDispatchSemaphore.wait(until:)") // who waits for whom (§6)
+        defer { WaitGraph.end(waiting) }
         return waitSlow(deadline: deadline) ? .success : .timedOut
     }
 
@@ -251,4 +259,13 @@ final class ThreadWaiter: LinkedNode, @unchecked Sendable {
 
     /// Acquiring: pairs with the signal's releasing store of `granted`.
     var isGranted: Bool { word.pointer.pointee.load(ordering: .acquiring) == ThreadWaiter.granted }
+}
+
+extension TKDispatchSemaphore: WaitTarget {
+    var waitDescription: String { "TKDispatchSemaphore \(ObjectIdentifier(self))" }
+    /// A semaphore has no owner: the thread that signalled it last, as a hint.
+    var waitHolder: WaitHolder {
+        let last = lastSignaller.load(ordering: .relaxed)
+        return last == 0 ? .none("never signalled while waits were recorded") : .hint(last, "last signalled by")
+    }
 }

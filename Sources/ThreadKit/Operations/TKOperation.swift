@@ -257,7 +257,9 @@ open class TKOperation: @unchecked Sendable {
         let event = finishedEvent ?? OperationEvent()
         finishedEvent = event
         lock.unlock()
+        let waiting = WaitGraph.begin(self, .operation, "TKOperation.waitUntilFinished()") // who waits for whom (§6)
         event.wait()
+        WaitGraph.end(waiting)
     }
 
     /// Suspends the calling task until the operation has finished (cancelled or not) and its
@@ -353,10 +355,15 @@ open class TKOperation: @unchecked Sendable {
             let (exchanged, original) = state.compareExchange(expected: s, desired: new, ordering: .acquiringAndReleasing)
             if exchanged {
                 if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.operation(self, TKTraceEvent.operationExecuting) }
-                // Hang watchdog (docs/Diagnostics.md §2): the operation's start() is one activity.
-                guard DiagnosticsSwitch.isOn(.hangs) else { return start() }
-                let hang = HangWatchdog.begin(.operation(described))
-                defer { HangWatchdog.end(hang) }
+                // Hang watchdog (docs/Diagnostics.md §2): the operation's start() is one activity;
+                // its waiters name this thread (§6).
+                guard DiagnosticsSwitch.isOn(WaitGraph.recording) else { return start() }
+                let running = WaitGraph.beginRunning(self, exclusive: true)
+                let hang = DiagnosticsSwitch.isOn(.hangs) ? HangWatchdog.begin(.operation(described)) : nil
+                defer {
+                    if let hang { HangWatchdog.end(hang) }
+                    if running { WaitGraph.endRunning(self) }
+                }
                 return start()
             }
             s = original

@@ -98,7 +98,10 @@ extension TKThread {
         }
         let request = PerformRequest()
         try loop.enqueueRequest(modes, block, request, thread: self)
-        if !request.wait() {
+        let waiting = WaitGraph.begin(self, .perform, "TKThread.perform(waitUntilDone:)") // who waits for whom (§6)
+        let done = request.wait()
+        WaitGraph.end(waiting)
+        if !done {
             throw TKError(
                 .threadFinished,
                 "TKThread \(describe()).perform(waitUntilDone: true): the thread finished before "

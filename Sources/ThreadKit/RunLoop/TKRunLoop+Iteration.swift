@@ -107,7 +107,7 @@ extension TKRunLoop {
         SystemCall.setTimerSlack(nanoseconds: 1_000)
     }
 
-    private func checkOwner(_ call: String) {
+    func checkOwner(_ call: String) {
         let tid = SystemCall.currentThreadID
         if tid != ownerThread {
             misuse(
@@ -185,7 +185,7 @@ extension TKRunLoop {
 
     /// Sleeps until a wakeUp, a timer of `mode`, or the deadline (or only polls). The timerfd is
     /// re-armed only when the wake time moves.
-    private func sleep(_ mode: Mode, deadline: ContinuousClock.Instant?, poll mustPoll: Bool) {
+    func sleep(_ mode: Mode, deadline: ContinuousClock.Instant?, poll mustPoll: Bool) {
         var wakeAt = deadline
         if !mustPoll, let timerWake = timerWakeTime(mode) {
             wakeAt = wakeAt.map { min($0, timerWake) } ?? timerWake
@@ -247,7 +247,7 @@ extension TKRunLoop {
     /// accept or record readiness. Runs in every mode: reading only moves bytes into a port's
     /// queue, and I/O objects only signal their sources; delivery waits for a mode that holds
     /// them. True if any descriptor was ready.
-    private func serviceDescriptors() -> Bool {
+    func serviceDescriptors() -> Bool {
         guard !readyDescriptors.isEmpty else { return false }
         for (token, events) in readyDescriptors {
             if let (watcher, fd) = poll.watcher(for: token) { watcher.descriptorReady(fd, events: events) }
@@ -270,7 +270,7 @@ extension TKRunLoop {
 
     /// When the loop must wake for the earliest timer of `mode`: its fire date plus its tolerance,
     /// so that timers due within that window are served by one wakeup.
-    private func timerWakeTime(_ mode: Mode) -> ContinuousClock.Instant? {
+    func timerWakeTime(_ mode: Mode) -> ContinuousClock.Instant? {
         lock.withLock {
             guard let target = itemsLocked(mode), let top = target.timerHeap.top(where: { isLive($0, in: target) }) else { return nil }
             return top.deadline + top.timer.state.withLock { $0.tolerance }

@@ -67,6 +67,8 @@ public final class TKRunLoop: @unchecked Sendable {
     var delayedRequests: [DelayedRequest] = [] // guarded by lock
 
     let poll = EventPoll()
+    /// The loop's metrics counters, made when `.metrics` first sees a block for it (Metrics.swift).
+    let metrics = MetricsSlot()
     /// The deadline the timerfd is armed for (nil: disarmed). Loop thread only.
     var armedWake: ContinuousClock.Instant?
     /// Whether the last sleep was ended by a cross-thread wake-up, so the next one spins briefly
@@ -102,6 +104,7 @@ public final class TKRunLoop: @unchecked Sendable {
         self.ownerThread = ownerThread
         self.owner = owner
         commonModes = ownerThread == TKRunLoop.mainThreadID ? [.default, .modalPanel, .eventTracking] : [.default]
+        if ownerThread == TKRunLoop.mainThreadID { BlockingChecker.mainLoopMade(self) }
     }
 
     deinit { lock.deallocate() }
@@ -139,6 +142,9 @@ public final class TKRunLoop: @unchecked Sendable {
         return "thread \(ownerThread) (\"\(name)\")"
     }
     private static let currentSlot = TKThreadLocal<TKRunLoop>()
+
+    /// The loop's name in metrics (docs/Metrics.md): `main`, or its thread's name (nil: unnamed).
+    var metricsName: String? { ownerThread == TKRunLoop.mainThreadID ? "main" : owner?.name }
 
     /// The mode of the innermost run in progress, nil when the loop is not running.
     public var currentMode: Mode? { lock.withLock { currentModeStack.last } }
@@ -450,6 +456,10 @@ public final class TKRunLoop: @unchecked Sendable {
 
     /// Queues `entry` unless the loop's thread has finished (false: nothing will run it).
     func enqueueUnlessClosed(_ entry: PendingBlock) -> Bool {
+        var entry = entry
+        if DiagnosticsSwitch.isOn(.metrics) { // counted, one in N timed (docs/Metrics.md)
+            entry = PendingBlock(modes: entry.modes, block: Metrics.loopBlock(entry.block, loop: self), isRequest: entry.isRequest)
+        }
         let accepted = lock.withLock { () -> Bool in
             guard !closed else { return false }
             blocks.append(entry)
@@ -492,6 +502,7 @@ public final class TKRunLoop: @unchecked Sendable {
             // Blocks skipped so far go back first, so a block that runs the loop in their mode
             // (a nested run) finds them.
             if !deferred.isEmpty { requeueFront(&deferred) }
+            if DiagnosticsSwitch.isOn(.metrics) { Metrics.loopBlockStarting(self) }
             entry.block()
             ranRequest = ranRequest || entry.isRequest
         }

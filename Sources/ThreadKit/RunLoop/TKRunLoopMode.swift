@@ -79,6 +79,10 @@ final class ModeItems {
     /// A mode with nothing that could wake the loop: observers do not count (CFRunLoop's rule).
     var isEmpty: Bool { sources.isEmpty && timers.isEmpty && ports.isEmpty }
 
+    /// Whether sources were signalled since this mode's last pass took them (entries may be stale:
+    /// a hint that a pass is worth running, for a host loop; TKRunLoop+Embedding).
+    var hasReady: Bool { !ready.isEmpty }
+
     /// Adds a version-0 source; false if it was in this mode already.
     func insertSource(_ source: TKRunLoopSource) -> Bool {
         let id = ObjectIdentifier(source)

@@ -9,6 +9,8 @@ final class LockName: @unchecked Sendable {
     /// The lock's id in the lock-order graph, 0 until first checked (LockOrder.id(of:kind:)).
     /// Relaxed: the id is only compared; the graph has its own mutex.
     let orderID = Atomic<UInt32>(0)
+    /// The lock's (or queue's) metrics counters, made when `.metrics` first sees it (Metrics.swift).
+    let metrics = MetricsSlot()
 
     init(_ name: String? = nil) { storage = Protected(name) }
 

@@ -44,8 +44,9 @@ struct RawMutex: @unchecked Sendable {
     @inlinable @inline(__always)
     func owner() -> UInt32 { word.pointer.pointee.load(ordering: .relaxed) & RawMutex.ownerMask }
 
-    /// Spins briefly, then parks until the mutex is acquired or the deadline passes.
-    func lockSlow(_ tid: UInt32, deadline: ContinuousClock.Instant?) -> SlowResult {
+    /// Spins briefly, then parks until the mutex is acquired or the deadline passes. `isInternal`: a
+    /// ThreadKit-internal lock (`lockInternal`), whose waits the blocking checker does not report.
+    func lockSlow(_ tid: UInt32, deadline: ContinuousClock.Instant?, isInternal: Bool = false) -> SlowResult {
         let atomic = word.pointer
         var spin = SpinWait.forLock()
         // Phase 1: poll without announcing ourselves, while nobody is parked.
@@ -80,7 +81,7 @@ struct RawMutex: @unchecked Sendable {
                     ).exchanged
                 else { continue }
             }
-            if !Parking.park(word, expected: parked, deadline: deadline) { return .timedOut }
+            if !Parking.park(word, expected: parked, deadline: deadline, diagnosed: !isInternal) { return .timedOut }
         }
     }
 
@@ -117,7 +118,7 @@ struct RawMutex: @unchecked Sendable {
     @discardableResult
     func lockInternal() -> UInt32 {
         let tid = SystemCall.currentThreadID
-        if !tryLockFast(tid) { _ = lockSlow(tid, deadline: nil) }
+        if !tryLockFast(tid) { _ = lockSlow(tid, deadline: nil, isInternal: true) }
         return tid
     }
 

@@ -31,7 +31,9 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.acquire(label, kind: "TKCondition") }
         if raw.tryLockFast(tid) { return }
         let start = Contention.start()
+        let waiting = WaitGraph.begin(self, .lock, "TKCondition.lock()") // who waits for whom (§6)
         let result = raw.lockSlow(tid, deadline: nil)
+        WaitGraph.end(waiting)
         Contention.lockWaited(label, kind: "TKCondition", since: start)
         if result == .heldByCaller {
             misuse(
@@ -55,13 +57,19 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
 
     /// Releases the lock, waits for a signal, and takes the lock again before returning.
     public func wait() {
-        _ = condition.wait(raw, checkHeld("wait()"), deadline: nil)
+        let tid = checkHeld("wait()")
+        let waiting = WaitGraph.begin(self, .condition, "TKCondition.wait()") // who waits for whom (§6)
+        _ = condition.wait(raw, tid, deadline: nil)
+        WaitGraph.end(waiting)
     }
 
     /// As `wait()`, giving up at `deadline`: returns false when it timed out (never before the
     /// deadline). The lock is held again on return either way.
     public func wait(until deadline: ContinuousClock.Instant) -> Bool {
-        condition.wait(raw, checkHeld("wait(until:)"), deadline: deadline)
+        let tid = checkHeld("wait(until:)")
+        let waiting = WaitGraph.begin(self, .condition, "TKCondition.wait(until:)") // who waits for whom (§6)
+        defer { WaitGraph.end(waiting) }
+        return condition.wait(raw, tid, deadline: deadline)
     }
 
     /// Wakes one thread waiting in `wait()` or `wait(until:)`, if any, like `NSCondition.signal()`.
@@ -80,4 +88,10 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
         }
         return tid
     }
+}
+
+extension TKCondition: WaitTarget {
+    var waitDescription: String { label.describe("TKCondition", self) }
+    /// The lock's owner (for `lock()`; a `wait()` has no holder, only a signaller to come).
+    var waitHolder: WaitHolder { raw.waitHolder }
 }

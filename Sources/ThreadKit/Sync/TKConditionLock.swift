@@ -96,7 +96,10 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
         let tid = SystemCall.currentThreadID
         guard acquire(tid, deadline: deadline) else { return false }
         while value != wanted {
-            if !changed.wait(raw, tid, deadline: deadline) {
+            let waiting = WaitGraph.begin(self, .condition, "TKConditionLock.lock(whenCondition:)") // §6
+            let signalled = changed.wait(raw, tid, deadline: deadline)
+            WaitGraph.end(waiting)
+            if !signalled {
                 // Timed out, and the mutex is held again: one last look, then give it back.
                 if value == wanted { return true }
                 releaseRaw(tid)
@@ -113,7 +116,9 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
         if checked { LockOrder.acquire(label, kind: "TKConditionLock") }
         if raw.tryLockFast(tid) { return true }
         let start = Contention.start()
+        let waiting = WaitGraph.begin(self, .lock, "TKConditionLock.lock()") // who waits for whom (§6)
         let result = raw.lockSlow(tid, deadline: deadline)
+        WaitGraph.end(waiting)
         Contention.lockWaited(label, kind: "TKConditionLock", since: start)
         switch result {
         case .acquired: return true
@@ -147,4 +152,10 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
         if DiagnosticsSwitch.isOn(.lockOrder) { LockOrder.release(label) }
         _ = raw.unlock(tid)
     }
+}
+
+extension TKConditionLock: WaitTarget {
+    var waitDescription: String { label.describe("TKConditionLock", self) }
+    /// The lock's owner (for a lock wait; waiting for a condition value has no holder).
+    var waitHolder: WaitHolder { raw.waitHolder }
 }

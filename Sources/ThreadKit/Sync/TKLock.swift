@@ -85,7 +85,9 @@ public final class TKLock: TKLocking, @unchecked Sendable {
 
     private func lockSlow(_ tid: UInt32, deadline: ContinuousClock.Instant?) -> Bool {
         if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.begin, self, name: label.name ?? "TKLock") }
+        let waiting = WaitGraph.begin(self, .lock, "TKLock.lock()") // who waits for whom (§6)
         let result = raw.lockSlow(tid, deadline: deadline)
+        WaitGraph.end(waiting)
         if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: label.name ?? "TKLock") }
         switch result {
         case .acquired: return true

@@ -83,7 +83,9 @@ public final class TKReadWriteLock: @unchecked Sendable {
         readUnlock()
         if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.begin, self, name: "TKReadWriteLock (read)") }
         let start = Contention.start()
+        let waiting = WaitGraph.begin(self, .lock, "TKReadWriteLock.readLock()") // who waits for whom (§6)
         readLockSlow()
+        WaitGraph.end(waiting)
         Contention.lockWaited(label, kind: "TKReadWriteLock", since: start)
         if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: "TKReadWriteLock (read)") }
     }
@@ -138,7 +140,9 @@ public final class TKReadWriteLock: @unchecked Sendable {
         if tryWriteLockNow() { return }
         if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.begin, self, name: "TKReadWriteLock (write)") }
         let start = Contention.start()
+        let waiting = WaitGraph.begin(self, .lock, "TKReadWriteLock.writeLock()") // who waits for whom (§6)
         writeLockSlow()
+        WaitGraph.end(waiting)
         Contention.lockWaited(label, kind: "TKReadWriteLock", since: start)
         if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: "TKReadWriteLock (write)") }
     }
@@ -297,4 +301,15 @@ public final class TKReadWriteLock: @unchecked Sendable {
 
     private func lockQueue() -> UInt32 { queue.lockInternal() }
     private func unlockQueue(_ tid: UInt32) { queue.unlockInternal(tid) }
+}
+
+extension TKReadWriteLock: WaitTarget {
+    var waitDescription: String { "TKReadWriteLock \(ObjectIdentifier(self))" }
+    /// The writer if one holds it; readers are only counted, so they are not named.
+    var waitHolder: WaitHolder {
+        let writer = writerThread.load(ordering: .relaxed)
+        if writer != 0 { return .thread(writer) }
+        let readers = state.load(ordering: .relaxed) & Self.readerMask
+        return readers == 0 ? .none("which nobody holds now") : .none("held by \(readers) reader\(readers == 1 ? "" : "s")")
+    }
 }

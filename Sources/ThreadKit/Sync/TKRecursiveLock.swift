@@ -157,7 +157,9 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
         if !raw.tryLockFast(tid) {
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.begin, self, name: label.name ?? "TKRecursiveLock") }
             let start = Contention.start()
+            let waiting = WaitGraph.begin(self, .lock, "TKRecursiveLock.lock()") // who waits for whom (§6)
             let result = raw.lockSlow(tid, deadline: deadline)
+            WaitGraph.end(waiting)
             Contention.lockWaited(label, kind: "TKRecursiveLock", since: start)
             if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.lockWait(.end, self, name: label.name ?? "TKRecursiveLock") }
             switch result {

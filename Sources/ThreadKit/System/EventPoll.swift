@@ -59,6 +59,9 @@ final class EventPoll: @unchecked Sendable {
     static let superseded: Int32 = -1
 
     private let epoll: Int32
+    /// The epoll set itself, for a host event loop to poll (TKRunLoop+Embedding): readable while any
+    /// descriptor in the set is ready. Never closed before the loop is released.
+    var descriptor: Int32 { epoll }
     private let wakeFD: Int32
     private let timerFD: Int32
     /// How many wake-up writes were made (for tests of coalescing). Relaxed: a statistic.

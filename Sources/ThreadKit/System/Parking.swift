@@ -2,7 +2,8 @@
 // condition locks, read-write locks, once, and later semaphores, groups, sync and join) spins
 // briefly with SpinWait and then parks here on a futex word. Because all blocking funnels through
 // `park`, a thread pool can install a ParkingObserver on its workers and learn, at once, when one
-// of them blocks and when it resumes.
+// of them blocks and when it resumes, and the blocking checker (BlockingChecker) sees every wait
+// that reaches the kernel.
 //
 // Threads: any thread may park or unpark. The observer pointer is per thread (C thread-local),
 // read and written only by its own thread.
@@ -31,10 +32,12 @@ enum Parking {
     /// longer held `expected`, on a signal and spuriously: callers re-check their state and call
     /// again. `retryThreadStarts`: the caller is a public wait holding no ThreadKit-internal lock,
     /// so while a thread start waits for a retry (ThreadStartRetry) it sleeps no longer than the
-    /// next attempt and then runs it (returning true, as a spurious wake).
+    /// next attempt and then runs it (returning true, as a spurious wake). `diagnosed`: false for
+    /// the short critical sections of ThreadKit's internal locks (`RawMutex.lockInternal`), which
+    /// the blocking checker does not report.
     static func park(
         _ word: FutexWord, expected: UInt32, deadline: ContinuousClock.Instant? = nil,
-        retryThreadStarts: Bool = false
+        retryThreadStarts: Bool = false, diagnosed: Bool = true
     ) -> Bool {
         var timeout: Duration? = nil
         if let deadline {
@@ -53,6 +56,8 @@ enum Parking {
                 retryDue = true
             }
         }
+        // Blocking in the wrong place (docs/Diagnostics.md §5): only here, on the way to the kernel.
+        if DiagnosticsSwitch.isOn(.blocking) && diagnosed { BlockingChecker.willPark() }
         let observer = currentObserver
         observer?.willPark()
         defer { observer?.didUnpark() }

@@ -305,6 +305,8 @@ open class TKThread: @unchecked Sendable {
                 "TKThread \(describe()).join() called on the thread itself: it would wait forever. "
                     + "Fix: join a thread from another thread.")
         }
+        let waiting = WaitGraph.begin(self, .join, "TKThread.join()") // who waits for whom (§6)
+        defer { WaitGraph.end(waiting) }
         return finished.wait(deadline: deadline, spinLimit: 0, observed: true, retryThreadStarts: true)
     }
 
@@ -420,8 +422,8 @@ open class TKThread: @unchecked Sendable {
     private func markStarted() { started.set() }
 
     /// The kernel ids of the threads ThreadKit started that may still exist (pruned against
-    /// /proc/self/task when read).
-    private static let startedThreadIDs = Protected<Set<UInt32>>([])
+    /// /proc/self/task when read; thread dumps list them, docs/Diagnostics.md §6).
+    static let startedThreadIDs = Protected<Set<UInt32>>([])
 
     /// The process's threads, other than the main thread, that ThreadKit did not start (for
     /// TKConcurrency.installGlobalExecutor's "too late" check).
@@ -437,7 +439,8 @@ open class TKThread: @unchecked Sendable {
         let main = UInt32(getpid())
         return startedThreadIDs.withLock { started in
             started.formIntersection(live)
-            return live.filter { $0 != main && !started.contains($0) }.sorted()
+            // The dump-signal thread (docs/Diagnostics.md §6) is ThreadKit's, started before main.
+            return live.filter { $0 != main && $0 != tk_dump_signal_thread_id() && !started.contains($0) }.sorted()
         }
     }
 

@@ -6,7 +6,7 @@ import ChildProcessRoles
 import ThreadKit
 
 enum DiagnosticsScenarios {
-    static let all: [Scenario] = [lockOrder]
+    static let all: [Scenario] = [lockOrder, blocking, DeadlockDumpScenario.scenario]
 
     static let lockOrder = Scenario(
         name: "lock-order", title: "Lock-order checking: the two-lock deadlock, predicted and named before it happens",

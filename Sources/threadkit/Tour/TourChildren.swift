@@ -50,5 +50,5 @@ enum TourChildren {
                 Console.out("exit \(exit.map { "\($0)" } ?? "none")")
                 return 0
             },
-        ] + SharedChildRoles.all
+        ] + SharedChildRoles.all + DeadlockRoles.all
 }

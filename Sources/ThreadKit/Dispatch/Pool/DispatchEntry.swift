@@ -54,7 +54,7 @@ struct DispatchEntry {
         case .drain(let queue): queue.drainLane()
         case .runNext(let queue): queue.runNextReady()
         case .job(let job, let queue): queue.runJob(job)
-        case .globalJob(let job): job.runSynchronously(on: TKConcurrency.genericExecutor)
+        case .globalJob(let job): TKConcurrency.runGlobal(job)
         }
         if traceFlow != 0 { TraceRecorder.dispatchItem(.end, flow: traceFlow) }
         group?.leaveAfterWork()

@@ -124,9 +124,10 @@ extension DispatchPool {
             monitor.pointee.pendingNormalStarts = 0
             var actions = Actions()
             var watching = false
+            var stalledNow: [UInt32] = [] // for the blocking checker (docs/Diagnostics.md §5), when on
             for t in 0..<2 {
                 if needsWatchLocked(t, batches: true) {
-                    scanLocked(t, &actions)
+                    scanLocked(t, &actions, &stalledNow)
                     watching = true
                 } else if scheduler[Tier(rawValue: t)!].running + scheduler[Tier(rawValue: t)!].stalled > 0 {
                     watching = true
@@ -138,12 +139,14 @@ extension DispatchPool {
             unlockPool()
             for _ in 0..<starts { startWorker(background: false) }
             actions.perform(self)
+            if !stalledNow.isEmpty { BlockingChecker.poolNoticedBlockedWorkers(stalledNow) }
             _ = monitorEvent.wait(deadline: watching ? .now + DispatchPool.monitorTick : nil, spinLimit: 0, observed: false)
         }
     }
 
-    /// One look at tier `t`'s busy workers. Caller holds `lock`.
-    private func scanLocked(_ t: Int, _ actions: inout Actions) {
+    /// One look at tier `t`'s busy workers; the workers it counts stalled go into `stalledNow`
+    /// while the blocking checker is on. Caller holds `lock`.
+    private func scanLocked(_ t: Int, _ actions: inout Actions, _ stalledNow: inout [UInt32]) {
         var freed = false
         let tier = Tier(rawValue: t)!
         for worker in scheduler[tier].workers where !worker.isIdle {
@@ -167,6 +170,7 @@ extension DispatchPool {
                     ).exchanged
                 {
                     scheduler.stall(tier)
+                    if DiagnosticsSwitch.isOn(.blocking) { stalledNow.append(worker.threadID.load(ordering: .relaxed)) }
                 }
             } else if !DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
                 worker.activity.compareExchange(

@@ -1,0 +1,57 @@
+// threadkit-metrics: the tour's metrics scenario, apart from `threadkit` so that the main tour
+// builds ThreadKit only (as threadkit-postgres). Links ThreadKitMetrics, swift-metrics and
+// swift-prometheus.
+//   threadkit-metrics tour          run metrics-prometheus (MetricsScenario.swift)
+//   threadkit-metrics tour --list   the scenario's name
+//   threadkit-metrics bench [ROUNDS] the cost of metrics on global async (Bench.swift; build in release)
+// Runs on the main thread.
+import ChildProcessRoles
+import Glibc
+
+func tour(_ arguments: [String]) -> Int32 {
+    let scenario = MetricsScenario.scenario
+    switch arguments.first {
+    case "--list":
+        Console.out("\(scenario.name) \(scenario.title)")
+        return 0
+    case nil, .some(scenario.name):
+        Console.out("▶ \(scenario.name): \(scenario.title)")
+        Console.out("  (\(scenario.source))")
+        do {
+            let detail = try scenario.run(Narrator())
+            Console.out("  ✔ verdict: PASS — \(detail)\n")
+            Console.out("tour: 1 of 1 scenarios passed")
+            return 0
+        } catch {
+            Console.out("  ✘ verdict: FAIL — \(error)\n")
+            Console.out("tour: 0 of 1 scenarios passed; failed: \(scenario.name)")
+            return 1
+        }
+    default:
+        Console.err("threadkit-metrics tour: unknown argument '\(arguments.joined(separator: " "))'. Try `threadkit-metrics --help`.")
+        return 2
+    }
+}
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+switch arguments.first {
+case "tour":
+    exit(tour(Array(arguments.dropFirst())))
+case "bench":
+    exit(Bench.run(Array(arguments.dropFirst())))
+case "--help", "-h", "help", nil:
+    Console.out(
+        """
+        usage: threadkit-metrics tour [--list]
+          tour            run the tour's metrics scenario (metrics-prometheus): a known workload on named
+                          queues, a loop and a lock, exported through swift-metrics to a Prometheus registry,
+                          served over HTTP by a ThreadKit run-loop server and read back
+          tour --list     the scenario's name
+          bench [ROUNDS]  the cost of metrics on global async: off, on, on with an exporter (build with -c release)
+        The rest of the tour: `swift run threadkit tour`.
+        """)
+    exit(0)
+default:
+    Console.err("threadkit-metrics: unknown command '\(arguments[0])'. Try `threadkit-metrics --help`.")
+    exit(2)
+}
