@@ -26,6 +26,17 @@
 //                                                processes of ThreadKitTests (`ThreadKitTestChild ROLE`)
 //   Tests/ThreadKitPostgresTestChild             the same for ThreadKitPostgresTests
 //   Tests/ThreadKitTests, Tests/ThreadKitPostgresTests   the test targets
+//   Sources/ThreadKitMetrics                     the metrics exporter on apple/swift-metrics (product
+//                                                ThreadKitMetrics; docs/Metrics.md)
+//   Sources/threadkit-metrics                    the tour's metrics scenario on swift-prometheus (product
+//                                                threadkit-metrics: `swift run threadkit-metrics tour`)
+//   Tests/ThreadKitMetricsTests                  its tests
+//   Sources/CGLib, Sources/ThreadKitGLib         GLib's main loop runs TKRunLoop and TKRunLoop runs
+//                                                GMainContexts (product ThreadKitGLib; docs/GLib.md),
+//                                                behind the trait `GLib` (needs libglib2.0-dev)
+//   Sources/threadkit-glib                       the tour's GLib scenario (`swift run --traits GLib
+//                                                threadkit-glib tour`)
+//   Tests/ThreadKitGLibTestChild, Tests/ThreadKitGLibTests   its child processes and tests
 // A test target's dependency on an executable target builds that executable beside the test bundle,
 // where the tests' ChildProcess / PostgresChild find it.
 import PackageDescription
@@ -41,12 +52,21 @@ let package = Package(
         .executable(name: "threadkit", targets: ["threadkit"]),
         .library(name: "ThreadKitPostgres", targets: ["ThreadKitPostgres"]),
         .executable(name: "threadkit-postgres", targets: ["threadkit-postgres"]),
+        .library(name: "ThreadKitGLib", targets: ["ThreadKitGLib"]),
+        .executable(name: "threadkit-glib", targets: ["threadkit-glib"]),
+        .library(name: "ThreadKitMetrics", targets: ["ThreadKitMetrics"]),
+        .executable(name: "threadkit-metrics", targets: ["threadkit-metrics"]),
     ],
     traits: [
         .trait(
             name: "Postgres",
             description:
-                "ThreadKitPostgres (the distributed lock on PostgreSQL), its tests and tour scenario: builds SwiftNIO and PostgresNIO")
+                "ThreadKitPostgres (the distributed lock on PostgreSQL), its tests and tour scenario: builds SwiftNIO and PostgresNIO"),
+        .trait(
+            name: "GLib",
+            description:
+                "ThreadKitGLib (TKRunLoop run by GLib's main loop, GMainContexts run by ThreadKit loops), its tests and tour scenario: needs libglib2.0-dev (pkg-config glib-2.0)"
+        ),
     ],
     dependencies: [
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
@@ -54,6 +74,9 @@ let package = Package(
         // dependency no target uses, so no product of this package links anything from it (as
         // SwiftNIO does).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // ThreadKitMetrics (swift-metrics) and its tour scenario and tests (swift-prometheus).
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         .target(name: "CThreadKit"),
@@ -82,6 +105,32 @@ let package = Package(
             name: "ThreadKitPostgresTestChild", dependencies: ["ThreadKit", "ThreadKitPostgres", "ChildProcessRoles"],
             path: "Tests/ThreadKitPostgresTestChild"),
         .testTarget(name: "ThreadKitPostgresTests", dependencies: ["ThreadKitPostgres", "ThreadKitPostgresTestChild"]),
+        // GLib through pkg-config; only targets built with the GLib trait depend on it (their sources
+        // are `#if GLib`), so a machine without libglib2.0-dev builds and tests everything else.
+        .systemLibrary(name: "CGLib", pkgConfig: "glib-2.0", providers: [.apt(["libglib2.0-dev"])]),
+        .target(name: "ThreadKitGLib", dependencies: ["ThreadKit", .target(name: "CGLib", condition: .when(traits: ["GLib"]))]),
+        .executableTarget(
+            name: "threadkit-glib",
+            dependencies: ["ThreadKit", "ThreadKitGLib", "ChildProcessRoles", .target(name: "CGLib", condition: .when(traits: ["GLib"]))]),
+        .executableTarget(
+            name: "ThreadKitGLibTestChild",
+            dependencies: ["ThreadKit", "ThreadKitGLib", "ChildProcessRoles", .target(name: "CGLib", condition: .when(traits: ["GLib"]))],
+            path: "Tests/ThreadKitGLibTestChild"),
+        .testTarget(name: "ThreadKitGLibTests", dependencies: ["ThreadKitGLibTestChild"]),
+        .target(
+            name: "ThreadKitMetrics",
+            dependencies: [
+                "ThreadKit", .product(name: "Metrics", package: "swift-metrics"), .product(name: "CoreMetrics", package: "swift-metrics"),
+            ]),
+        .executableTarget(
+            name: "threadkit-metrics",
+            dependencies: ["ThreadKit", "ThreadKitMetrics", "ChildProcessRoles", .product(name: "Prometheus", package: "swift-prometheus")]),
+        .testTarget(
+            name: "ThreadKitMetricsTests",
+            dependencies: [
+                "ThreadKit", "ThreadKitMetrics", "threadkit-metrics", .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Documentation CI for ThreadKit (issue 27): the DocC catalogs
-# (Sources/ThreadKit/ThreadKit.docc, Sources/ThreadKitPostgres/ThreadKitPostgres.docc) built by
+# (Sources/ThreadKit/ThreadKit.docc, Sources/ThreadKitMetrics/ThreadKitMetrics.docc,
+# Sources/ThreadKitPostgres/ThreadKitPostgres.docc, Sources/ThreadKitGLib/ThreadKitGLib.docc) built by
 # swiftlang/swift-docc-plugin, warning-free, as a static website, opened in a browser.
 #
 #   1. `swift package generate-documentation` for ThreadKit and for ThreadKitPostgres with
@@ -22,8 +23,8 @@
 # Needs python3 (the tests serve the site with `python3 -m http.server`) and chromium (installed
 # here when missing, as .ci/run does). Run from a clean clone or after .ci/run's build; the
 # plugin and its symbol-graph build share .build with the rest of CI, and ThreadKitPostgres's
-# (built with the package trait Postgres, Package.swift) share .build-postgres with CI's
-# PostgreSQL step ($TK_POSTGRES_SCRATCH).
+# (built with the package traits Postgres and GLib, Package.swift) share .build-traits with CI's
+# step for those traits ($TK_POSTGRES_SCRATCH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -34,8 +35,9 @@ mkdir -p "$site"
 site=$(cd "$site" && pwd)
 export TK_DOCS_SITE=$site
 # ThreadKitPostgres is built only with the Postgres trait, in its own scratch directory (so the
-# default build in .build is never rebuilt with other flags).
-pg_scratch=${TK_POSTGRES_SCRATCH:-.build-postgres}
+# default build in .build is never rebuilt with other flags); GLib's trait is on there too, as in
+# CI, so the two share one build.
+pg_scratch=${TK_POSTGRES_SCRATCH:-.build-traits}
 export TK_POSTGRES_SCRATCH=$pg_scratch
 
 if ! command -v chromium >/dev/null; then
@@ -45,14 +47,14 @@ if ! command -v chromium >/dev/null; then
 fi
 export TK_REQUIRE_CHROMIUM=1
 
-for pair in ThreadKit:threadkit ThreadKitPostgres:threadkit-postgres; do
+for pair in ThreadKit:threadkit ThreadKitMetrics:threadkit-metrics ThreadKitPostgres:threadkit-postgres ThreadKitGLib:threadkit-glib; do
     target=${pair%%:*}
     base=${pair##*:}
     step "generate-documentation --target $target (warnings are errors; static hosting at /$base)"
     rm -rf "${site:?}/$base"
     log=$site/docc-$target.log
     build=()
-    [ "$target" = ThreadKitPostgres ] && build=(--scratch-path "$pg_scratch" --traits Postgres)
+    case $target in ThreadKitPostgres | ThreadKitGLib) build=(--scratch-path "$pg_scratch" --traits Postgres,GLib) ;; esac
     swift package "${build[@]}" --disable-sandbox generate-documentation --target "$target" \
         --warnings-as-errors \
         --transform-for-static-hosting --hosting-base-path "$base" --output-path "$site/$base" \
@@ -75,7 +77,7 @@ python3 - "$site/undocumented.txt" "$pg_scratch" <<'PY'
 import collections, glob, json, sys
 out, pg_scratch = sys.argv[1], sys.argv[2]
 lines, total, missing = [], 0, 0
-for target, scratch in [("ThreadKit", ".build"), ("ThreadKitPostgres", pg_scratch)]:
+for target, scratch in [("ThreadKit", ".build"), ("ThreadKitMetrics", ".build"), ("ThreadKitPostgres", pg_scratch), ("ThreadKitGLib", pg_scratch)]:
     paths = sorted(glob.glob(f"{scratch}/*/extracted-symbols/*/{target}/*.symbols.json"))
     if not paths:
         sys.exit(f"docs: no symbol graphs for {target} under {scratch}/*/extracted-symbols")
@@ -114,7 +116,7 @@ step "ThreadKitPostgres's articles: each swift block typechecks against the modu
 # PostgreSQL article's code is typechecked here instead, as top-level code, with the flags SwiftPM
 # compiled ThreadKitPostgres with (read from $pg_scratch/debug.yaml), warnings as errors. It needs a
 # server to run, so it is not run.
-swift build --scratch-path "$pg_scratch" --traits Postgres --target ThreadKitPostgres > "$site/build-postgres.log" 2>&1 \
+swift build --scratch-path "$pg_scratch" --traits Postgres,GLib --target ThreadKitPostgres > "$site/build-postgres.log" 2>&1 \
     || { tail -40 "$site/build-postgres.log"; echo "docs: ThreadKitPostgres did not build"; exit 1; }
 python3 - "$pg_scratch" <<'PY'
 import glob, json, os, re, subprocess, sys, tempfile

@@ -132,7 +132,8 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
     /// Switches `TKDiagnosticsFeature.metrics` on (if it was off), becomes the core's metrics
     /// observer (`TKMetrics.setObserver`), and starts the reporter thread
     /// (`threadkit-metrics-reporter`), which calls ``report()`` every ``interval``. Starting a started
-    /// exporter does nothing.
+    /// exporter does nothing. The core has one observer: run one exporter at a time (starting
+    /// another replaces this one's observer, and stopping either removes it).
     public func start() {
         lock.withLock { _ in
             guard reporter == nil else { return }

@@ -207,6 +207,21 @@ final class MetricsTests: XCTestCase {
         XCTAssertEqual(TKMetrics.snapshot().row(.queue, name)?.items, 10)
     }
 
+    func testCountsOutliveTheirObjects() throws {
+        TKDiagnostics.enable(.metrics)
+        let name = prefix + "short-lived"
+        for _ in 0..<3 {
+            let group = TKDispatchGroup()
+            let queue = TKDispatchQueue(label: name)
+            for _ in 0..<10 { queue.async(group: group) {} }
+            finish(group, name)
+        }
+        // Each queue is released once its lane has finished; its counts are folded, not lost.
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { TKMetrics.snapshot().row(.queue, name)?.objects == 0 })
+        XCTAssertEqual(TKMetrics.snapshot().row(.queue, name)?.items, 30)
+        XCTAssertEqual(TKMetrics.snapshot().row(.queue, name)?.depth, 0)
+    }
+
     func testSamplingIntervalMustBeAPowerOfTwo() throws {
         try TKMetrics.setSamplingInterval(32)
         for bad in [0, -1, 3, 12, 1 << 21] {

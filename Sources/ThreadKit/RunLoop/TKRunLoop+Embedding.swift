@@ -20,6 +20,7 @@
 // CFRunLoop: step 1 sees it and answers "now", so a host asks step 1 again before every sleep.
 //
 // Threads: all three calls on the loop's own thread only (checked: a misuse otherwise), like `run`.
+import Glibc
 import Synchronization
 
 extension TKRunLoop {
@@ -37,6 +38,9 @@ extension TKRunLoop {
     /// seen by an earlier pass), else the wake time of the mode's earliest timer (its fire date
     /// plus its tolerance), else nil (only ``pollDescriptor`` can bring work). Also arms the loop's
     /// timer descriptor for that wake time, so ``pollDescriptor`` becomes readable then too.
+    /// After a pass that was woken by a descriptor or a post, it first watches the descriptor for
+    /// up to 50 µs without sleeping (once per such pass, and not where the process may use one
+    /// CPU), as the loop's own sleep does, and answers now if work arrives meanwhile.
     /// Ask again before every sleep of the host: work queued on this thread since the last pass
     /// (by a host callback) makes no descriptor readable. Loop thread only: from another thread,
     /// a misuse that stops the process.
@@ -46,6 +50,15 @@ extension TKRunLoop {
         // DispatchQueue.main and @MainActor work make the descriptor readable before any pass.
         attachDispatchMainQueueOnce()
         if hasWorkWaiting(mode) { return .now }
+        if spinOnDescriptors || spinBeforeSleep {
+            // The last pass was woken by a descriptor or a post: more usually follows within
+            // microseconds (a main-actor round trip's next job). Watch the descriptor briefly, as
+            // the loop's own sleep does, so the host does not pay a kernel sleep and wake-up for
+            // it. Once per such pass: a host iterating for its own sources does not spin again.
+            spinOnDescriptors = false
+            spinBeforeSleep = false
+            if !CPUBudget.isSingleCPU && descriptorTurnsReadable(within: TKRunLoop.descriptorSpin) { return .now }
+        }
         let wake = timerWakeTime(mode)
         if wake != armedWake {
             poll.arm(after: wake.map { $0 - ContinuousClock.now })
@@ -77,6 +90,19 @@ extension TKRunLoop {
             _ = serviceDescriptors()
         }
         return result
+    }
+
+    /// Polls `pollDescriptor` (and the wake flag) without sleeping for at most `window`: true as
+    /// soon as either shows work. Loop thread.
+    private func descriptorTurnsReadable(within window: Duration) -> Bool {
+        let until = ContinuousClock.now + window
+        var probe = pollfd(fd: poll.descriptor, events: Int16(POLLIN), revents: 0)
+        repeat {
+            // Relaxed: only a hint to stop watching (as in `sleep`'s spin); the pass that follows
+            // clears the flag with sequential consistency before it looks at the queues (wakeUp).
+            if wakePending.load(ordering: .relaxed) || Glibc.poll(&probe, 1, 0) == 1 { return true }
+        } while ContinuousClock.now < until
+        return false
     }
 
     /// Work a pass of `mode` would run now that made no descriptor readable: blocks queued, sources

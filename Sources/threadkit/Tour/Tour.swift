@@ -73,12 +73,22 @@ enum Tour {
         name: "distributed-lock-postgres", title: "a lock on PostgreSQL: crash-safe, with fencing tokens",
         command: "swift run --traits Postgres threadkit-postgres tour")
 
+    /// Metrics on a Prometheus page (docs/Metrics.md): Sources/threadkit-metrics/MetricsScenario.swift.
+    static let metrics = Elsewhere(
+        name: "metrics-prometheus", title: "latency, run time, depth and contention on a Prometheus page",
+        command: "swift run threadkit-metrics tour")
+
+    /// GLib's main loop running ThreadKit's (docs/GLib.md): Sources/threadkit-glib/GLibScenario.swift.
+    static let glibMainLoop = Elsewhere(
+        name: "glib-main-loop", title: "g_main_loop_run serves ThreadKit, Dispatch's main queue and the main actor",
+        command: "swift run --traits GLib threadkit-glib tour")
+
     /// Every entry, in the order the tour runs them (the order of the seeds' chapters).
     static let entries: [Entry] =
         (ThreadScenarios.all + RunLoopScenarios.all + PerformScenarios.all + PortScenarios.all + NetworkScenarios.all
         + NotificationQueueScenarios.all + LockScenarios.all + [DistributedLockScenario.scenario] + DispatchScenarios.all
-        + OperationScenarios.all + ConcurrencyScenarios.all).map(Entry.scenario) + [.elsewhere(postgresLock)]
-        + ([TraceScenario.scenario] + DiagnosticsScenarios.all).map(Entry.scenario)
+        + OperationScenarios.all + ConcurrencyScenarios.all).map(Entry.scenario) + [.elsewhere(glibMainLoop), .elsewhere(postgresLock)]
+        + ([TraceScenario.scenario] + DiagnosticsScenarios.all).map(Entry.scenario) + [.elsewhere(metrics)]
 
     /// Every scenario this executable runs (`threadkit trace` records any of them).
     static let scenarios: [Scenario] = entries.compactMap { if case .scenario(let s) = $0 { s } else { nil } }
