@@ -86,7 +86,7 @@ let package = Package(
         .executableTarget(name: "threadkit", dependencies: ["ThreadKit", "ChildProcessRoles"], linkerSettings: exportSymbols),
         // The child-process roles (and their small helpers) that the tour and the tests both start;
         // a library target named by no product (Sources/ChildProcessRoles/ChildRole.swift).
-        .target(name: "ChildProcessRoles", dependencies: ["ThreadKit"]),
+        .target(name: "ChildProcessRoles", dependencies: ["ThreadKit", .target(name: "CGLib", condition: .when(traits: ["GLib"]))]),
         // Test-only helper executables (no product names them): the tests' child processes.
         .executableTarget(
             name: "ThreadKitTestChild", dependencies: ["ThreadKit", "CThreadKit", "ChildProcessRoles"],
@@ -128,7 +128,8 @@ let package = Package(
         .testTarget(
             name: "ThreadKitMetricsTests",
             dependencies: [
-                "ThreadKit", "ThreadKitMetrics", "threadkit-metrics", .product(name: "Prometheus", package: "swift-prometheus"),
+                "ThreadKit", "ThreadKitMetrics", "threadkit-metrics", "ChildProcessRoles",
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),
     ],

@@ -9,30 +9,7 @@
     import ChildProcessRoles
     import Glibc
 
-    func tour(_ arguments: [String]) -> Int32 {
-        let scenario = GLibScenario.scenario
-        switch arguments.first {
-        case "--list":
-            Console.out("\(scenario.name) \(scenario.title)")
-            return 0
-        case nil, .some(scenario.name):
-            Console.out("▶ \(scenario.name): \(scenario.title)")
-            Console.out("  (\(scenario.source))")
-            do {
-                let detail = try scenario.run(Narrator())
-                Console.out("  ✔ verdict: PASS — \(detail)\n")
-                Console.out("tour: 1 of 1 scenarios passed")
-                return 0
-            } catch {
-                Console.out("  ✘ verdict: FAIL — \(error)\n")
-                Console.out("tour: 0 of 1 scenarios passed; failed: \(scenario.name)")
-                return 1
-            }
-        default:
-            Console.err("threadkit-glib tour: unknown argument '\(arguments.joined(separator: " "))'. Try `threadkit-glib --help`.")
-            return 2
-        }
-    }
+    func tour(_ arguments: [String]) -> Int32 { TourRunner.tourOfOne(GLibScenario.scenario, arguments: arguments) }
 
     let arguments = Array(CommandLine.arguments.dropFirst())
     switch arguments.first {

@@ -3,6 +3,7 @@
 // swift-prometheus's PrometheusMetricsFactory; a TKMetricsHTTPEndpoint (a ThreadKit run-loop
 // server) serves the exposition page on 127.0.0.1, and the scenario reads it back over a plain
 // socket and checks the names and the counts. Run by `threadkit-metrics tour` (main.swift).
+import ChildProcessRoles
 import Prometheus
 import Synchronization
 import ThreadKit

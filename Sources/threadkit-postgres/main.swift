@@ -30,30 +30,10 @@
     }
 
     func tour(_ arguments: [String]) -> Int32 {
-        let scenario = PostgresLockScenario.scenario
-        switch arguments.first {
-        case "--child" where arguments.dropFirst().first == "pglock-hold":
+        if arguments.first == "--child" && arguments.dropFirst().first == "pglock-hold" {
             return holdLock(Array(arguments.dropFirst(2)))
-        case "--list":
-            Console.out("\(scenario.name) \(scenario.title)")
-            return 0
-        case nil, .some(scenario.name):
-            Console.out("▶ \(scenario.name): \(scenario.title)")
-            Console.out("  (\(scenario.source))")
-            do {
-                let detail = try scenario.run(Narrator())
-                Console.out("  ✔ verdict: PASS — \(detail)\n")
-                Console.out("tour: 1 of 1 scenarios passed")
-                return 0
-            } catch {
-                Console.out("  ✘ verdict: FAIL — \(error)\n")
-                Console.out("tour: 0 of 1 scenarios passed; failed: \(scenario.name)")
-                return 1
-            }
-        default:
-            Console.err("threadkit-postgres tour: unknown argument '\(arguments.joined(separator: " "))'. Try `threadkit-postgres --help`.")
-            return 2
         }
+        return TourRunner.tourOfOne(PostgresLockScenario.scenario, arguments: arguments)
     }
 
     let arguments = Array(CommandLine.arguments.dropFirst())

@@ -3,6 +3,7 @@
 // exact, an exporter that stopped exports nothing more, and the HTTP endpoint (a ThreadKit run-loop
 // server) serves the page, read back over a plain socket. Judged by the Prometheus text page and by
 // swift-metrics' own recording factory (MetricsTestKit).
+import ChildProcessRoles
 import Glibc
 import MetricsTestKit
 import Prometheus

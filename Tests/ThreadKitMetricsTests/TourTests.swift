@@ -11,7 +11,7 @@ final class TourTests: XCTestCase {
         process.executableURL = tool
         process.arguments = arguments
         let output = FileManager.default.temporaryDirectory.appendingPathComponent("threadkit-metrics-tour-\(getpid()).txt")
-        FileManager.default.createFile(atPath: output.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
         let handle = try FileHandle(forWritingTo: output)
         defer { try? FileManager.default.removeItem(at: output) }
         process.standardOutput = handle

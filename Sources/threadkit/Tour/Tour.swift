@@ -8,41 +8,7 @@
 import ChildProcessRoles
 import ThreadKit
 
-struct Scenario: Sendable {
-    let name: String
-    let title: String
-    /// The seed document passage it reproduces.
-    let source: String
-    /// Runs the scenario, narrating through `Narrator`; returns the verdict's detail on success
-    /// and throws `ScenarioFailure` on failure.
-    let run: @Sendable (Narrator) throws -> String
-}
-
-struct ScenarioFailure: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}
-
-/// Prints narration lines, indented under the scenario's heading, flushed at once so that lines
-/// from several threads appear in the order they were written.
-final class Narrator: @unchecked Sendable {
-    let scenario: String
-    /// Whether no other scenario ran before this one in this process (so no thread was started yet).
-    let runsFirst: Bool
-
-    init(scenario: String, runsFirst: Bool = false) {
-        self.scenario = scenario
-        self.runsFirst = runsFirst
-    }
-
-    func say(_ line: String) {
-        Console.out("  \(line)")
-    }
-
-    func check(_ condition: Bool, _ failure: @autoclosure () -> String) throws {
-        if !condition { throw ScenarioFailure(failure()) }
-    }
-}
+// Scenario, Narrator, ScenarioFailure and the one-scenario runner: Sources/ChildProcessRoles/TourRunner.swift.
 
 /// A scenario of the seeds that another executable runs, because it links more than ThreadKit.
 struct Elsewhere: Sendable {
@@ -132,15 +98,7 @@ enum Tour {
             }
             let index = selected.count
             selected.append(scenario)
-            Console.out("▶ \(scenario.name): \(scenario.title)")
-            Console.out("  (\(scenario.source))")
-            do {
-                let detail = try scenario.run(Narrator(scenario: scenario.name, runsFirst: index == 0))
-                Console.out("  ✔ verdict: PASS — \(detail)\n")
-            } catch {
-                Console.out("  ✘ verdict: FAIL — \(error)\n")
-                failed.append(scenario.name)
-            }
+            if !TourRunner.run(scenario, runsFirst: index == 0) { failed.append(scenario.name) }
         }
         if counters { Console.out(TKDiagnostics.summary + "\n") }
         Console.out(

@@ -1,21 +1,21 @@
-// ChildLauncher: starts this same executable (`/proc/self/exe tour --child ROLE ...`, the roles in
-// Tour/TourChildren.swift) as a child process for the tour's multi-process scenarios, and waits
-// for it. Called from the tour's thread.
+// ChildLauncher: starts this same executable (`/proc/self/exe tour --child ROLE ...`: threadkit's
+// roles in Sources/threadkit/Tour/TourChildren.swift, threadkit-postgres's in its main.swift) as a
+// child process for the tour's multi-process scenarios, and waits for it. Called from the tour's
+// thread.
 // A child whose standard error is captured writes it into a pipe that only the launching thread
 // reads; its standard output stays the tour's.
-import ChildProcessRoles
 import Glibc
 
-struct ChildLauncher {
-    let pid: pid_t
+package struct ChildLauncher {
+    package let pid: pid_t
     /// The read end of the child's standard error when captured; owned by the launching thread.
     private let errorPipe: Int32?
 
-    /// Starts `threadkit tour --child role arguments…` with the tour's standard streams; with
+    /// Starts `EXECUTABLE tour --child role arguments…` (this executable) with the tour's standard streams; with
     /// `captureStandardError`, standard error goes to a pipe read by `waitCapturingStandardError()`,
     /// and the child's Swift backtracer is turned off (a crash then reports its message only).
-    init(_ role: String, _ arguments: [String], captureStandardError: Bool = false) throws {
-        let argv = ["threadkit", "tour", "--child", role] + arguments
+    package init(_ role: String, _ arguments: [String], captureStandardError: Bool = false) throws {
+        let argv = [TourRunner.executableName, "tour", "--child", role] + arguments
         var cArgs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
         defer { cArgs.forEach { free($0) } }
         var environment: [UnsafeMutablePointer<CChar>?] = []
@@ -50,7 +50,7 @@ struct ChildLauncher {
     }
 
     /// Waits for the child and returns its exit status (128 + signal when killed).
-    func wait() -> Int32 {
+    package func wait() -> Int32 {
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         let signal = status & 0x7F
@@ -58,7 +58,7 @@ struct ChildLauncher {
     }
 
     /// Reads the captured standard error to its end, then waits for the child.
-    func waitCapturingStandardError() -> (status: Int32, standardError: String) {
+    package func waitCapturingStandardError() -> (status: Int32, standardError: String) {
         guard let fd = errorPipe else { return (wait(), "") }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)

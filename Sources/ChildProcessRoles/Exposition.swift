@@ -1,20 +1,21 @@
-// Exposition: the scenario's client side: an HTTP GET over a plain blocking socket (no ThreadKit
-// on this side, so the page is read the way a Prometheus server would read it), and a reader of
-// Prometheus's text format. Any thread; no shared state.
+// Exposition: the client side of the metrics tour (threadkit-metrics) and of ThreadKitMetricsTests:
+// an HTTP request over a plain blocking socket (no ThreadKit on this side, so the page is read the
+// way a Prometheus server would read it), and a reader of Prometheus's text format. Any thread; no
+// shared state.
 import Glibc
 
 /// One sample line of a Prometheus text page: `name{label="value",…} number`.
-struct ExpositionSample {
-    let name: String
-    let labels: [String: String]
-    let value: Double
+package struct ExpositionSample {
+    package let name: String
+    package let labels: [String: String]
+    package let value: Double
 }
 
-enum Exposition {
+package enum Exposition {
     /// Sends `method path` (GET by default) to 127.0.0.1:`port`; returns the status code and the body.
-    static func get(port: UInt16, path: String, method: String = "GET") throws -> (status: Int, body: String) {
+    package static func get(port: UInt16, path: String, method: String = "GET") throws -> (status: Int, body: String) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw ScenarioFailure("socket() failed: errno \(errno)") }
+        guard fd >= 0 else { throw ExpositionError("socket() failed: errno \(errno)") }
         defer { close(fd) }
         var timeout = timeval(tv_sec: 10, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
@@ -25,12 +26,12 @@ enum Exposition {
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard connected == 0 else { throw ScenarioFailure("connect to 127.0.0.1:\(port) failed: errno \(errno)") }
+        guard connected == 0 else { throw ExpositionError("connect to 127.0.0.1:\(port) failed: errno \(errno)") }
         let request = Array("\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\r\n".utf8)
         var sent = 0
         while sent < request.count {
             let n = request.withUnsafeBufferPointer { send(fd, $0.baseAddress! + sent, $0.count - sent, 0) }
-            guard n > 0 else { throw ScenarioFailure("send failed: errno \(errno)") }
+            guard n > 0 else { throw ExpositionError("send failed: errno \(errno)") }
             sent += n
         }
         var response: [UInt8] = []
@@ -38,20 +39,20 @@ enum Exposition {
         while true {
             let n = recv(fd, &buffer, buffer.count, 0)
             if n == 0 { break }
-            guard n > 0 else { throw ScenarioFailure("recv failed: errno \(errno)") }
+            guard n > 0 else { throw ExpositionError("recv failed: errno \(errno)") }
             response += buffer[0..<n]
         }
         guard let split = (0..<max(0, response.count - 3)).first(where: { response[$0..<$0 + 4].elementsEqual([13, 10, 13, 10]) }) else {
-            throw ScenarioFailure("no HTTP head in the response")
+            throw ExpositionError("no HTTP head in the response")
         }
         let statusLine = String(decoding: response[..<split].prefix { $0 != 13 }, as: UTF8.self)
         let parts = statusLine.split(separator: " ")
-        guard parts.count >= 2, let status = Int(parts[1]) else { throw ScenarioFailure("bad status line: \(statusLine)") }
+        guard parts.count >= 2, let status = Int(parts[1]) else { throw ExpositionError("bad status line: \(statusLine)") }
         return (status, String(decoding: response[(split + 4)...], as: UTF8.self))
     }
 
     /// The sample lines of a text page (comments and blank lines skipped).
-    static func parse(_ page: String) -> [ExpositionSample] {
+    package static func parse(_ page: String) -> [ExpositionSample] {
         page.split(separator: "\n").compactMap { line -> ExpositionSample? in
             guard !line.hasPrefix("#"), let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else {
                 return nil
@@ -70,7 +71,12 @@ enum Exposition {
 
 extension Array where Element == ExpositionSample {
     /// The value of the sample named `name` whose labels include `labels`.
-    func value(_ name: String, _ labels: [String: String]) -> Double? {
+    package func value(_ name: String, _ labels: [String: String]) -> Double? {
         first { sample in sample.name == name && labels.allSatisfy { sample.labels[$0.key] == $0.value } }?.value
     }
+}
+
+package struct ExpositionError: Error, CustomStringConvertible {
+    package let description: String
+    package init(_ description: String) { self.description = description }
 }

@@ -1,16 +1,17 @@
-// GLibCallbacks: Swift closures as GLib callbacks for the test roles (timeouts, idles, descriptor
-// watches on a given context). Each closure is boxed and retained by GLib until the source's
-// destroy notify. The closures run on the thread iterating the context.
+// GLibCallbacks: Swift closures as GLib callbacks for the GLib tour (threadkit-glib) and the GLib
+// test roles (ThreadKitGLibTestChild): timeouts, idles, descriptor watches on a given context.
+// Each closure is boxed and retained by GLib until the source's destroy notify. The closures run
+// on the thread iterating the context. Built only with the GLib trait (Package.swift).
 #if GLib
     import CGLib
 
     /// A closure behind a GLib callback. Touched only by the thread iterating its context.
-    final class GLibCallback: @unchecked Sendable {
+    package final class GLibCallback: @unchecked Sendable {
         let body: (GIOCondition) -> Bool
         init(_ body: @escaping (GIOCondition) -> Bool) { self.body = body }
     }
 
-    enum GLibCall {
+    package enum GLibCall {
         /// GSourceFunc: runs the box's closure; false removes the source.
         static var sourceFunc: GSourceFunc {
             { data in
@@ -33,17 +34,17 @@
         }
 
         /// `body` every `ms` milliseconds on `context` (nil: the default one) until it returns false.
-        static func timeout(_ ms: UInt32, on context: OpaquePointer? = nil, _ body: @escaping () -> Bool) {
+        package static func timeout(_ ms: UInt32, on context: OpaquePointer? = nil, _ body: @escaping () -> Bool) {
             attach(g_timeout_source_new(ms), sourceFunc, context) { _ in body() }
         }
 
         /// `body` whenever `context` is idle, until it returns false.
-        static func idle(on context: OpaquePointer? = nil, _ body: @escaping () -> Bool) {
+        package static func idle(on context: OpaquePointer? = nil, _ body: @escaping () -> Bool) {
             attach(g_idle_source_new(), sourceFunc, context) { _ in body() }
         }
 
         /// `body` whenever `fd` shows `condition`, until it returns false.
-        static func watch(
+        package static func watch(
             _ fd: Int32, _ condition: GIOCondition, on context: OpaquePointer? = nil,
             _ body: @escaping (GIOCondition) -> Bool
         ) {
