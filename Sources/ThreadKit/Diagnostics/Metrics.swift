@@ -43,6 +43,18 @@ public final class TKMetricsSource: @unchecked Sendable {
         /// `TKReadWriteLock`, `TKSpinLock`).
         case lock
 
+        /// The kind named `rawValue` (`queue`, `loop`, `lock`: the `kind` label of the exported
+        /// metrics), or nil. Written out for its documentation; it is what the compiler would
+        /// synthesize.
+        public init?(rawValue: String) {
+            switch rawValue {
+            case "queue": self = .queue
+            case "loop": self = .loop
+            case "lock": self = .lock
+            default: return nil
+            }
+        }
+
         /// Queues, then loops, then locks.
         public static func < (a: Kind, b: Kind) -> Bool { a.order < b.order }
         private var order: Int {

@@ -37,6 +37,13 @@ public enum TKWaitKind: String, Sendable, Hashable, CaseIterable {
     case operation = "waitUntilFinished"
     /// `TKThread.perform(waitUntilDone: true)`.
     case perform = "perform(waitUntilDone:)"
+
+    /// The kind a dump names `rawValue` (`lock`, `sync`, `waitUntilFinished`, …), or nil. Written
+    /// out for its documentation; it is what the compiler would synthesize.
+    public init?(rawValue: String) {
+        guard let kind = TKWaitKind.allCases.first(where: { $0.rawValue == rawValue }) else { return nil }
+        self = kind
+    }
 }
 
 /// Who a waited-for object says holds it, read when a dump is taken.
