@@ -17,18 +17,21 @@ enum TraceBenchmarks {
         return body()
     }
 
+    /// `n` empty blocks to a global queue, timed until all ran (the rows with and without a recorder).
+    private static func timedGlobalAsync(_ n: Int) -> Double {
+        let group = TKDispatchGroup()
+        let q = TKDispatchQueue.global()
+        return timed {
+            for _ in 0..<n { q.async(group: group) {} }
+            group.wait()
+        }
+    }
+
     /// Issue 26's target: the flight recorder on costs ≤ 5% on global async.
     static func flightGlobalAsync() -> Row {
         func contender(_ on: Bool) -> Contender {
             Contender(name: on ? "flight recorder on" : "off") { n in
-                flight(on) {
-                    let group = TKDispatchGroup()
-                    let q = TKDispatchQueue.global()
-                    return timed {
-                        for _ in 0..<n { q.async(group: group) {} }
-                        group.wait()
-                    }
-                }
+                flight(on) { timedGlobalAsync(n) }
             }
         }
         return Row(
@@ -73,14 +76,7 @@ enum TraceBenchmarks {
     static func globalAsync() -> Row {
         func contender(_ recording: Bool) -> Contender {
             Contender(name: recording ? "recording (3 events per block)" : "off") { n in
-                measured(recording) {
-                    let group = TKDispatchGroup()
-                    let q = TKDispatchQueue.global()
-                    return timed {
-                        for _ in 0..<n { q.async(group: group) {} }
-                        group.wait()
-                    }
-                }
+                measured(recording) { timedGlobalAsync(n) }
             }
         }
         return Row(

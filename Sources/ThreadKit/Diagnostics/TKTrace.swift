@@ -81,15 +81,7 @@ public enum TKTrace {
     }
 
     private static func export(to path: String, call: String, _ body: (TraceSink) -> Void) throws {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        var error = fd < 0 ? errno : 0
-        if fd >= 0 {
-            let sink = TraceSink(fileDescriptor: fd)
-            body(sink)
-            sink.flush()
-            error = sink.error
-            if close(fd) != 0 && error == 0 { error = errno }
-        }
+        let error = TraceSink.writeFile(path, body)
         if error != 0 {
             throw TKError(
                 .systemCall,

@@ -62,6 +62,20 @@ final class TraceSink {
         buffer.reserveCapacity(TraceSink.flushSize * 2)
     }
 
+    /// Streams `body` into the file at `path` (created or truncated), flushes and closes it;
+    /// returns the first errno that opening, writing or closing met, 0 when none. The callers
+    /// (TKTrace's exports, the flight recorder) name the failure in their own terms.
+    static func writeFile(_ path: String, _ body: (TraceSink) -> Void) -> Int32 {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return errno }
+        let sink = TraceSink(fileDescriptor: fd)
+        body(sink)
+        sink.flush()
+        var error = sink.error
+        if close(fd) != 0 && error == 0 { error = errno }
+        return error
+    }
+
     func write(_ text: String) {
         if fd < 0 {
             memory += text
