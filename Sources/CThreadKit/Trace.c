@@ -8,6 +8,46 @@
 __thread tk_trace_ring *tk_trace_current = NULL;
 uint64_t tk_trace_session = 1;
 
+__thread uint32_t tk_trace_flow_next = 0;
+__thread uint32_t tk_trace_flow_left = 0;
+__thread tk_trace_sampler tk_trace_item_sampler = {0, 0, 0};
+/// Flow-id blocks handed out so far (relaxed: only uniqueness matters).
+static uint32_t tk_trace_flow_blocks = 0;
+
+uint32_t tk_trace_flow_refill(void) {
+    uint32_t block = __atomic_fetch_add(&tk_trace_flow_blocks, 1, __ATOMIC_RELAXED);
+    uint32_t first = block * TK_TRACE_FLOW_BLOCK;
+    // Block 0 (and its wrapped repeats) starts at 0, which means "not traced": skip that id.
+    if (first == 0) first = 1;
+    uint32_t end = block * TK_TRACE_FLOW_BLOCK + TK_TRACE_FLOW_BLOCK; // wraps to 0 for the last block
+    tk_trace_flow_next = first + 1;
+    tk_trace_flow_left = end - first - 1;
+    return first;
+}
+
+void tk_trace_sample_adapt(tk_trace_sampler *sampler) { tk_trace_sample_adapt_at(sampler, tk_trace_now()); }
+
+void tk_trace_sample_adapt_at(tk_trace_sampler *sampler, uint64_t now) {
+    uint32_t period = sampler->period;
+    if (period == 0) {
+        period = 1;
+    } else {
+        // The period that would have spaced these `period` items SPACING apart: grown at most
+        // fourfold a step (a short burst does not throw the period up), shrunk at once (a thread
+        // going quiet after a flood traces its next items again).
+        uint64_t gap = now - sampler->last;
+        if (gap == 0) gap = 1;
+        uint64_t wanted = (uint64_t)period * TK_TRACE_SAMPLE_SPACING_NS / gap;
+        if (wanted > (uint64_t)period * 4) wanted = (uint64_t)period * 4;
+        if (wanted > TK_TRACE_SAMPLE_MAX_PERIOD) wanted = TK_TRACE_SAMPLE_MAX_PERIOD;
+        if (wanted < 1) wanted = 1;
+        period = (uint32_t)wanted;
+    }
+    sampler->period = period;
+    sampler->countdown = period;
+    sampler->last = now;
+}
+
 static pthread_key_t tk_trace_exit_key;
 static pthread_once_t tk_trace_key_once = PTHREAD_ONCE_INIT;
 

@@ -146,6 +146,76 @@ final class FlightRecorderTests: XCTestCase {
         XCTAssertEqual(clipped.summary().end, 300)
     }
 
+    /// The sampling decision with the clock passed in: items 100 ns apart push the period up at
+    /// most fourfold a step to what spaces traced items 16 µs apart (160), never past 1,024;
+    /// a thread going quiet is back to tracing every item at its next traced one.
+    func testTheSamplingPeriodSpacesTracedItemsSixteenMicrosecondsApart() {
+        var sampler = tk_trace_sampler(countdown: 0, period: 0, last: 0)
+        tk_trace_sample_adapt_at(&sampler, 1_000)
+        XCTAssertEqual([sampler.period, sampler.countdown], [1, 1], "a thread's first item is traced, and the next")
+        var now: UInt64 = 1_000
+        var periods: [UInt32] = []
+        for _ in 0..<8 {
+            now += UInt64(sampler.period) * 100 // `period` items, 100 ns apart, since the last traced one
+            tk_trace_sample_adapt_at(&sampler, now)
+            periods.append(sampler.period)
+        }
+        XCTAssertEqual(periods, [4, 16, 64, 160, 160, 160, 160, 160])
+        XCTAssertEqual(sampler.countdown, 160)
+        // Quiet: the next 160 items come 1 ms apart.
+        now += 160 * 1_000_000
+        tk_trace_sample_adapt_at(&sampler, now)
+        XCTAssertEqual(sampler.period, 1)
+        // A flood of items 1 ns apart: capped.
+        for _ in 0..<10 {
+            now += UInt64(sampler.period)
+            tk_trace_sample_adapt_at(&sampler, now)
+        }
+        XCTAssertEqual(sampler.period, 1_024)
+    }
+
+    /// In flight mode a thread that submits items sparsely has every one traced, one flooding a
+    /// queue has a sample traced, each traced item whole (TraceJudge: every flow started is
+    /// finished, every span closed); a plain trace session traces every item of the flood.
+    func testFlightModeTracesASparseSubmittersEveryItemAndSamplesAFloodInWholeItems() throws {
+        let flood = 20_000
+        let done = DispatchGroup() // the judge of completion: Foundation's
+        func run(sparseLabel: String, floodLabel: String) {
+            tk_trace_sample_reset()
+            let sparse = TKDispatchQueue(label: sparseLabel)
+            for _ in 0..<20 {
+                TKThread.sleep(for: .milliseconds(1)) // the submitter's rate: one item per millisecond
+                done.enter()
+                sparse.async { done.leave() }
+                XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+            }
+            let queue = TKDispatchQueue(label: floodLabel)
+            for _ in 0..<flood {
+                done.enter()
+                queue.async { done.leave() }
+            }
+            XCTAssertEqual(done.wait(timeout: .now() + 60), .success)
+        }
+        func items(_ events: [[String: Any]], _ label: String) -> Int {
+            TraceJudge.spans(events, category: "dispatch item").filter { $0["name"] as? String == label }.count
+        }
+
+        TKTrace.startFlightRecorder(window: .seconds(30), capacity: 1 << 16, totalCapacity: 1 << 19)
+        run(sparseLabel: "flight.sparse", floodLabel: "flight.flood")
+        let sampled = TraceJudge.events(TKTrace.chromeJSON())
+        XCTAssertEqual(items(sampled, "flight.sparse"), 20, "every item of a sparse submitter")
+        let traced = items(sampled, "flight.flood")
+        XCTAssertGreaterThan(traced, 0)
+        XCTAssertLessThan(traced, flood / 2, "a flood is sampled")
+
+        TKTrace.start(capacity: 1 << 16, totalCapacity: 1 << 19)
+        run(sparseLabel: "trace.sparse", floodLabel: "trace.flood")
+        let all = TraceJudge.events(TKTrace.chromeJSON())
+        XCTAssertEqual(items(all, "trace.sparse"), 20)
+        XCTAssertEqual(items(all, "trace.flood"), flood, "a plain session traces every item")
+        TKTrace.stop()
+    }
+
     func testDumpingToADirectoryThatDoesNotExistThrowsNamingIt() {
         TKTrace.startFlightRecorder(window: .seconds(1))
         XCTAssertTrue(TKTrace.isFlightRecording)

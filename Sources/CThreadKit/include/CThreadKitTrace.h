@@ -90,6 +90,58 @@ static inline int tk_trace_record(uint16_t kind, uint8_t phase, uint8_t detail, 
     return 1;
 }
 
+/// Dispatch items' flow ids (docs/DiagnosticsTrace.md §4), handed out per thread from blocks of
+/// `TK_TRACE_FLOW_BLOCK` taken from one process-wide counter: one shared atomic per block, not per
+/// item, so producers on many cores do not all write one cache line. Unique until the 32-bit
+/// space wraps (as before); never 0 (0 means "not traced"). Owning thread only.
+#define TK_TRACE_FLOW_BLOCK 256u
+extern __thread uint32_t tk_trace_flow_next;
+extern __thread uint32_t tk_trace_flow_left;
+uint32_t tk_trace_flow_refill(void);
+static inline uint32_t tk_trace_next_flow(void) {
+    if (tk_trace_flow_left == 0) return tk_trace_flow_refill();
+    tk_trace_flow_left -= 1;
+    return tk_trace_flow_next++;
+}
+
+/// The flight recorder's sampling of dispatch items (docs/DiagnosticsTrace.md §8): in flight mode
+/// a thread traces one item in `period` of those it submits, `period` adapted (1 to
+/// TK_TRACE_SAMPLE_MAX_PERIOD) at each sampled item so that the items it traces are about
+/// TK_TRACE_SAMPLE_SPACING_NS apart: a thread submitting sparsely traces every item, one flooding
+/// the pool traces about one per 16 µs, and the recorder's cost per item stays a countdown. The
+/// decision is the submitter's; an item not sampled carries flow 0 and no event anywhere, so a
+/// traced item always has its enqueue, begin and end. Owning thread only.
+#define TK_TRACE_SAMPLE_SPACING_NS 16000u
+#define TK_TRACE_SAMPLE_MAX_PERIOD 1024u
+typedef struct {
+    uint32_t countdown;   // items to let pass before the next sampled one, plus one (0: sample now)
+    uint32_t period;      // the current period (0 before the thread's first item)
+    uint64_t last;        // tk_trace_now() at the last sampled item
+} tk_trace_sampler;
+extern __thread tk_trace_sampler tk_trace_item_sampler;
+/// Adapts the period to the time since the last sampled item and starts the next countdown.
+void tk_trace_sample_adapt(tk_trace_sampler *sampler);
+/// The same decision with the clock passed in (`now`, ns): what the tests drive.
+void tk_trace_sample_adapt_at(tk_trace_sampler *sampler, uint64_t now);
+/// Whether the calling thread traces the item it is submitting (flight mode): 1 every `period`.
+static inline int tk_trace_sample_item(void) {
+    tk_trace_sampler *sampler = &tk_trace_item_sampler;
+    if (sampler->countdown > 1) {
+        sampler->countdown -= 1;
+        return 0;
+    }
+    tk_trace_sample_adapt(sampler);
+    return 1;
+}
+/// The calling thread's current sampling period (tests).
+static inline uint32_t tk_trace_sample_period(void) { return tk_trace_item_sampler.period; }
+/// Forgets the calling thread's sampling history: its next item is sampled, period 1 (tests).
+static inline void tk_trace_sample_reset(void) {
+    tk_trace_item_sampler.countdown = 0;
+    tk_trace_item_sampler.period = 0;
+    tk_trace_item_sampler.last = 0;
+}
+
 /// Makes `ring` the calling thread's ring and arranges for `tk_trace_ring_retire` at its exit.
 void tk_trace_install(tk_trace_ring *ring);
 

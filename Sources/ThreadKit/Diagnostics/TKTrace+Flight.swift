@@ -10,7 +10,11 @@ extension TKTrace {
     /// cache and, once the budget is spent, a 64-slot minimum ring) — however long the process
     /// runs. A dump (`dumpFlight(to:)`, a hang report, a misuse stop, the dump signal) writes the
     /// last `window` of it. A busy thread's ring may hold less than the window: its oldest events
-    /// go first (the HTML row says how many were dropped). `window` must be positive.
+    /// go first (the HTML row says how many were dropped). Dispatch items are sampled, so that
+    /// the recorder costs next to nothing on a pool running millions of items: a thread that
+    /// submits items sparsely has every one traced, and one that floods the pool about one item
+    /// per 16 µs (each traced item complete: its enqueue, start and end). `window` must be
+    /// positive.
     public static func startFlightRecorder(
         window: Duration, capacity: Int = 16_384, totalCapacity: Int = 1 << 19
     ) {

@@ -2,7 +2,7 @@
 // call site reads `if DiagnosticsSwitch.isOn(.trace) { TraceRecorder.… }` (dispatch items test
 // the flow id their enqueue stored instead); these functions are out of line so that the site
 // stays one load and a branch. They run on the thread the event happens on.
-import Synchronization
+import CThreadKit
 
 extension TraceRecorder {
     // MARK: Threads
@@ -41,15 +41,17 @@ extension TraceRecorder {
 
     // MARK: Dispatch
 
-    /// Flow ids of dispatch items: 32 bits (they ride in the entry's padding), never 0.
-    private static let nextFlow = Atomic<UInt32>(0)
-
-    /// An item submitted to `queue`: records the enqueue and returns the item's flow id, which the
-    /// entry carries to its start.
+    /// An item submitted to `queue`: records the enqueue and returns the item's flow id (32 bits:
+    /// they ride in the entry's padding), which the entry carries to its start; 0 when the item is
+    /// not traced. In flight mode the submitting thread samples its items (tk_trace_sample_item:
+    /// every item while it submits sparsely, about one per 16 µs while it floods the pool), so the
+    /// recorder costs a countdown per item; an item not sampled records nothing anywhere, and a
+    /// sampled one its enqueue, begin and end. A full trace (`TKTrace.start`) records every item.
+    /// Flow ids come from per-thread blocks (tk_trace_next_flow): no shared atomic per item.
     @inline(never)
     static func dispatchEnqueued(_ queue: TKDispatchQueue) -> UInt32 {
-        var flow = nextFlow.wrappingAdd(1, ordering: .relaxed).newValue // only uniqueness matters
-        if flow == 0 { flow = nextFlow.wrappingAdd(1, ordering: .relaxed).newValue }
+        if DiagnosticsSwitch.isOn(.flightRecorder), tk_trace_sample_item() == 0 { return 0 }
+        let flow = tk_trace_next_flow()
         record(.dispatchEnqueue, .instant, named: queue.label, object: UInt64(flow), detail: qosLevel(queue.qos))
         return flow
     }
