@@ -18,7 +18,7 @@ enum ChildRoles {
     static let all: [ChildRole] =
         MisuseRoles.all + RunLoopMisuseRoles.all + ThreadRoles.all + DistributedLockRoles.all + PortRoles.all
         + DispatchMisuseRoles.all + DispatchMainRoles.all + OperationMisuseRoles.all + ConcurrencyRoles.all
-        + ExecutorMisuseRoles.all
+        + ExecutorMisuseRoles.all + TaskExecutorRoles.all
         + DispatchSurfaceRoles.all + DispatchTargetRoles.all + DispatchSourceKindRoles.all + DispatchDataRoles.all
         + RunLoopIORoles.all + PortHardeningRoles.all + ExtremeInputRoles.all + ThreadLimitRoles.all + DistributedLockUserRoles.all
         + TraceRoles.all + FlightRoles.all

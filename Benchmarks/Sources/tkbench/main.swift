@@ -19,7 +19,7 @@ let groups: [(String, () -> [Row])] = [
     ("dispatch", DispatchBenchmarks.rows),
     ("operations", OperationBenchmarks.rows),
     ("concurrency", ConcurrencyBenchmarks.rows),
-    ("io", IOBenchmarks.rows),
+    ("io", { IOBenchmarks.rows() + AsyncIOBenchmarks.rows() }),
     ("trace", TraceBenchmarks.rows),
     ("postgres", PostgresBenchmarks.rows),
     ("glib", GLibBenchmarks.rows),

@@ -13,6 +13,9 @@
 // thread-local destructor (an adopted thread's end); a clear stop at the cause beats a hang or a
 // crash far from it.
 //
+// A loop is a TaskExecutor too (TKRunLoop+TaskExecutor.swift): a nonisolated task's jobs come
+// through `submit` with `taskExecutor` set, and are counted and refused by the same rules.
+//
 // Threads: `enqueue` from any thread; jobs run on the loop's thread. `RunLoopJobBook`'s counts
 // are atomics (see each for its ordering); its mode-executor list and the finished thread's name
 // are under mutexes of their own, taken with no other lock held. The stall check runs on a pool
@@ -91,11 +94,18 @@ extension TKRunLoop: SerialExecutor {
     }
 
     /// Queues `job` as a perform block (`modes` nil: the common modes; `modeExecutor`: the mode
-    /// executor it was sent to, nil for the loop itself). A loop whose thread has finished can
-    /// never run it: a misuse. A loop that is not running gets the stall check.
-    func submit(_ job: UnownedJob, modes: [Mode]?, from modeExecutor: TKRunLoopExecutor?, as executor: UnownedSerialExecutor) {
+    /// executor it was sent to, nil for the loop itself), to run isolated to `executor`, or, with
+    /// `taskExecutor` (a task preferring the loop, TKRunLoop+TaskExecutor.swift), nonisolated on
+    /// that task executor. A loop whose thread has finished can never run it: a misuse. A loop that
+    /// is not running gets the stall check. Sent from the loop's own thread while it runs (a job
+    /// of the loop queuing the next one: a task's switch of executors, a resumed continuation),
+    /// the job wakes the loop, so the pass that queued it does not go to sleep with it queued.
+    func submit(
+        _ job: UnownedJob, modes: [Mode]?, from modeExecutor: TKRunLoopExecutor?, as executor: UnownedSerialExecutor,
+        taskExecutor: UnownedTaskExecutor? = nil
+    ) {
         let book = jobBook
-        let tally = modeExecutor?.tally
+        let tally = modeExecutor?.tally ?? (taskExecutor != nil ? book.taskJobs : nil)
         // Counted before the job is offered: one accepted (queued under the loop's lock) is then
         // already counted when the thread's end, which closes the loop under that lock, reads the
         // counts (the lock orders these relaxed increments before those loads).
@@ -110,7 +120,11 @@ extension TKRunLoop: SerialExecutor {
                 modes: modes,
                 block: {
                     let task = DiagnosticsSwitch.isOn(.trace) ? TraceRecorder.taskStarts(job, executor: executorName) : nil
-                    job.runSynchronously(on: executor)
+                    if let taskExecutor {
+                        job.runSynchronously(on: taskExecutor)
+                    } else {
+                        job.runSynchronously(on: executor)
+                    }
                     if let task { TraceRecorder.taskEnded(task) }
                     // Relaxed: read by the stall check, which only needs to see progress, and by the
                     // thread's end, on this same thread.
@@ -120,16 +134,22 @@ extension TKRunLoop: SerialExecutor {
         guard accepted else {
             let by =
                 modeExecutor.map { "the loop's \($0.name)" }
-                ?? "the TKRunLoop itself (an actor whose unownedExecutor is the loop)"
+                ?? (taskExecutor != nil
+                    ? RunLoopJobBook.taskExecutorName : "the TKRunLoop itself (an actor whose unownedExecutor is the loop)")
+            let users = taskExecutor != nil ? "tasks prefer it as their task executor" : "actors use it as their executor"
+            let last = taskExecutor != nil ? "await those tasks" : "await the actors' last calls"
             misuse(
                 "a Swift concurrency job (an actor's or a task's) was sent to the run loop of "
                     + "\(jobBook.ownerDescription(of: self)), through \(by), after that thread finished: nothing will "
                     + "ever run it, and its task would wait forever. Fix: keep the loop's thread running (running its "
-                    + "loop) for as long as actors use it as their executor, e.g. await the actors' last calls before "
-                    + "letting the thread end.")
+                    + "loop) for as long as \(users), e.g. \(last) before letting the thread end.")
         }
         book.queued.wrappingAdd(1, ordering: .relaxed)
-        if runDepth.load(ordering: .relaxed) == 0 { book.watchForStall(self) }
+        if runDepth.load(ordering: .relaxed) == 0 {
+            book.watchForStall(self)
+        } else if SystemCall.currentThreadID == ownerThread {
+            wakeUp() // coalesced: one write per sleep at most
+        }
     }
 
     /// The loop's thread has finished and the loop is closed (called by `threadDidFinish`, on that
@@ -151,6 +171,11 @@ extension TKRunLoop: SerialExecutor {
             guard n > 0 else { continue }
             byModeExecutors += n
             parts.append("\(n) for its \(name)")
+        }
+        let byTasks = book.taskJobs.waiting
+        if byTasks > 0 {
+            byModeExecutors += byTasks
+            parts.append("\(byTasks) for \(RunLoopJobBook.taskExecutorName)")
         }
         if left > byModeExecutors {
             parts.insert(
@@ -179,6 +204,12 @@ final class RunLoopJobBook: Sendable {
     /// Every executor job of the loop, its mode executors' included (`queued` counts a job as it
     /// is offered, before it is on the loop's queue: see `submit`).
     let all = RunLoopJobTally()
+    /// The jobs of tasks preferring the loop as their task executor (TKRunLoop+TaskExecutor.swift),
+    /// so a thread's end can say that tasks left them.
+    let taskJobs = RunLoopJobTally()
+    /// How messages name the loop as a task executor.
+    static let taskExecutorName =
+        "the TKRunLoop as a task executor (a task preferring the loop: withTaskExecutorPreference or Task(executorPreference:))"
     /// Jobs on the loop's queue, counted once they are there (what tests wait on). Relaxed: a
     /// statistic; a reader that sees it and then takes the loop's lock (perform) finds the job queued.
     let queued = Atomic<Int>(0)

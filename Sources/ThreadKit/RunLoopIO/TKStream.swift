@@ -136,16 +136,20 @@ public class TKStream: @unchecked Sendable {
     }
 
     /// Closes the stream: it leaves its loops, gets no more events, and releases what it holds.
+    /// A task awaiting the stream (``TKInputStream/chunks(maxLength:)``,
+    /// ``TKOutputStream/write(_:)``) is resumed and throws.
     public func close() {
-        let wasOpen = core.withLock { c -> Bool in
-            guard c.status != .closed else { return false }
+        let (wasOpen, delegate) = core.withLock { c -> (Bool, (any TKStreamDelegate)?) in
+            guard c.status != .closed else { return (false, nil) }
             c.status = .closed
             c.pending = []
-            return true
+            return (true, c.delegate)
         }
         guard wasOpen else { return }
         presence.invalidate()
         closeSide()
+        // The async calls' delegate (TKStream+Async.swift) gets no event after this: wake it.
+        (delegate as? StreamEventRelay)?.wake()
     }
 
     /// Receives the events. Weak, as NSStream's.

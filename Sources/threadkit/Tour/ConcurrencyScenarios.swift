@@ -9,7 +9,7 @@ import Synchronization
 import ThreadKit
 
 enum ConcurrencyScenarios {
-    static let all: [Scenario] = [mainActor, actorOnRunLoop, globalExecutor]
+    static let all: [Scenario] = [mainActor, actorOnRunLoop, asyncNetworkThread, globalExecutor]
 
     static let mainActor = Scenario(
         name: "main-actor", title: "TKRunLoop.main serves TKDispatchQueue.main, DispatchQueue.main and @MainActor work",

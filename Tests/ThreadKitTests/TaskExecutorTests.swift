@@ -1,0 +1,211 @@
+// TaskExecutorTests: docs/Concurrency.md §2, task executors. A run loop as a TaskExecutor keeps the
+// nonisolated code of a task that prefers it on the loop's thread (the body, resumes after
+// suspensions, child tasks, Task(executorPreference:)), and nonisolated async calls continue inline
+// instead of going back through the loop's queue; a serial TKDispatchQueue as a TaskExecutor runs
+// the tasks preferring it one job at a time. Misuse (a finished thread's loop) in child processes.
+// A loop does not sleep with a job its own thread queued. Judges: pthread ids (ResidentLoopThread,
+// whose loop runs with no deadline, so a missed wake-up is a hang), the loop's FIFO of perform
+// blocks, an overlap counter.
+import Foundation
+import ThreadKit
+import XCTest
+
+/// `n` nested nonisolated async calls that never suspend; returns `n`.
+@inline(never)
+func nonisolatedDepth(_ n: Int) async -> Int {
+    n == 0 ? 0 : await nonisolatedDepth(n - 1) + 1
+}
+
+/// A thread that runs its loop with no deadline (`run()`, a keep-alive source in the default
+/// mode), so that only a wake-up ends a sleep: work queued without one is seen stuck, not late.
+final class ResidentLoopThread: @unchecked Sendable {
+    /// Set once by the thread before `init` returns; read-only afterwards.
+    private(set) var loop: TKRunLoop!
+    /// The thread's pthread, the judge of "ran on the loop's thread".
+    private(set) var pthread = pthread_t()
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(name: String) {
+        let ready = DispatchSemaphore(value: 0)
+        let thread = Thread { [self] in
+            loop = TKRunLoop.current
+            pthread = pthread_self()
+            let keepAlive = TKRunLoopSource(perform: {})
+            loop.add(keepAlive, forMode: .default)
+            ready.signal()
+            loop.run() // until stopped
+            keepAlive.invalidate()
+            finished.signal()
+        }
+        thread.name = name
+        thread.start()
+        ready.wait()
+    }
+
+    /// Whether the caller is this loop's thread.
+    var isCurrent: Bool { pthread_equal(pthread_self(), pthread) != 0 }
+
+    func stop() {
+        loop.perform { TKRunLoop.current.stop() }
+        XCTAssertEqual(finished.wait(timeout: .now() + 30), .success, "loop thread did not stop")
+    }
+}
+
+/// An actor on a given loop that starts a task isolated to itself from its own job, that is,
+/// from the loop's thread.
+actor LoopPinned {
+    let loop: TKRunLoop
+    let marked = Flag()
+    init(loop: TKRunLoop) { self.loop = loop }
+    nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
+
+    func startChild() {
+        Task { self.mark() }
+    }
+
+    func mark() { marked.set() }
+}
+
+/// Counts the notes taken off a given thread (pthread ids, under a pthread mutex).
+final class ThreadNotes: @unchecked Sendable {
+    private let thread: pthread_t
+    private let notes = Guarded<(count: Int, off: [String])>((0, []))
+
+    init(thread: pthread_t) { self.thread = thread }
+
+    /// Notes one resume point, named `label`, and whether it runs on the thread.
+    func note(_ label: String) {
+        let on = pthread_equal(pthread_self(), thread) != 0
+        notes.withLock {
+            $0.count += 1
+            if !on { $0.off.append(label) }
+        }
+    }
+
+    var count: Int { notes.withLock { $0.count } }
+    /// The labels noted off the thread.
+    var off: [String] { notes.withLock { $0.off } }
+}
+
+final class TaskExecutorTests: XCTestCase {
+    func testALoopAsTaskExecutorKeepsATasksNonisolatedCodeOnItsThread() async {
+        let host = ResidentLoopThread(name: "task-loop")
+        defer { host.stop() }
+        let notes = ThreadNotes(thread: host.pthread)
+        await withTaskExecutorPreference(host.loop) {
+            notes.note("body")
+            await Task.yield()
+            notes.note("after yield")
+            _ = await nonisolatedDepth(10)
+            notes.note("after nested calls")
+            async let child: Void = notes.note("async let")
+            await child
+            await withTaskGroup(of: Void.self) { group in
+                for i in 0..<4 {
+                    group.addTask {
+                        await Task.yield()
+                        notes.note("group child \(i)")
+                    }
+                }
+            }
+            notes.note("after group")
+        }
+        await Task(executorPreference: host.loop) { notes.note("Task(executorPreference:)") }.value
+        XCTAssertEqual(notes.count, 10)
+        XCTAssertEqual(notes.off, [], "ran off the loop's thread")
+    }
+
+    /// A perform block queued from inside the task's job runs only when the task gives the thread
+    /// back to the loop: it must not have run after 1,000 nested nonisolated async calls (each
+    /// would otherwise go back through the loop's queue, behind it), and must have after a yield.
+    func testNonisolatedCallsOnALoopContinueInlineWithoutGoingThroughItsQueue() async {
+        let host = ResidentLoopThread(name: "inline-loop")
+        defer { host.stop() }
+        let (depth, ranDuringCalls, ranAtYield) = await withTaskExecutorPreference(host.loop) { () async -> (Int, Bool, Bool) in
+            let marker = Flag()
+            host.loop.perform { marker.set() }
+            let depth = await nonisolatedDepth(1_000)
+            let during = marker.isSet
+            await Task.yield()
+            return (depth, during, marker.isSet)
+        }
+        XCTAssertEqual(depth, 1_000)
+        XCTAssertFalse(ranDuringCalls, "a nonisolated call went back through the loop's queue")
+        XCTAssertTrue(ranAtYield, "the judge did not see the yield go through the loop's queue")
+    }
+
+    /// A job a loop's own job queues on that loop (a task's yield; an actor's child task) runs
+    /// without another wake-up: the loop does not go to sleep with it queued. The loop runs with no
+    /// deadline, so before the fix these waited for a wake-up that never came.
+    func testJobsQueuedFromTheLoopsOwnThreadRunWithoutAnotherWakeUp() async {
+        let host = ResidentLoopThread(name: "self-queuing-loop")
+        defer { host.stop() }
+        let loop: TKRunLoop = host.loop
+        let yields = Task(executorPreference: loop) { () -> Bool in
+            for _ in 0..<100 { await Task.yield() }
+            return host.isCurrent
+        }
+        let onLoop = await outcome(of: yields, within: .seconds(30))
+        XCTAssertEqual(onLoop, true, "a task yielding on its loop did not finish (or left the loop's thread)")
+        let actor = LoopPinned(loop: loop)
+        await actor.startChild()
+        let childRan = await eventually(.now + .seconds(30)) { actor.marked.isSet }
+        XCTAssertTrue(childRan, "the child task of a loop's actor never ran")
+    }
+
+    func testTasksPreferringASerialQueueRunOneJobAtATimeOnIt() async {
+        let queue = TKDispatchQueue(label: "serial-task-executor")
+        let inside = Guarded(0)
+        let tally = Guarded((overlaps: 0, offQueue: 0, steps: 0))
+        let tasks = 8
+        let steps = stress(2_000) / tasks
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<tasks {
+                group.addTask(executorPreference: queue) {
+                    for _ in 0..<steps {
+                        let overlapped = inside.withLock {
+                            $0 += 1
+                            return $0 > 1
+                        }
+                        let onQueue = queue.isIsolatingCurrentContext() == true
+                        tally.withLock {
+                            if overlapped { $0.overlaps += 1 }
+                            if !onQueue { $0.offQueue += 1 }
+                            $0.steps += 1
+                        }
+                        inside.withLock { $0 -= 1 }
+                        await Task.yield()
+                    }
+                }
+            }
+        }
+        let counts = tally.withLock { $0 }
+        XCTAssertEqual(counts.steps, tasks * steps)
+        XCTAssertEqual(counts.overlaps, 0, "two jobs ran at once on a serial queue")
+        XCTAssertEqual(counts.offQueue, 0, "a job ran off the queue")
+    }
+
+    // MARK: Misuse (child processes)
+
+    func testATaskPreferringTheLoopOfAFinishedThreadIsAMisuse() throws {
+        try assertMisuse(
+            "task-executor-finished-loop",
+            mentions: [
+                "run loop of thread", "(\"finished-loop\")", "the TKRunLoop as a task executor",
+                "after that thread finished", "Fix: keep the loop's thread running", "tasks prefer it", "await those tasks",
+            ])
+    }
+
+    func testAThreadEndingWithATasksJobQueuedOnItsLoopStopsTheProcessNamingIt() throws {
+        let result = try ChildProcess.run("task-executor-thread-ends-with-job", timeout: .seconds(60))
+        XCTAssertTrue(result.signalled, "status \(result.status), \(result.standardOutput) \(result.standardError)")
+        XCTAssertFalse(result.standardOutput.contains("task finished"), "the job ran after all")
+        for fragment in [
+            "ThreadKit misuse:", "(\"ending-loop\") finished with 1 Swift concurrency job(s)",
+            "1 for the TKRunLoop as a task executor (a task preferring the loop",
+            "nothing will ever run them", "Fix: keep the thread running its loop",
+        ] {
+            XCTAssertTrue(result.standardError.contains(fragment), "lacks \"\(fragment)\": \(result.standardError)")
+        }
+    }
+}
