@@ -67,13 +67,13 @@ final class DispatchSyncHandOffTests: XCTestCase {
     func testAContendedBarrierSyncRunsAloneOnTheCallersThread() {
         let queue = TKDispatchQueue(label: "barrier-handoff", attributes: .concurrent)
         let gate = DispatchSemaphore(value: 0)
-        let inside = Atomic<Int>(0)
+        // The judge: blocks may overlap one another (the queue is concurrent), never the barrier.
+        // Each side announces itself, then looks at the other (sequentially consistent, as in
+        // Dekker's protocol: one of any two overlapping sides sees the other).
+        let blocksInside = Atomic<Int>(0)
+        let barrierInside = Atomic<Bool>(false)
         let overlaps = JudgedCounter()
         let finished = DispatchGroup()
-        @Sendable func enter() {
-            if inside.wrappingAdd(1, ordering: .relaxed).newValue != 1 { overlaps.add() }
-        }
-        @Sendable func leave() { inside.wrappingSubtract(1, ordering: .relaxed) }
         finished.enter()
         queue.async {
             gate.wait()
@@ -86,17 +86,20 @@ final class DispatchSyncHandOffTests: XCTestCase {
             for _ in 0..<8 {
                 finished.enter()
                 queue.async {
-                    enter()
-                    leave()
+                    blocksInside.wrappingAdd(1, ordering: .sequentiallyConsistent)
+                    if barrierInside.load(ordering: .sequentiallyConsistent) { overlaps.add() }
+                    blocksInside.wrappingSubtract(1, ordering: .sequentiallyConsistent)
                     finished.leave()
                 }
             }
             gate.signal()
         }
         let ranOn = queue.sync(flags: .barrier) { () -> Int32 in
-            enter()
+            barrierInside.store(true, ordering: .sequentiallyConsistent)
+            if blocksInside.load(ordering: .sequentiallyConsistent) != 0 { overlaps.add() }
             usleep(2_000)
-            leave()
+            if blocksInside.load(ordering: .sequentiallyConsistent) != 0 { overlaps.add() }
+            barrierInside.store(false, ordering: .sequentiallyConsistent)
             return KernelThread.currentID()
         }
         XCTAssertEqual(ranOn, me)

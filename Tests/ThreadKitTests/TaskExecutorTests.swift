@@ -5,7 +5,8 @@
 // the tasks preferring it one job at a time. Misuse (a finished thread's loop) in child processes.
 // A loop does not sleep with a job its own thread queued. Judges: pthread ids (ResidentLoopThread,
 // whose loop runs with no deadline, so a missed wake-up is a hang), the loop's FIFO of perform
-// blocks, an overlap counter.
+// blocks, an overlap counter; and the process surviving 300 short-lived loop threads whose actors
+// a task hops on and off (a use after free in enqueue, found by this suite).
 import Foundation
 import ThreadKit
 import XCTest
@@ -151,6 +152,24 @@ final class TaskExecutorTests: XCTestCase {
         await actor.startChild()
         let childRan = await eventually(.now + .seconds(30)) { actor.marked.isSet }
         XCTAssertTrue(childRan, "the child task of a loop's actor never ran")
+    }
+
+    /// A task hops onto an actor pinned to a short-lived loop thread and off again, the thread
+    /// ends and the loop is released, 300 times over. The runtime reaches an executor through an
+    /// unowned reference, so once `enqueue` has queued the job the loop may be freed before
+    /// `enqueue` returns; `enqueue` touched the loop after that (its wake flag, its stall check's
+    /// weak reference), which corrupted the heap in about one run in ten under CPU load. The
+    /// judge is the process surviving: a use after free here crashes it, or malloc later.
+    func testHoppingOnAndOffActorsOfShortLivedLoopThreadsTouchesNoFreedLoop() async {
+        let marks = Guarded(0)
+        for i in 0..<300 {
+            let host = ResidentLoopThread(name: "short-lived-\(i)")
+            let actor = LoopPinned(loop: host.loop)
+            await actor.mark()
+            if actor.marked.isSet { marks.withLock { $0 += 1 } }
+            host.stop()
+        }
+        XCTAssertEqual(marks.withLock { $0 }, 300)
     }
 
     func testTasksPreferringASerialQueueRunOneJobAtATimeOnIt() async {

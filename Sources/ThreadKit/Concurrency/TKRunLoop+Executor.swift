@@ -99,12 +99,24 @@ extension TKRunLoop: SerialExecutor {
     /// that task executor. A loop whose thread has finished can never run it: a misuse. A loop that
     /// is not running gets the stall check. Sent from the loop's own thread while it runs (a job
     /// of the loop queuing the next one: a task's switch of executors, a resumed continuation),
-    /// the job wakes the loop, so the pass that queued it does not go to sleep with it queued.
+    /// the job makes the loop's next sleep a poll, so the loop does not sleep with it queued.
     func submit(
         _ job: UnownedJob, modes: [Mode]?, from modeExecutor: TKRunLoopExecutor?, as executor: UnownedSerialExecutor,
         taskExecutor: UnownedTaskExecutor? = nil
     ) {
+        // Once the job is queued, this loop may be gone before this function returns: the runtime
+        // calls `enqueue` through an unowned executor reference, and the job can run at once on
+        // the loop's thread, its task leave the loop, and the last owner of the loop end its thread
+        // and release it (an actor hopping onto a short-lived loop thread and off again did this:
+        // heap corruption, docs/Concurrency.md §2). So everything needed after that point is
+        // taken now, into objects this call holds: the book, the poll (to wake the loop), whether
+        // this is the loop's own thread running it, and a weak reference for the stall check.
         let book = jobBook
+        let poll = self.poll
+        let onOwnThread = SystemCall.currentThreadID == ownerThread
+        let running = runDepth.load(ordering: .relaxed) > 0
+        let stallWatch = running ? nil : WeakRunLoop(self)
+        if running && onOwnThread { ownJobQueued = true } // the next sleep only polls (TKRunLoop.ownJobQueued)
         let tally = modeExecutor?.tally ?? (taskExecutor != nil ? book.taskJobs : nil)
         // Counted before the job is offered: one accepted (queued under the loop's lock) is then
         // already counted when the thread's end, which closes the loop under that lock, reads the
@@ -130,8 +142,11 @@ extension TKRunLoop: SerialExecutor {
                     // thread's end, on this same thread.
                     book.all.ran.wrappingAdd(1, ordering: .relaxed)
                     tally?.ran.wrappingAdd(1, ordering: .relaxed)
-                }))
+                }),
+            wake: false)
+        // From here on, no `self`: only what was taken above.
         guard accepted else {
+            // Refused: nothing was queued, so the loop is as alive as when this call began.
             let by =
                 modeExecutor.map { "the loop's \($0.name)" }
                 ?? (taskExecutor != nil
@@ -144,12 +159,9 @@ extension TKRunLoop: SerialExecutor {
                     + "ever run it, and its task would wait forever. Fix: keep the loop's thread running (running its "
                     + "loop) for as long as \(users), e.g. \(last) before letting the thread end.")
         }
+        if !onOwnThread { poll.wakeCoalesced() }
         book.queued.wrappingAdd(1, ordering: .relaxed)
-        if runDepth.load(ordering: .relaxed) == 0 {
-            book.watchForStall(self)
-        } else if SystemCall.currentThreadID == ownerThread {
-            wakeUp() // coalesced: one write per sleep at most
-        }
+        if let stallWatch { book.watchForStall(stallWatch) }
     }
 
     /// The loop's thread has finished and the loop is closed (called by `threadDidFinish`, on that
@@ -261,14 +273,14 @@ final class RunLoopJobBook: Sendable {
 
     /// Jobs were queued on a loop that is not running: if they still have not run after the delay
     /// and the loop is still not running, say so once.
-    func watchForStall(_ loop: TKRunLoop) {
+    func watchForStall(_ watched: WeakRunLoop) {
         guard let delay = RunLoopJobBook.stallDelay, !warned.load(ordering: .relaxed),
             !checking.exchange(true, ordering: .relaxed)
         else { return }
         let ranBefore = all.ran.load(ordering: .relaxed)
-        TKDispatchQueue.global(qos: .utility).asyncAfter(deadline: .now + delay) { [weak loop] in
+        TKDispatchQueue.global(qos: .utility).asyncAfter(deadline: .now + delay) {
             self.checking.store(false, ordering: .relaxed)
-            guard let loop else { return }
+            guard let loop = watched.loop else { return }
             let waiting = self.all.waiting
             guard waiting > 0, self.all.ran.load(ordering: .relaxed) == ranBefore,
                 loop.runDepth.load(ordering: .relaxed) == 0,
@@ -283,4 +295,13 @@ final class RunLoopJobBook: Sendable {
             _ = line.withCString { write(2, $0, strlen($0)) }
         }
     }
+}
+
+/// A weak reference to a loop, made while the loop is certainly alive (before its job is queued:
+/// see `submit`) and read later by the stall check.
+struct WeakRunLoop: @unchecked Sendable {
+    // safety: @unchecked Sendable for the weak reference, which is itself thread-safe to load;
+    // TKRunLoop is Sendable.
+    weak var loop: TKRunLoop?
+    init(_ loop: TKRunLoop) { self.loop = loop }
 }

@@ -100,7 +100,7 @@ extension TKRunLoop {
         repeat {
             // Relaxed: only a hint to stop watching (as in `sleep`'s spin); the pass that follows
             // clears the flag with sequential consistency before it looks at the queues (wakeUp).
-            if wakePending.load(ordering: .relaxed) || Glibc.poll(&probe, 1, 0) == 1 { return true }
+            if poll.wakePending.load(ordering: .relaxed) || Glibc.poll(&probe, 1, 0) == 1 { return true }
         } while ContinuousClock.now < until
         return false
     }

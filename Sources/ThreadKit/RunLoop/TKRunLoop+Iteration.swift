@@ -185,7 +185,10 @@ extension TKRunLoop {
 
     /// Sleeps until a wakeUp, a timer of `mode`, or the deadline (or only polls). The timerfd is
     /// re-armed only when the wake time moves.
-    func sleep(_ mode: Mode, deadline: ContinuousClock.Instant?, poll mustPoll: Bool) {
+    func sleep(_ mode: Mode, deadline: ContinuousClock.Instant?, poll mustPollNow: Bool) {
+        // A job this thread queued during the pass (ownJobQueued) makes this a poll too.
+        let mustPoll = mustPollNow || ownJobQueued
+        ownJobQueued = false
         var wakeAt = deadline
         if !mustPoll, let timerWake = timerWakeTime(mode) {
             wakeAt = wakeAt.map { min($0, timerWake) } ?? timerWake
@@ -203,7 +206,7 @@ extension TKRunLoop {
         if block && spinBeforeSleep {
             var spin = SpinWait(limit: SpinWait.loopLimit)
             while spin.spin() {
-                if wakePending.load(ordering: .relaxed) {
+                if poll.wakePending.load(ordering: .relaxed) {
                     block = false
                     break
                 }
@@ -232,15 +235,23 @@ extension TKRunLoop {
                     caught = true
                     record(token, events)
                 }
-            } while !caught && !wakePending.load(ordering: .relaxed) && ContinuousClock.now < until
+            } while !caught && !poll.wakePending.load(ordering: .relaxed) && ContinuousClock.now < until
         }
         if !caught { poll.wait(block: block, record) }
-        spinOnDescriptors = wokenByDescriptor
-        spinBeforeSleep = wokenByPost
+        if mustPoll {
+            // A poll is not a sleep: what it found adds to the verdict of the last real sleep and
+            // does not reset it. A pass that handled a source (a socket event that resumed a task,
+            // which wrote and now awaits the reply) keeps the descriptor spin for its next sleep.
+            spinOnDescriptors = spinOnDescriptors || wokenByDescriptor
+            spinBeforeSleep = spinBeforeSleep || wokenByPost
+        } else {
+            spinOnDescriptors = wokenByDescriptor
+            spinBeforeSleep = wokenByPost
+        }
         setWaiting(false)
         // Cleared after the eventfd was drained and before the queues are looked at again, so a
         // post that saw the flag set is found by this pass (see wakeUp).
-        wakePending.store(false, ordering: .sequentiallyConsistent)
+        poll.wakePending.store(false, ordering: .sequentiallyConsistent)
     }
 
     /// Lets the owners of the descriptors that were ready (socket ports, run-loop I/O) read,

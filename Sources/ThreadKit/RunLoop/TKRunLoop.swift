@@ -6,7 +6,7 @@
 //   - `lock` guards `modes`, `commonModes`, `commonItems`, `blocks` and `currentModeStack`.
 //     Callbacks (sources, observers, timers, blocks) always run with it released.
 //   - `poll` (epoll/eventfd/timerfd) is used by the loop thread, except `wake()` (any thread).
-//   - `armedWake`, `runDepth` are loop-thread only; `stopRequested`, `wakePending`, `waiting` are
+//   - `armedWake`, `runDepth` are loop-thread only; `stopRequested`, `waiting` (and `poll.wakePending`) are
 //     atomics written from other threads.
 // Lock order: loop lock, then an item's own lock (timer state, memberships are never taken while
 // holding the loop lock except timer state). Items' membership locks are taken with no loop lock.
@@ -77,6 +77,13 @@ public final class TKRunLoop: @unchecked Sendable {
     /// Whether the last sleep ended on a ready descriptor, so the next one polls epoll briefly
     /// first (see `sleep`). Loop thread only.
     var spinOnDescriptors = false
+    /// A Swift concurrency job was queued by the loop's own thread while it runs (a task resumed
+    /// by a source's callout, a job queuing the next: TKRunLoop+Executor `submit`): the next sleep
+    /// only polls, so a pass runs the job first. A flag, not a wake-up write: the loop does not
+    /// wake itself, and the poll leaves the spin state of the last real sleep as it was (a task
+    /// resumed by a socket keeps the descriptor spin that catches the socket's next event).
+    /// Loop thread only.
+    var ownJobQueued = false
     /// How long a loop polls epoll without sleeping after a descriptor woke it.
     static let descriptorSpin: Duration = .microseconds(50)
     /// How many version-0 sources passes have visited (taken off ready lists), for the tests that
@@ -95,9 +102,6 @@ public final class TKRunLoop: @unchecked Sendable {
     let runDepth = Atomic<Int>(0)
     /// Set by `stop()`, consumed by the innermost run.
     let stopRequested = Atomic<Bool>(false)
-    /// True while a wake-up write is outstanding: coalesces many wakeUp() calls into one write.
-    /// Cleared by the loop thread after it drains the eventfd (sequentially consistent: see wakeUp).
-    let wakePending = Atomic<Bool>(false)
     private let waiting = Atomic<Bool>(false)
 
     init(ownerThread: UInt32, owner: TKThread?) {
@@ -454,8 +458,10 @@ public final class TKRunLoop: @unchecked Sendable {
         _ = enqueueUnlessClosed(entry)
     }
 
-    /// Queues `entry` unless the loop's thread has finished (false: nothing will run it).
-    func enqueueUnlessClosed(_ entry: PendingBlock) -> Bool {
+    /// Queues `entry` unless the loop's thread has finished (false: nothing will run it); wakes the loop from another thread
+    /// unless `wake` is false (the caller then wakes it: TKRunLoop+Executor `submit`, which may not
+    /// touch the loop once the entry is queued).
+    func enqueueUnlessClosed(_ entry: PendingBlock, wake: Bool = true) -> Bool {
         var entry = entry
         if DiagnosticsSwitch.isOn(.metrics) { // counted, one in N timed (docs/Metrics.md)
             entry = PendingBlock(modes: entry.modes, block: Metrics.loopBlock(entry.block, loop: self), isRequest: entry.isRequest)
@@ -465,7 +471,7 @@ public final class TKRunLoop: @unchecked Sendable {
             blocks.append(entry)
             return true
         }
-        if accepted && SystemCall.currentThreadID != ownerThread { wakeUp() }
+        if wake && accepted && SystemCall.currentThreadID != ownerThread { wakeUp() }
         return accepted
     }
 
@@ -536,12 +542,8 @@ public final class TKRunLoop: @unchecked Sendable {
 
     /// Wakes the loop if it sleeps (or makes its next sleep return at once). Coalesced: while a
     /// wake-up is outstanding, further calls write nothing. Sequentially consistent exchange:
-    /// pairs with the loop's clear of `wakePending` before it looks at its queues again.
-    public func wakeUp() {
-        // The plain load skips the read-modify-write while a wake-up is already outstanding.
-        if wakePending.load(ordering: .sequentiallyConsistent) { return }
-        if !wakePending.exchange(true, ordering: .sequentiallyConsistent) { poll.wake() }
-    }
+    /// pairs with the loop's clear of `poll.wakePending` before it looks at its queues again.
+    public func wakeUp() { poll.wakeCoalesced() }
 
     func pushMode(_ mode: Mode) { lock.withLock { currentModeStack.append(mode) } }
     func popMode() { lock.withLock { _ = currentModeStack.popLast() } }

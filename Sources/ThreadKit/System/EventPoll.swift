@@ -89,6 +89,22 @@ final class EventPoll: @unchecked Sendable {
         close(epoll)
     }
 
+    /// True while a wake-up write is outstanding: coalesces many `wakeCoalesced()` calls into one
+    /// write. Cleared by the loop thread after it drains the eventfd (sequentially consistent: see
+    /// `wakeCoalesced`). Here rather than in the TKRunLoop so that a thread holding only this object
+    /// can wake the loop: an executor's `enqueue` may find the loop gone once its job is queued
+    /// (TKRunLoop+Executor `submit`).
+    let wakePending = Atomic<Bool>(false)
+
+    /// Wakes the loop if it sleeps (or makes its next sleep return at once); while a wake-up is
+    /// outstanding, writes nothing. Sequentially consistent exchange: pairs with the loop's clear
+    /// of `wakePending` before it looks at its queues again. Any thread.
+    func wakeCoalesced() {
+        // The plain load skips the read-modify-write while a wake-up is already outstanding.
+        if wakePending.load(ordering: .sequentiallyConsistent) { return }
+        if !wakePending.exchange(true, ordering: .sequentiallyConsistent) { wake() }
+    }
+
     /// Makes the next (or current) `wait` return. Any thread.
     func wake() {
         wakeWrites.wrappingAdd(1, ordering: .relaxed)
