@@ -6,7 +6,8 @@
 // A loop does not sleep with a job its own thread queued. Judges: pthread ids (ResidentLoopThread,
 // whose loop runs with no deadline, so a missed wake-up is a hang), the loop's FIFO of perform
 // blocks, an overlap counter; and the process surviving 300 short-lived loop threads whose actors
-// a task hops on and off (a use after free in enqueue, found by this suite).
+// a task hops on and off (a use after free in enqueue, found by this suite), and of short-lived
+// queues that tasks are resumed onto from other threads.
 import Foundation
 import ThreadKit
 import XCTest
@@ -170,6 +171,31 @@ final class TaskExecutorTests: XCTestCase {
             host.stop()
         }
         XCTAssertEqual(marks.withLock { $0 }, 300)
+    }
+
+    /// Tasks preferring a concurrent queue made for them (targeting a serial queue made for it),
+    /// resumed from libdispatch's threads: the resuming thread's `enqueue` may still be running
+    /// when another task's token has run the job, the group has ended and the queues are freed.
+    func testTasksResumedOntoShortLivedQueuesTouchNoFreedQueue() async {
+        let finished = Guarded(0)
+        let rounds = stress(200)
+        for i in 0..<rounds {
+            let target = TKDispatchQueue(label: "short-lived-target-\(i)")
+            let queue = TKDispatchQueue(label: "short-lived-\(i)", attributes: .concurrent, target: target)
+            await withTaskGroup(of: Void.self) { group in
+                for _ in 0..<4 {
+                    group.addTask(executorPreference: queue) {
+                        for _ in 0..<3 {
+                            await withCheckedContinuation { (resume: CheckedContinuation<Void, Never>) in
+                                DispatchQueue.global().async { resume.resume() }
+                            }
+                        }
+                        finished.withLock { $0 += 1 }
+                    }
+                }
+            }
+        }
+        XCTAssertEqual(finished.withLock { $0 }, rounds * 4)
     }
 
     func testTasksPreferringASerialQueueRunOneJobAtATimeOnIt() async {

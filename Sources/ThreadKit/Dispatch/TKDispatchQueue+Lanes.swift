@@ -50,6 +50,12 @@ extension TKDispatchQueue {
         }
     }
 
+    /// Safe after the lock is released even when the caller holds the queue by an unowned
+    /// reference (Swift's runtime calling the executor `enqueue`, docs/Reliability.md): every
+    /// entry waiting in `pending` or `ready` whose submitter may let go (a `.job`) retains the
+    /// queue, and this reads `self` only while it still owes the lane or a token. Until the lane is
+    /// submitted nobody drains the serial queue; while tokens are owed, `ready` holds at least as
+    /// many entries as are owed (each token pops one), so the queue stays alive.
     func carryOut(_ start: Start) {
         switch start {
         case .nothing: break
