@@ -50,7 +50,9 @@ struct Harness {
     func run(_ rows: [Row]) {
         print("| row | contender | median per op | vs \("incumbent") | target |")
         print("|---|---|---|---|---|")
-        for row in rows {
+        // TKBENCH_ROW=text runs only the rows whose name contains it (for profiling one row).
+        let onlyRow = ProcessInfo.processInfo.environment["TKBENCH_ROW"]
+        for row in rows where onlyRow.map({ row.name.contains($0) }) ?? true {
             let medians = medians(row)
             let referenceIndex = row.contenders.firstIndex { $0.name == row.reference } ?? 0
             for (i, c) in row.contenders.enumerated() {

@@ -41,16 +41,23 @@ extension TraceRecorder {
 
     // MARK: Dispatch
 
-    /// An item submitted to `queue`: records the enqueue and returns the item's flow id (32 bits:
-    /// they ride in the entry's padding), which the entry carries to its start; 0 when the item is
-    /// not traced. In flight mode the submitting thread samples its items (tk_trace_sample_item:
-    /// every item while it submits sparsely, about one per 16 µs while it floods the pool), so the
-    /// recorder costs a countdown per item; an item not sampled records nothing anywhere, and a
-    /// sampled one its enqueue, begin and end. A full trace (`TKTrace.start`) records every item.
-    /// Flow ids come from per-thread blocks (tk_trace_next_flow): no shared atomic per item.
+    /// Whether the item being submitted is traced, with the switch's `features` loaded once by
+    /// the caller: every item of a full trace (`TKTrace.start`); in flight mode the ones the
+    /// submitting thread samples (tk_trace_sample_item: every item while it submits sparsely,
+    /// about one per 16 µs while it floods the pool), so the recorder costs the submitter an
+    /// inlined countdown per item; an item not sampled records nothing anywhere, and a sampled
+    /// one its enqueue, begin and end.
+    @inline(__always)
+    static func tracesItem(_ features: TKDiagnosticsFeature) -> Bool {
+        features.contains(.trace) && (!features.contains(.flightRecorder) || tk_trace_sample_item() != 0)
+    }
+
+    /// A traced item submitted to `queue` (`tracesItem` said so): records the enqueue and returns
+    /// the item's flow id (32 bits: they ride in the entry's padding), which the entry carries to
+    /// its start. Flow ids come from per-thread blocks (tk_trace_next_flow): no shared atomic per
+    /// item.
     @inline(never)
     static func dispatchEnqueued(_ queue: TKDispatchQueue) -> UInt32 {
-        if DiagnosticsSwitch.isOn(.flightRecorder), tk_trace_sample_item() == 0 { return 0 }
         let flow = tk_trace_next_flow()
         record(.dispatchEnqueue, .instant, named: queue.label, object: UInt64(flow), detail: qosLevel(queue.qos))
         return flow

@@ -189,12 +189,14 @@ public final class TKDispatchQueue: @unchecked Sendable {
     /// suspended or inactive queue waits until it is resumed or activated.
     public func async(group: TKDispatchGroup? = nil, flags: WorkFlags = [], execute work: @escaping @Sendable () -> Void) {
         group?.enter()
-        // Contention counters (docs/Diagnostics.md §3): the block carries its enqueue time; metrics
-        // (docs/Metrics.md): the item is counted, one in N is timed.
-        let observed = DiagnosticsSwitch.isOn(TKDiagnosticsFeature.contention.union(.metrics))
+        // One load of the switch for every hook. Contention counters (docs/Diagnostics.md §3): the
+        // block carries its enqueue time; metrics (docs/Metrics.md): the item is counted, one in N
+        // is timed; the trace: the item is recorded if its thread samples it (flight mode).
+        let features = DiagnosticsSwitch.current
+        let observed = !features.isDisjoint(with: TKDiagnosticsFeature.contention.union(.metrics))
         let block = observed ? Metrics.observedBlock(work, queue: self) : work
         var entry = DispatchEntry(.block(block), group: group, barrier: flags.contains(.barrier))
-        if DiagnosticsSwitch.isOn(.trace) { entry.traceFlow = TraceRecorder.dispatchEnqueued(self) }
+        if TraceRecorder.tracesItem(features) { entry.traceFlow = TraceRecorder.dispatchEnqueued(self) }
         enqueue(consume entry)
     }
 
@@ -203,7 +205,7 @@ public final class TKDispatchQueue: @unchecked Sendable {
     /// queue reaches it is skipped, yet still counts as finished for its waiters and notifications.
     public func async(execute workItem: TKDispatchWorkItem) {
         var entry = DispatchEntry(.item(workItem), barrier: workItem.flags.contains(.barrier))
-        if DiagnosticsSwitch.isOn(.trace) { entry.traceFlow = TraceRecorder.dispatchEnqueued(self) }
+        if TraceRecorder.tracesItem(DiagnosticsSwitch.current) { entry.traceFlow = TraceRecorder.dispatchEnqueued(self) }
         enqueue(entry)
     }
 
