@@ -1,7 +1,8 @@
 // RunLoopEmbeddingTests: what a host event loop relies on (TKRunLoop+Embedding, docs/GLib.md): the
 // poll descriptor turns readable for work from other threads and when the deadline comes, a pass
 // without sleeping runs the work and leaves the descriptor unreadable (a level-triggered host must
-// not spin), the deadline says "now" for work queued on the loop's own thread. Each test runs on a
+// not spin), the deadline says "now" for work queued on the loop's own thread, and what the deadline's
+// brief watch takes from the epoll set is delivered by the next pass. Each test runs on a
 // fresh TKThread (its own loop), records what it saw, and is judged here after the thread ends;
 // readability is judged by poll(2), independently of the loop.
 import Glibc
@@ -112,6 +113,47 @@ final class RunLoopEmbeddingTests: XCTestCase {
         XCTAssertTrue(idle, "a deadline with nothing scheduled")
         XCTAssertTrue(now, "a block queued on the loop's thread did not make the deadline now")
         XCTAssertEqual(ran, 1)
+    }
+
+    /// After a pass woken by a descriptor, the host's next question watches the loop's epoll set
+    /// briefly (where more than one CPU may be used) and takes what it finds, as the loop's own
+    /// sleep does: having answered "now", it keeps answering "now" until a pass hands the
+    /// descriptor to its owner; where it does not watch, the descriptor says so. Nothing is lost.
+    func testWhatTheHostsWaitForWorkFindsIsDeliveredByTheNextPass() {
+        let observed = Guarded<(firstNow: Bool, readable: Bool, secondNow: Bool, calls: Int, laterNow: Bool)?>(nil)
+        let (r, w) = IOTestFD.pipe()
+        defer {
+            close(r)
+            close(w)
+        }
+        Self.onLoopThread { loop in
+            let calls = Guarded(0)
+            let source = TKFileDescriptorSource(fileDescriptor: r) { source, _ in
+                var byte: UInt8 = 0
+                _ = read(r, &byte, 1)
+                calls.withLock { $0 += 1 }
+                source.enableCallBacks(.read)
+            }
+            loop.add(source, forMode: Self.mode)
+            source.enableCallBacks(.read)
+            var byte: UInt8 = 1
+            _ = write(w, &byte, 1)
+            loop.runOnce(mode: Self.mode) // woken by the descriptor: the next question watches
+            _ = write(w, &byte, 1)
+            let isNow = { (deadline: ContinuousClock.Instant?) in deadline.map { $0 <= .now } ?? false }
+            let firstNow = isNow(loop.nextWakeDeadline(forMode: Self.mode))
+            let readable = Self.readable(loop.pollDescriptor)
+            let secondNow = isNow(loop.nextWakeDeadline(forMode: Self.mode))
+            loop.runOnce(mode: Self.mode)
+            let laterNow = isNow(loop.nextWakeDeadline(forMode: Self.mode))
+            observed.withLock { $0 = (firstNow, readable, secondNow, calls.withLock { $0 }, laterNow) }
+            source.invalidate()
+        }
+        let o = observed.withLock { $0 }!
+        XCTAssertTrue(o.firstNow || o.readable, "the host was told neither by the deadline nor by the descriptor")
+        XCTAssertTrue(!o.firstNow || o.secondNow, "\"now\" was answered, then withdrawn before any pass ran")
+        XCTAssertEqual(o.calls, 2, "the second byte's readiness was not delivered by the pass")
+        XCTAssertFalse(o.laterNow, "still \"now\" after the pass delivered everything")
     }
 
     func testAPassOfAnEmptyModeStillDrainsAWakeUp() {

@@ -40,7 +40,9 @@ extension TKRunLoop {
     /// timer descriptor for that wake time, so ``pollDescriptor`` becomes readable then too.
     /// After a pass that was woken by a descriptor or a post, it first watches the descriptor for
     /// up to 50 µs without sleeping (once per such pass, and not where the process may use one
-    /// CPU), as the loop's own sleep does, and answers now if work arrives meanwhile.
+    /// CPU), as the loop's own sleep does, and answers now if work arrives meanwhile (what it
+    /// finds is taken from the descriptor, as the loop's sleep takes it, and handed over by the
+    /// next ``runOnce(mode:)``; until then this keeps answering now).
     /// Ask again before every sleep of the host: work queued on this thread since the last pass
     /// (by a host callback) makes no descriptor readable. Loop thread only: from another thread,
     /// a misuse that stops the process.
@@ -82,6 +84,9 @@ extension TKRunLoop {
     @discardableResult
     public func runOnce(mode: Mode) -> RunResult {
         checkOwner("runOnce(mode:)")
+        // Descriptors the host's wait for work found ready (nextWakeDeadline's watch) are handed to
+        // their owners before the pass, whose first batch then runs what they brought.
+        _ = serviceDescriptors()
         let result = run(mode: mode, deadline: .now, returnAfterSourceHandled: true)
         if result == .finished {
             // No pass ran: still consume the wake-up, timer expiry or readiness that made the
@@ -92,15 +97,25 @@ extension TKRunLoop {
         return result
     }
 
-    /// Polls `pollDescriptor` (and the wake flag) without sleeping for at most `window`: true as
-    /// soon as either shows work. Loop thread.
+    /// Polls the loop's epoll set (and the wake flag) without sleeping for at most `window`: true
+    /// as soon as either shows work. What the poll reports is taken as the loop's own sleep takes
+    /// it (`takeReady`): the next `runOnce` starts by handing the ready descriptors to their owners,
+    /// so a main-actor job found here runs in that pass's first batch, with no second poll before
+    /// it (the host's own poll may then find `pollDescriptor` quiet: the "now" answered here is
+    /// what makes it run the pass). Loop thread.
     private func descriptorTurnsReadable(within window: Duration) -> Bool {
         let until = ContinuousClock.now + window
-        var probe = pollfd(fd: poll.descriptor, events: Int16(POLLIN), revents: 0)
         repeat {
             // Relaxed: only a hint to stop watching (as in `sleep`'s spin); the pass that follows
             // clears the flag with sequential consistency before it looks at the queues (wakeUp).
-            if poll.wakePending.load(ordering: .relaxed) || Glibc.poll(&probe, 1, 0) == 1 { return true }
+            if poll.wakePending.load(ordering: .relaxed) { return true }
+            let found = takeReady(block: false)
+            if found.post || found.descriptor || found.timer {
+                // What the loop's sleep would conclude: keep watching after the coming pass.
+                spinBeforeSleep = spinBeforeSleep || found.post
+                spinOnDescriptors = spinOnDescriptors || found.descriptor
+                return true
+            }
         } while ContinuousClock.now < until
         return false
     }
@@ -109,6 +124,9 @@ extension TKRunLoop {
     /// signalled (both from this thread need no wake-up), deliverable port messages, and on the main
     /// loop Dispatch's main queue poked and not yet drained. Loop thread.
     private func hasWorkWaiting(_ mode: Mode) -> Bool {
+        // Taken from the epoll set by an earlier watch and not yet handed over (the host ran no
+        // pass since): the descriptor will not say so again.
+        if !readyDescriptors.isEmpty { return true }
         let (local, ports) = lock.withLock { () -> (Bool, [TKPort]) in
             let items = itemsLocked(mode)
             return (hasBlocksLocked(for: mode) || (items?.hasReady ?? false), items?.ports ?? [])

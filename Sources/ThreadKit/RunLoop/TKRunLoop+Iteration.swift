@@ -214,15 +214,6 @@ extension TKRunLoop {
         }
         var wokenByPost = !block && !mustPoll
         var wokenByDescriptor = false
-        func record(_ token: UInt64, _ events: UInt32) {
-            switch token {
-            case EventPoll.timerToken: armedWake = nil
-            case EventPoll.wakeToken: wokenByPost = true
-            default:
-                readyDescriptors.append((token, events))
-                wokenByDescriptor = true
-            }
-        }
         // Likewise while descriptors keep becoming ready (the last sleep ended on one: a socket, or
         // Dispatch's main queue, which carries main-actor jobs): poll epoll without sleeping for a
         // few microseconds. A main-actor round trip's next job usually arrives within that window,
@@ -231,13 +222,17 @@ extension TKRunLoop {
         if block && spinOnDescriptors && !CPUBudget.isSingleCPU {
             let until = ContinuousClock.now + TKRunLoop.descriptorSpin
             repeat {
-                poll.wait(block: false) { token, events in
-                    caught = true
-                    record(token, events)
-                }
+                let found = takeReady(block: false)
+                caught = found.post || found.descriptor || found.timer
+                wokenByPost = wokenByPost || found.post
+                wokenByDescriptor = found.descriptor
             } while !caught && !poll.wakePending.load(ordering: .relaxed) && ContinuousClock.now < until
         }
-        if !caught { poll.wait(block: block, record) }
+        if !caught {
+            let found = takeReady(block: block)
+            wokenByPost = wokenByPost || found.post
+            wokenByDescriptor = found.descriptor
+        }
         if mustPoll {
             // A poll is not a sleep: what it found adds to the verdict of the last real sleep and
             // does not reset it. A pass that handled a source (a socket event that resumed a task,
@@ -252,6 +247,26 @@ extension TKRunLoop {
         // Cleared after the eventfd was drained and before the queues are looked at again, so a
         // post that saw the flag set is found by this pass (see wakeUp).
         poll.wakePending.store(false, ordering: .sequentiallyConsistent)
+    }
+
+    /// One wait on the epoll set (`block`: until something is ready; else a poll), folded into the
+    /// loop's state: a timer expiry disarms the timerfd's record, ready descriptors queue for
+    /// `serviceDescriptors`; says whether a post (the wake eventfd), a descriptor or the timer
+    /// was reported. `EventPoll.wait` has read the eventfds it reported. Loop thread.
+    func takeReady(block: Bool) -> (post: Bool, descriptor: Bool, timer: Bool) {
+        var found = (post: false, descriptor: false, timer: false)
+        poll.wait(block: block) { token, events in
+            switch token {
+            case EventPoll.timerToken:
+                armedWake = nil
+                found.timer = true
+            case EventPoll.wakeToken: found.post = true
+            default:
+                readyDescriptors.append((token, events))
+                found.descriptor = true
+            }
+        }
+        return found
     }
 
     /// Lets the owners of the descriptors that were ready (socket ports, run-loop I/O) read,
