@@ -33,7 +33,7 @@ final class AsyncStreamTests: XCTestCase {
     func testTwoMegabytesEchoedOverTCPAreExactBothWaysWithEveryResumeOnTheLoop() async throws {
         let server = LoopbackServer(.echo)
         defer { server.stop() }
-        let worker = ResidentLoopThread(name: "async-echo")
+        let worker = IOLoopThread(name: "async-echo", passDeadline: nil)
         defer { worker.stop() }
         let notes = ThreadNotes(thread: worker.pthread)
         let payload = pattern(stress(2_000_000) + 5, seed: 2)
@@ -73,8 +73,8 @@ final class AsyncStreamTests: XCTestCase {
     }
 
     func testTwoMegabytesThroughABoundPairBetweenTwoLoopsAreExact() async throws {
-        let writerLoop = ResidentLoopThread(name: "async-writer")
-        let readerLoop = ResidentLoopThread(name: "async-reader")
+        let writerLoop = IOLoopThread(name: "async-writer", passDeadline: nil)
+        let readerLoop = IOLoopThread(name: "async-reader", passDeadline: nil)
         defer {
             writerLoop.stop()
             readerLoop.stop()
@@ -147,7 +147,7 @@ final class AsyncStreamTests: XCTestCase {
         let body = String(repeating: "resident network thread; ", count: 4_000)
         let server = LoopbackServer(.http(body: body))
         defer { server.stop() }
-        let network = ResidentLoopThread(name: "network")
+        let network = IOLoopThread(name: "network", passDeadline: nil)
         defer { network.stop() }
         let notes = ThreadNotes(thread: network.pthread)
         let port = server.port
@@ -175,7 +175,7 @@ final class AsyncStreamTests: XCTestCase {
     func testAPeerResetEndsTheSequenceWithTheResetError() async throws {
         let server = LoopbackServer(.reset)
         defer { server.stop() }
-        let worker = ResidentLoopThread(name: "async-reset")
+        let worker = IOLoopThread(name: "async-reset", passDeadline: nil)
         defer { worker.stop() }
         let (input, output) = TKStream.getStreamsToHost(withName: "127.0.0.1", port: Int(server.port))
         input.schedule(in: worker.loop, forMode: .default)
@@ -198,7 +198,7 @@ final class AsyncStreamTests: XCTestCase {
     }
 
     func testClosingAStreamWhileATaskAwaitsItEndsTheWaitWithAnError() async throws {
-        let worker = ResidentLoopThread(name: "async-close")
+        let worker = IOLoopThread(name: "async-close", passDeadline: nil)
         defer { worker.stop() }
         let (ours, peer) = IOTestFD.socketPair()
         defer { close(peer) }
@@ -227,7 +227,7 @@ final class AsyncStreamTests: XCTestCase {
     private static func relay(of stream: TKStream) -> StreamEventRelay? { stream.delegate as? StreamEventRelay }
 
     func testCancellingAWaitingReadLeavesNoWaiterLosesNoByteAndNoDescriptorOnceClosed() async throws {
-        let worker = ResidentLoopThread(name: "async-cancel-read")
+        let worker = IOLoopThread(name: "async-cancel-read", passDeadline: nil)
         defer { worker.stop() }
         let (ours, peer) = IOTestFD.socketPair()
         // The stream's own socket, by kernel object: other tests' threads may open and close
@@ -294,7 +294,7 @@ final class AsyncStreamTests: XCTestCase {
     func testCancellingAWriteStalledByAPeerLeavesNoWaiterAndASecondWriterIsRefused() async throws {
         let server = LoopbackServer(.silent)
         defer { server.stop() }
-        let worker = ResidentLoopThread(name: "async-cancel-write")
+        let worker = IOLoopThread(name: "async-cancel-write", passDeadline: nil)
         defer { worker.stop() }
         let (input, output) = TKStream.getStreamsToHost(withName: "127.0.0.1", port: Int(server.port))
         output.schedule(in: worker.loop, forMode: .default)

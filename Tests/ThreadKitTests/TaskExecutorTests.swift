@@ -3,9 +3,8 @@
 // suspensions, child tasks, Task(executorPreference:)), and nonisolated async calls continue inline
 // instead of going back through the loop's queue; a serial TKDispatchQueue as a TaskExecutor runs
 // the tasks preferring it one job at a time. Misuse (a finished thread's loop) in child processes.
-// A loop does not sleep with a job its own thread queued. Judges: pthread ids (ResidentLoopThread,
-// whose loop runs with no deadline, so a missed wake-up is a hang), the loop's FIFO of perform
-// blocks, an overlap counter; and the process surviving 300 short-lived loop threads whose actors
+// A loop does not sleep with a job its own thread queued. Judges: pthread ids (IOLoopThread with no
+// pass deadline: a missed wake-up is a hang), the loop's FIFO of perform blocks, an overlap counter; and the process surviving 300 short-lived loop threads whose actors
 // a task hops on and off (a use after free in enqueue, found by this suite), and of short-lived
 // queues that tasks are resumed onto from other threads.
 import Foundation
@@ -16,41 +15,6 @@ import XCTest
 @inline(never)
 func nonisolatedDepth(_ n: Int) async -> Int {
     n == 0 ? 0 : await nonisolatedDepth(n - 1) + 1
-}
-
-/// A thread that runs its loop with no deadline (`run()`, a keep-alive source in the default
-/// mode), so that only a wake-up ends a sleep: work queued without one is seen stuck, not late.
-final class ResidentLoopThread: @unchecked Sendable {
-    /// Set once by the thread before `init` returns; read-only afterwards.
-    private(set) var loop: TKRunLoop!
-    /// The thread's pthread, the judge of "ran on the loop's thread".
-    private(set) var pthread = pthread_t()
-    private let finished = DispatchSemaphore(value: 0)
-
-    init(name: String) {
-        let ready = DispatchSemaphore(value: 0)
-        let thread = Thread { [self] in
-            loop = TKRunLoop.current
-            pthread = pthread_self()
-            let keepAlive = TKRunLoopSource(perform: {})
-            loop.add(keepAlive, forMode: .default)
-            ready.signal()
-            loop.run() // until stopped
-            keepAlive.invalidate()
-            finished.signal()
-        }
-        thread.name = name
-        thread.start()
-        ready.wait()
-    }
-
-    /// Whether the caller is this loop's thread.
-    var isCurrent: Bool { pthread_equal(pthread_self(), pthread) != 0 }
-
-    func stop() {
-        loop.perform { TKRunLoop.current.stop() }
-        XCTAssertEqual(finished.wait(timeout: .now() + 30), .success, "loop thread did not stop")
-    }
 }
 
 /// An actor on a given loop that starts a task isolated to itself from its own job, that is,
@@ -91,7 +55,7 @@ final class ThreadNotes: @unchecked Sendable {
 
 final class TaskExecutorTests: XCTestCase {
     func testALoopAsTaskExecutorKeepsATasksNonisolatedCodeOnItsThread() async {
-        let host = ResidentLoopThread(name: "task-loop")
+        let host = IOLoopThread(name: "task-loop", passDeadline: nil)
         defer { host.stop() }
         let notes = ThreadNotes(thread: host.pthread)
         await withTaskExecutorPreference(host.loop) {
@@ -121,7 +85,7 @@ final class TaskExecutorTests: XCTestCase {
     /// back to the loop: it must not have run after 1,000 nested nonisolated async calls (each
     /// would otherwise go back through the loop's queue, behind it), and must have after a yield.
     func testNonisolatedCallsOnALoopContinueInlineWithoutGoingThroughItsQueue() async {
-        let host = ResidentLoopThread(name: "inline-loop")
+        let host = IOLoopThread(name: "inline-loop", passDeadline: nil)
         defer { host.stop() }
         let (depth, ranDuringCalls, ranAtYield) = await withTaskExecutorPreference(host.loop) { () async -> (Int, Bool, Bool) in
             let marker = Flag()
@@ -140,7 +104,7 @@ final class TaskExecutorTests: XCTestCase {
     /// without another wake-up: the loop does not go to sleep with it queued. The loop runs with no
     /// deadline, so before the fix these waited for a wake-up that never came.
     func testJobsQueuedFromTheLoopsOwnThreadRunWithoutAnotherWakeUp() async {
-        let host = ResidentLoopThread(name: "self-queuing-loop")
+        let host = IOLoopThread(name: "self-queuing-loop", passDeadline: nil)
         defer { host.stop() }
         let loop: TKRunLoop = host.loop
         let yields = Task(executorPreference: loop) { () -> Bool in
@@ -164,7 +128,7 @@ final class TaskExecutorTests: XCTestCase {
     func testHoppingOnAndOffActorsOfShortLivedLoopThreadsTouchesNoFreedLoop() async {
         let marks = Guarded(0)
         for i in 0..<300 {
-            let host = ResidentLoopThread(name: "short-lived-\(i)")
+            let host = IOLoopThread(name: "short-lived-\(i)", passDeadline: nil)
             let actor = LoopPinned(loop: host.loop)
             await actor.mark()
             if actor.marked.isSet { marks.withLock { $0 += 1 } }

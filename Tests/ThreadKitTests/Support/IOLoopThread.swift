@@ -1,6 +1,6 @@
 // IOLoopThread: a Foundation thread that runs its TKRunLoop's default mode until stopped, for the
-// run-loop I/O tests; plus /proc and getrusage probes (descriptors open, CPU time used) that are
-// independent of the code under test.
+// run-loop I/O and task-executor tests; plus /proc and getrusage probes (descriptors open, CPU time
+// used) that are independent of the code under test.
 import Foundation
 import Glibc
 import Synchronization
@@ -10,12 +10,16 @@ import XCTest
 final class IOLoopThread: @unchecked Sendable {
     /// Set once by the thread before `init` returns; read-only afterwards.
     private(set) var loop: TKRunLoop!
-    /// The thread's pthread, to check that callbacks run on it.
-    private(set) var pthread: pthread_t?
+    /// The thread's pthread, to check that callbacks run on it (the judge of "ran on the loop's
+    /// thread"). Set once by the thread before `init` returns.
+    private(set) var pthread = pthread_t()
     private let stopping = Atomic<Bool>(false)
     private let finished = DispatchGroup()
 
-    init(name: String = "io-loop") {
+    /// `passDeadline`: each run of the loop ends after this long (a missed wake-up shows as
+    /// lateness); nil: the loop runs with no deadline (`run()`), so only a wake-up ends a sleep and
+    /// work queued without one is seen stuck, not late.
+    init(name: String = "io-loop", passDeadline: Duration? = .seconds(1)) {
         let ready = DispatchSemaphore(value: 0)
         finished.enter()
         let thread = Thread { [self] in
@@ -26,7 +30,7 @@ final class IOLoopThread: @unchecked Sendable {
             loop.add(keepAlive, forMode: .default)
             ready.signal()
             while !stopping.load(ordering: .acquiring) {
-                loop.run(mode: .default, before: .now + .seconds(1))
+                if let passDeadline { loop.run(mode: .default, before: .now + passDeadline) } else { loop.run() }
             }
             keepAlive.invalidate()
             finished.leave()
@@ -37,7 +41,7 @@ final class IOLoopThread: @unchecked Sendable {
     }
 
     /// Whether the caller is this loop's thread.
-    var isCurrent: Bool { pthread.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+    var isCurrent: Bool { pthread_equal(pthread, pthread_self()) != 0 }
 
     /// Runs `body` on the loop's thread and waits for it (at most 30 s).
     func sync<T: Sendable>(_ body: @escaping @Sendable () -> T) -> T {
