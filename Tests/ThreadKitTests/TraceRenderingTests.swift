@@ -20,21 +20,28 @@ final class TraceRenderingTests: XCTestCase {
         TKTrace.start(capacity: 8192)
         try TracedWork.run()
         TKTrace.stop()
-        let threads = TKTrace.threads
-        XCTAssertGreaterThanOrEqual(threads.count, 3, "the loop thread, the lock waiter and the main thread at least")
+        let recorded = TKTrace.threads
+        XCTAssertGreaterThanOrEqual(recorded.count, 3, "the loop thread, the lock waiter and the main thread at least")
 
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tk-trace-\(getpid())-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let page = directory.appendingPathComponent("trace.html").path
         try TKTrace.writeHTML(to: page, title: "rendering test")
+        // The page is judged against the rows it carries: a thread that was recording as stop()
+        // was called (a pool worker ending its item) may add its last event, and its row, after
+        // the snapshot above (CI saw 5 rows exported against 4 read before).
+        let threads = try TracePage.rows(ofPageAt: page)
+        for thread in recorded {
+            XCTAssertTrue(threads.contains { $0.tid == thread.threadID }, "the page lost thread \(thread.threadID) \(thread.name)")
+        }
 
         let dom = try chromium.run(["--dump-dom", "file://" + page], profile: directory.appendingPathComponent("profile").path)
         XCTAssertTrue(dom.contains("<title>ThreadKit trace: \(threads.count) rows</title>"), "title not set by the page's script")
         XCTAssertEqual(attribute("data-rows", in: dom), "\(threads.count)")
         XCTAssertEqual(dom.components(separatedBy: "class=\"row\"").count - 1, threads.count, "one drawn row per thread")
         for thread in threads {
-            XCTAssertTrue(dom.contains("data-tid=\"\(thread.threadID)\""), "no row for thread \(thread.threadID) \(thread.name)")
+            XCTAssertTrue(dom.contains("data-tid=\"\(thread.tid)\""), "no row for thread \(thread.tid) \(thread.name)")
         }
         XCTAssertTrue(dom.contains("data-thread=\"trace-loop\""))
         let tops = (attribute("data-row-tops", in: dom) ?? "").split(separator: ",").compactMap { Int($0) }
@@ -82,6 +89,32 @@ final class TraceRenderingTests: XCTestCase {
     private func attribute(_ name: String, in dom: String) -> String? {
         guard let start = dom.range(of: "\(name)=\"") else { return nil }
         return String(dom[start.upperBound...].prefix { $0 != "\"" })
+    }
+}
+
+/// The data an exported HTML timeline carries: the JSON between `const TRACE = ` and the `;`
+/// that ends that statement, read back with JSONSerialization.
+enum TracePage {
+    struct Row: Equatable {
+        let tid: UInt32
+        let name: String
+    }
+
+    static func rows(ofPageAt path: String) throws -> [Row] {
+        let page = try String(contentsOfFile: path, encoding: .utf8)
+        guard let start = page.range(of: "const TRACE = "),
+            let next = page.range(of: "const COLORS = ", range: start.upperBound..<page.endIndex),
+            let end = page[start.upperBound..<next.lowerBound].lastIndex(of: ";")
+        else {
+            XCTFail("no trace data in the page at \(path)")
+            return []
+        }
+        let data = Data(page[start.upperBound..<end].utf8)
+        let rows = (try JSONSerialization.jsonObject(with: data) as? [String: Any])?["rows"] as? [[String: Any]] ?? []
+        return rows.compactMap { row in
+            guard let tid = (row["tid"] as? NSNumber)?.uint32Value else { return nil }
+            return Row(tid: tid, name: row["name"] as? String ?? "")
+        }
     }
 }
 

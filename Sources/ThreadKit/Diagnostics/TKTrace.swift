@@ -31,6 +31,10 @@ public enum TKTrace {
 
     /// Stops recording (the flight recorder too). The session's events stay available to
     /// `threads`, the exports and `dumpFlight(to:)` (then the whole session) until the next `start`.
+    /// Hooks are not waited for: a thread that was recording an event as `stop()` was called
+    /// (checked the switch just before) may still add that one event, and for a thread new to the
+    /// session its row, just after this returns. Two reads of the session can then differ by it;
+    /// an export is one consistent snapshot.
     public static func stop() {
         control.withLock { _ in
             _ = DiagnosticsSwitch.update { $0.subtracting([.trace, .flightRecorder]) }
