@@ -399,6 +399,75 @@ final class RunLoopTests: XCTestCase {
         outer.invalidate()
     }
 
+    /// `stop()` ends the innermost run in progress (SPEC §2), and only that run: a modal run whose
+    /// source callback calls `stop()` returns `.handledSource` first, and the stop ends with it —
+    /// the run around it goes on (it used to return `.stopped` at once, as an application's `run()`
+    /// would have) and ends when its mode empties.
+    func testAStopTheRunDidNotActOnEndsWithItAsInCoreFoundation() {
+        let loop = TKRunLoop.current
+        let modal: TKRunLoop.Mode = "modal"
+        let seen = Shared<[String]>([])
+        let closer = TKRunLoopSource { loop.stop() }
+        loop.add(closer, forMode: modal)
+        let keep = TKRunLoopSource {}
+        loop.add(keep, forMode: custom)
+        let outerSources = Shared<[TKRunLoopSource]>([])
+        let finisher = TKRunLoopSource {
+            seen.value.append("finisher")
+            for source in outerSources.value { source.invalidate() }
+        }
+        let opener = TKRunLoopSource {
+            closer.signal()
+            let result = loop.run(mode: modal, for: .seconds(30), returnAfterSourceHandled: true)
+            seen.value.append("modal \(result)")
+            finisher.signal()
+        }
+        outerSources.value = [keep, finisher, opener]
+        loop.add(finisher, forMode: custom)
+        loop.add(opener, forMode: custom)
+        opener.signal()
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: false), .finished)
+        XCTAssertEqual(seen.value, ["modal handledSource", "finisher"])
+        closer.invalidate()
+
+        // The same between two runs in a row: the second does not inherit the first one's stop.
+        let keepAgain = TKRunLoopSource {}
+        let stopper = TKRunLoopSource { loop.stop() }
+        loop.add(keepAgain, forMode: custom)
+        loop.add(stopper, forMode: custom)
+        stopper.signal()
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: true), .handledSource)
+        let emptier = Shared<TKRunLoopSource?>(nil)
+        emptier.value = TKRunLoopSource {
+            for source in [keepAgain, stopper, emptier.value].compactMap({ $0 }) { source.invalidate() }
+        }
+        loop.add(emptier.value!, forMode: custom)
+        emptier.value!.signal()
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: false), .finished)
+        emptier.value = nil
+    }
+
+    /// A stop made for a run before a nested run began is the enclosing run's: the nested run
+    /// leaves it alone and gives it back, and the enclosing run then stops.
+    func testAStopForTheEnclosingRunSurvivesANestedRun() {
+        let loop = TKRunLoop.current
+        let modal: TKRunLoop.Mode = "modal"
+        let keepModal = TKRunLoopSource {}
+        loop.add(keepModal, forMode: modal)
+        let keep = TKRunLoopSource {}
+        loop.add(keep, forMode: custom)
+        let nestedResult = Shared<TKRunLoop.RunResult?>(nil)
+        let caller = TKRunLoopSource {
+            loop.stop()
+            nestedResult.value = loop.run(mode: modal, for: .zero, returnAfterSourceHandled: false)
+        }
+        loop.add(caller, forMode: custom)
+        caller.signal()
+        XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: false), .stopped)
+        XCTAssertEqual(nestedResult.value, .timedOut, "the nested run took the enclosing run's stop")
+        for source in [keepModal, keep, caller] { source.invalidate() }
+    }
+
     func testManyWakeUpsWhileTheLoopIsBusyCostOneWrite() {
         let worker = LoopThread()
         defer { worker.finish() }

@@ -45,8 +45,18 @@ extension TKRunLoop {
         if isEmpty(mode) { return .finished }
         reduceTimerSlackOnce()
         pushMode(mode)
+        // The stop flag is per run, as CFRunLoop's per-run data: a stop() made for the run that
+        // encloses this one (a nested run) before it began is put aside and given back at its
+        // end; one made during this run and not acted on (the run returned for another reason,
+        // e.g. `.handledSource`) ends with it instead of stopping the enclosing or the next run.
+        // Cleared before runDepth counts this run, so a stop() that sees it running lands in it.
+        let nested = runDepth.load(ordering: .relaxed) > 0 // written by this thread only
+        let enclosingStop = stopRequested.exchange(false, ordering: .acquiringAndReleasing)
         runDepth.wrappingAdd(1, ordering: .acquiringAndReleasing)
         defer {
+            // Given back before runDepth drops, so a stop() from another thread meanwhile, which
+            // saw this run in progress, still ends the enclosing run rather than being lost.
+            stopRequested.store(nested && enclosingStop, ordering: .releasing)
             runDepth.wrappingSubtract(1, ordering: .acquiringAndReleasing)
             popMode()
         }

@@ -100,7 +100,9 @@ public final class TKRunLoop: @unchecked Sendable {
     var bridgeAttached = false
     /// Nesting depth of `run` calls in progress. Written by the loop thread; read by `stop()`.
     let runDepth = Atomic<Int>(0)
-    /// Set by `stop()`, consumed by the innermost run.
+    /// Set by `stop()`, consumed by the innermost run. Per run: a nested run puts the enclosing
+    /// run's flag aside for its duration and gives it back at its end, and a flag its own run did
+    /// not act on ends with that run (TKRunLoop+Iteration `run(mode:deadline:returnAfterSourceHandled:)`).
     let stopRequested = Atomic<Bool>(false)
     private let waiting = Atomic<Bool>(false)
 
@@ -533,7 +535,9 @@ public final class TKRunLoop: @unchecked Sendable {
         return blocks.contains { Self.accepts($0, mode, common) }
     }
 
-    /// Ends the innermost run in progress (with no run in progress: no effect). Any thread.
+    /// Ends the innermost run in progress (with no run in progress: no effect). Any thread. A run
+    /// that returns for another reason first (a handled source, its deadline) drops the request:
+    /// it never ends the run that enclosed it or the next one (CFRunLoopStop's rule).
     public func stop() {
         guard runDepth.load(ordering: .acquiring) > 0 else { return }
         stopRequested.store(true, ordering: .releasing)
