@@ -20,7 +20,6 @@
 // CFRunLoop: step 1 sees it and answers "now", so a host asks step 1 again before every sleep.
 //
 // Threads: all three calls on the loop's own thread only (checked: a misuse otherwise), like `run`.
-import Glibc
 import Synchronization
 
 extension TKRunLoop {
