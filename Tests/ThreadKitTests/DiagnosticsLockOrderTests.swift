@@ -3,8 +3,9 @@
 // never are; a queue `sync` orders like a lock; the process-stopping mode stops a child process.
 // Reports are collected by a handler into an array guarded by Foundation's NSLock (the judge).
 import Foundation
-import ThreadKit
 import XCTest
+
+@testable import ThreadKit
 
 /// Collects reports delivered to the TKDiagnostics handlers while a test runs.
 final class ReportCollector: @unchecked Sendable {
@@ -256,6 +257,42 @@ final class DiagnosticsLockOrderTests: XCTestCase {
             }
         }
         XCTAssertEqual(collector.lockOrderReports.count, 0, collector.lockOrderReports.map(\.description).joined(separator: "\n"))
+    }
+
+    /// A token's lock is found by the token's address, and a binding outlives its token: a new
+    /// object allocated at a dead token's address finds the dead token's slot. To the checker it
+    /// is a new lock, with none of the dead token's orders (a CI run reported a false 5-lock cycle
+    /// through synchronized tokens whose addresses earlier tests' tokens had used). The reused
+    /// address is simulated: two objects take the table's slow path under one identity.
+    func testANewTokenAtADeadTokensAddressInheritsNoOrder() {
+        let table = SyncTable.shared
+        let address: UInt = 0x7ff0_dead_0040
+        let other = TKLock()
+        do {
+            let first = TKLock()
+            onNewThread {
+                let entry = table.slowLock(address, token: first)
+                other.lock()
+                other.unlock()
+                table.unlock(entry)
+            }
+        }
+        let second = TKLock()
+        onNewThread {
+            other.lock()
+            let entry = table.slowLock(address, token: second)
+            table.unlock(entry)
+            other.unlock()
+        }
+        XCTAssertEqual(collector.lockOrderReports.count, 0, collector.lockOrderReports.map(\.description).joined(separator: "\n"))
+        // The same token again keeps its identity: its own orders still count.
+        onNewThread {
+            let entry = table.slowLock(address, token: second)
+            other.lock()
+            other.unlock()
+            table.unlock(entry)
+        }
+        XCTAssertEqual(collector.lockOrderReports.count, 1, "second's two orders were not both seen as its own")
     }
 
     /// A thread holding a lock `sync`s onto a serial queue; an item of that queue takes the lock:

@@ -35,14 +35,16 @@ public func synchronized<T>(_ token: AnyObject, _ body: () throws -> T) rethrows
         defer { table.unlockSlot(slot) }
         return try body()
     }
-    let entry = table.slowLock(id)
+    let entry = table.slowLock(id, token: token)
     defer { table.unlock(entry) }
     return try body()
 }
 
 /// The table of per-token locks: 64 stripes of `slotsPerStripe` sticky slots plus an overflow
 /// list each. A token's identity stays valid while the caller holds it, so it cannot be reused
-/// by another object during that time; a slot left bound to a dead identity is simply rebound.
+/// by another object during that time; a slot left bound to a dead identity is simply rebound,
+/// or found by a new object at the same address (its lock then serves that object, and the
+/// lock-order checker gives it a new identity: `Entry.orderToken`).
 @usableFromInline
 final class SyncTable: @unchecked Sendable {
     @usableFromInline static let shared = SyncTable()
@@ -65,6 +67,12 @@ final class SyncTable: @unchecked Sendable {
         /// Sticky slots only: threads of the slow path waiting for its lock. While above zero the
         /// slot is not rebound. Guarded by the stripe's mutex.
         var waiters = 0
+        /// Sticky slots, lock-order checker on: the token object whose identity the lock's
+        /// lock-order node stands for. A binding outlives its token (the table never learns of a
+        /// token's death), and a new object may be allocated at the dead one's address: then the
+        /// binding matches, but the node's edges are the dead token's. Weak, so it reads nil (or
+        /// another object) exactly then. Guarded by the stripe's mutex; written by the slow path.
+        weak var orderToken: AnyObject?
         /// Which stripe's overflow list it is in; nil for a sticky slot. Immutable.
         let overflowStripe: Int?
 
@@ -161,8 +169,10 @@ final class SyncTable: @unchecked Sendable {
     /// Under the stripe's mutex: waits for the token's slot (pinned by `waiters`, so it cannot be
     /// rebound meanwhile), or binds a free sticky slot to it, or uses an overflow entry. Returns the
     /// entry locked.
+    /// `token` is the object whose identity `id` is (the lock-order checker tells a new object at
+    /// a dead token's address from that token by it).
     @usableFromInline
-    func slowLock(_ id: UInt) -> Entry {
+    func slowLock(_ id: UInt, token: AnyObject) -> Entry {
         let index = stripeIndex(id)
         let stripe = stripes[index]
         let tid = stripe.mutex.lockInternal()
@@ -172,9 +182,19 @@ final class SyncTable: @unchecked Sendable {
             entry.lock.lock()
             return entry
         }
+        let checked = DiagnosticsSwitch.isOn(.lockOrder)
         if let slot = stripe.slots.first(where: { $0.token == id }) {
+            // Bound to this address, but perhaps for a dead token whose address `token` reuses:
+            // then, to the checker, a new lock (nobody holds the slot for the dead token: a holder
+            // keeps its token alive, so the slot is free or held for `token` itself).
+            let renewed = checked && slot.orderToken !== token
+            if renewed {
+                slot.lock.label.renewOrderIdentity()
+                slot.orderToken = token
+            }
             slot.waiters += 1
             stripe.mutex.unlockInternal(tid)
+            if renewed { slot.lock.name = Self.orderName(id) }
             slot.lock.lock()
             stripe.mutex.withLock { slot.waiters -= 1 }
             return slot
@@ -183,11 +203,13 @@ final class SyncTable: @unchecked Sendable {
             slot.token = id
             // To the lock-order checker each token a slot serves is a new lock: orders seen for
             // an earlier token do not stick to this one (the graph's mutex is a leaf).
-            let checked = DiagnosticsSwitch.isOn(.lockOrder)
-            if checked { slot.lock.label.renewOrderIdentity() }
+            if checked {
+                slot.lock.label.renewOrderIdentity()
+                slot.orderToken = token
+            }
             stripe.mutex.unlockInternal(tid)
             if checked {
-                slot.lock.name = "synchronized(0x\(String(id, radix: 16)))"
+                slot.lock.name = Self.orderName(id)
                 LockOrder.acquire(slot.lock.label, kind: "TKRecursiveLock")
             }
             return slot
@@ -201,6 +223,9 @@ final class SyncTable: @unchecked Sendable {
         entry.lock.lock()
         return entry
     }
+
+    /// How lock-order reports name a token's lock.
+    private static func orderName(_ id: UInt) -> String { "synchronized(0x\(String(id, radix: 16)))" }
 
     @usableFromInline
     func unlock(_ entry: Entry) {
