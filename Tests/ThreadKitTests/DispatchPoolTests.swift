@@ -237,12 +237,9 @@ final class DispatchPoolTests: XCTestCase {
     /// The pool's worker threads alive now, from /proc: threads whose name (`comm`, cut to 15
     /// bytes) is `tk.dispatch.N` or `tk.dispatch.bg.N` — not the manager or the monitor.
     private func workerThreadCount() -> Int {
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-        return tasks.filter { task in
-            guard let comm = try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8),
-                comm.hasPrefix("tk.dispatch.")
-            else { return false }
-            let rest = comm.dropFirst("tk.dispatch.".count)
+        KernelThread.names().filter { name in
+            guard name.hasPrefix("tk.dispatch.") else { return false }
+            let rest = name.dropFirst("tk.dispatch.".count)
             return rest.first?.isNumber == true || rest.hasPrefix("bg.")
         }.count
     }

@@ -152,6 +152,12 @@ enum KernelThread {
         state(tid) == "S" && (read("/proc/self/task/\(tid)/wchan")?.contains("futex") ?? false)
     }
 
+    /// The names (`comm`, cut by the kernel to 15 bytes) of the process's threads alive now.
+    static func names() -> [String] {
+        let tids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tids.compactMap { read("/proc/self/task/\($0)/comm") }
+    }
+
     private static func read(_ path: String) -> String? {
         try? String(contentsOfFile: path, encoding: .utf8)
     }
