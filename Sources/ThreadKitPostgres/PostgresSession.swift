@@ -24,7 +24,8 @@
         let configuration: TKPostgresConfiguration
         /// The server's process id of this session (pg_backend_pid()).
         let backendPID: Int32
-        /// Set when the connection has closed (by us, the server, or the network). Guarded by `stateLock`.
+        /// Set when `close()` is called or the connection has closed (by the server or the network).
+        /// Guarded by `stateLock`.
         private var closedFlag = false
         private let stateLock = TKLock()
 
@@ -98,7 +99,12 @@
             }
         }
 
+        /// Closes the session. It counts as closed from this call on, not from when the channel
+        /// has closed: closing may take a while (a TLS close to a server process that is stopped,
+        /// or that answers late), and a query queued on a closing connection may never be answered,
+        /// so `TKPostgresLock.liveSession` must connect a new session instead of reusing this one.
         func close() {
+            stateLock.withLock { closedFlag = true }
             Self.close(connection)
         }
 

@@ -66,6 +66,9 @@
             }
             guard let overdue else { return }
             if overdue {
+                // Closed before the loss is announced: an `onLost` handler that calls
+                // `lock(before:)` at once must find this session closed and connect a new one.
+                session.close()
                 declareLost(
                     generation: generation,
                     TKError(
@@ -73,7 +76,6 @@
                         "\(owner): the session holding the lock (server pid "
                             + "\(session.backendPID)) has not answered for \(livenessInterval * 3); it is treated as lost (a network "
                             + "partition, or a server that stopped).", errno: ETIMEDOUT))
-                session.close()
                 return
             }
             let query: PostgresQuery =
@@ -95,10 +97,10 @@
                             ))
                     }
                 case .failure(let error):
+                    session.close() // before the loss is announced, as above
                     self.declareLost(
                         generation: generation,
                         self.configuration.queryError(error, owner: self.owner, what: "checking that the lock is held"))
-                    session.close()
                 }
             }
         }
