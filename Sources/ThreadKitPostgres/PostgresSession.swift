@@ -104,8 +104,13 @@
         /// or that answers late), and a query queued on a closing connection may never be answered,
         /// so `TKPostgresLock.liveSession` must connect a new session instead of reusing this one.
         func close() {
-            stateLock.withLock { closedFlag = true }
+            markClosed()
             Self.close(connection)
+        }
+
+        /// Makes the session count as closed without closing its channel yet (see `close()`).
+        func markClosed() {
+            stateLock.withLock { closedFlag = true }
         }
 
         deinit { Self.close(connection) }

@@ -66,9 +66,11 @@
             }
             guard let overdue else { return }
             if overdue {
-                // Closed before the loss is announced: an `onLost` handler that calls
-                // `lock(before:)` at once must find this session closed and connect a new one.
-                session.close()
+                // Counted closed before the loss is announced (an `onLost` handler, or a caller it
+                // wakes, that calls `lock(before:)` at once must connect a new session), and its
+                // channel closed after (closing fails the check in flight, whose error would be
+                // announced instead of this one).
+                session.markClosed()
                 declareLost(
                     generation: generation,
                     TKError(
@@ -76,6 +78,7 @@
                         "\(owner): the session holding the lock (server pid "
                             + "\(session.backendPID)) has not answered for \(livenessInterval * 3); it is treated as lost (a network "
                             + "partition, or a server that stopped).", errno: ETIMEDOUT))
+                session.close()
                 return
             }
             let query: PostgresQuery =
