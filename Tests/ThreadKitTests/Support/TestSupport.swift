@@ -155,7 +155,8 @@ enum KernelThread {
     /// The names (`comm`, cut by the kernel to 15 bytes) of the process's threads alive now.
     static func names() -> [String] {
         let tids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-        return tids.compactMap { read("/proc/self/task/\($0)/comm") }
+        // comm ends in a newline, which is not part of the name.
+        return tids.compactMap { read("/proc/self/task/\($0)/comm")?.trimmingCharacters(in: .newlines) }
     }
 
     private static func read(_ path: String) -> String? {
