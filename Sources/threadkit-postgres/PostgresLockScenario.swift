@@ -28,7 +28,10 @@
             let lock = try TKPostgresLock(name: name, url: url)
             say.say("child process: TKPostgresLock(name: \"\(name)\").lock(before:) and hold it")
             let child = try ChildLauncher("pglock-hold", [url, name])
-            try say.check(pollUntil(.now + .seconds(30)) { (try? lock.currentHolder()) != nil }, "the child never took the lock")
+            // Wait for the child's recorded acquisition (its token), not just its hold of the advisory
+            // lock: between the two, `currentHolder()` returns a holder with no client or token.
+            try say.check(
+                pollUntil(.now + .seconds(30)) { (try? lock.currentHolder())??.token != nil }, "the child never took the lock")
             let holder = try lock.currentHolder()
             say.say(
                 "tour process: tryLock() → \(try lock.tryLock()); holder: \(holder?.client ?? "?"), fencing token \(holder?.token ?? 0), "
