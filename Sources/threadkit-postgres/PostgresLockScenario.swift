@@ -29,10 +29,14 @@
             say.say("child process: TKPostgresLock(name: \"\(name)\").lock(before:) and hold it")
             let child = try ChildLauncher("pglock-hold", [url, name])
             // Wait for the child's recorded acquisition (its token), not just its hold of the advisory
-            // lock: between the two, `currentHolder()` returns a holder with no client or token.
+            // lock: between the two, `currentHolder()` returns a holder with no client or token. The
+            // holder printed and compared below is the one the wait saw.
+            var holder: TKPostgresLock.Holder?
             try say.check(
-                pollUntil(.now + .seconds(30)) { (try? lock.currentHolder())??.token != nil }, "the child never took the lock")
-            let holder = try lock.currentHolder()
+                pollUntil(.now + .seconds(30)) {
+                    holder = (try? lock.currentHolder()) ?? nil
+                    return holder?.token != nil
+                }, "the child never took the lock")
             say.say(
                 "tour process: tryLock() → \(try lock.tryLock()); holder: \(holder?.client ?? "?"), fencing token \(holder?.token ?? 0), "
                     + "server session \(holder?.serverPID ?? 0)")
