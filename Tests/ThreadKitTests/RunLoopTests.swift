@@ -40,9 +40,8 @@ final class LoopThread: @unchecked Sendable {
         // progress, as CFRunLoopStop); a block stops the run that executes it.
         loop.perform { TKRunLoop.current.stop() }
         let joined = thread.join(until: .now + .seconds(30))
-        // Where the loop's thread is (its stack and wait), should it ever not stop: a CI run under
-        // ThreadSanitizer saw this join time out once (ExecutorTests' mode executor test), cause
-        // not yet found (docs/Reliability.md).
+        // Where the loop's thread is (its stack and wait), should it ever not stop: the dump is how
+        // a nested run taking the enclosing run's wake-up was found (docs/Reliability.md).
         XCTAssertTrue(joined, "the loop's thread did not stop within 30 s:\n\(joined ? "" : TKDiagnostics.threadDump())")
     }
 }
@@ -466,6 +465,49 @@ final class RunLoopTests: XCTestCase {
         XCTAssertEqual(loop.run(mode: custom, for: .seconds(30), returnAfterSourceHandled: false), .stopped)
         XCTAssertEqual(nestedResult.value, .timedOut, "the nested run took the enclosing run's stop")
         for source in [keepModal, keep, caller] { source.invalidate() }
+    }
+
+    /// A nested run may take a wake-up meant for the run that encloses it: here the nested run's
+    /// own `stop()` wakes the loop, a block for the enclosing mode is posted from another thread
+    /// while that wake-up is outstanding (so it writes nothing), and the nested run's sleep drains
+    /// the eventfd. The enclosing pass, which had already run its blocks, must look again instead
+    /// of sleeping to its deadline (CI saw a loop thread miss its default-mode `stop` this way).
+    func testABlockWhoseWakeUpANestedRunTookStillRunsInTheEnclosingRun() {
+        let worker = LoopThread()
+        defer { worker.finish() }
+        let loop = worker.loop
+        let marked = DispatchSemaphore(value: 0)
+        let nested = Shared<TKRunLoop.RunResult?>(nil)
+        let custom = custom
+        // Posted from the loop's thread by an observer just before the enclosing pass runs its
+        // blocks, so that pass runs the nested run in its first block phase.
+        let runNested: @Sendable () -> Void = {
+            let current = TKRunLoop.current
+            let keep = TKRunLoopSource {}
+            current.add(keep, forMode: custom)
+            current.perform(inModes: [custom]) {
+                current.stop() // wakes the loop: the wake-up is outstanding from here
+                let posted = DispatchSemaphore(value: 0)
+                DispatchQueue.global().async {
+                    loop.perform(inModes: [.default]) { marked.signal() }
+                    posted.signal()
+                }
+                posted.wait()
+            }
+            nested.value = current.run(mode: custom, for: .seconds(60), returnAfterSourceHandled: false)
+            current.remove(keep, forMode: custom)
+        }
+        loop.perform {
+            let observer = TKRunLoopObserver(activities: .beforeSources, repeats: false) { _, _ in
+                TKRunLoop.current.perform(inModes: [.default], runNested)
+            }
+            TKRunLoop.current.add(observer, forMode: .default)
+            TKRunLoop.current.wakeUp() // ends this pass, so the next one calls the observer
+        }
+        XCTAssertEqual(
+            marked.wait(timeout: .now() + 20), .success,
+            "the default-mode block whose wake-up the nested run took did not run (the loop slept on)")
+        XCTAssertEqual(nested.value, .stopped)
     }
 
     func testManyWakeUpsWhileTheLoopIsBusyCostOneWrite() {

@@ -116,7 +116,7 @@ extension TKRunLoop: SerialExecutor {
         let onOwnThread = SystemCall.currentThreadID == ownerThread
         let running = runDepth.load(ordering: .relaxed) > 0
         let stallWatch = running ? nil : WeakRunLoop(self)
-        if running && onOwnThread { ownJobQueued = true } // the next sleep only polls (TKRunLoop.ownJobQueued)
+        if running && onOwnThread { pollNextSleep = true } // the next sleep only polls (TKRunLoop.pollNextSleep)
         let tally = modeExecutor?.tally ?? (taskExecutor != nil ? book.taskJobs : nil)
         // Counted before the job is offered: one accepted (queued under the loop's lock) is then
         // already counted when the thread's end, which closes the loop under that lock, reads the

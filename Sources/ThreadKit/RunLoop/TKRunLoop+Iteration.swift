@@ -59,6 +59,8 @@ extension TKRunLoop {
             stopRequested.store(nested && enclosingStop, ordering: .releasing)
             runDepth.wrappingSubtract(1, ordering: .acquiringAndReleasing)
             popMode()
+            // The enclosing pass looks at its queues before it sleeps again (pollNextSleep).
+            if nested { pollNextSleep = true }
         }
         notify(.entry, mode)
         var result: RunResult?
@@ -196,9 +198,10 @@ extension TKRunLoop {
     /// Sleeps until a wakeUp, a timer of `mode`, or the deadline (or only polls). The timerfd is
     /// re-armed only when the wake time moves.
     func sleep(_ mode: Mode, deadline: ContinuousClock.Instant?, poll mustPollNow: Bool) {
-        // A job this thread queued during the pass (ownJobQueued) makes this a poll too.
-        let mustPoll = mustPollNow || ownJobQueued
-        ownJobQueued = false
+        // A job this thread queued during the pass, or a nested run that returned, makes this a
+        // poll too (pollNextSleep).
+        let mustPoll = mustPollNow || pollNextSleep
+        pollNextSleep = false
         var wakeAt = deadline
         if !mustPoll, let timerWake = timerWakeTime(mode) {
             wakeAt = wakeAt.map { min($0, timerWake) } ?? timerWake

@@ -77,13 +77,17 @@ public final class TKRunLoop: @unchecked Sendable {
     /// Whether the last sleep ended on a ready descriptor, so the next one polls epoll briefly
     /// first (see `sleep`). Loop thread only.
     var spinOnDescriptors = false
-    /// A Swift concurrency job was queued by the loop's own thread while it runs (a task resumed
-    /// by a source's callout, a job queuing the next: TKRunLoop+Executor `submit`): the next sleep
-    /// only polls, so a pass runs the job first. A flag, not a wake-up write: the loop does not
-    /// wake itself, and the poll leaves the spin state of the last real sleep as it was (a task
-    /// resumed by a socket keeps the descriptor spin that catches the socket's next event).
-    /// Loop thread only.
-    var ownJobQueued = false
+    /// The next sleep only polls, so the pass after it looks at the queues first. Set when
+    /// - a Swift concurrency job was queued by the loop's own thread while it runs (a task resumed
+    ///   by a source's callout, a job queuing the next: TKRunLoop+Executor `submit`);
+    /// - a nested run returned: its sleeps may have drained wake-ups meant for the enclosing run's
+    ///   mode (a block another thread posted while the nested run's wake-up was outstanding writes
+    ///   nothing), and the enclosing pass may already be past its block phase. Without this the
+    ///   enclosing run slept to its deadline with that block queued (docs/Reliability.md).
+    /// A flag, not a wake-up write: the loop does not wake itself, and the poll leaves the spin
+    /// state of the last real sleep as it was (a task resumed by a socket keeps the descriptor spin
+    /// that catches the socket's next event). Loop thread only.
+    var pollNextSleep = false
     /// How long a loop polls epoll without sleeping after a descriptor woke it.
     static let descriptorSpin: Duration = .microseconds(50)
     /// How many version-0 sources passes have visited (taken off ready lists), for the tests that
