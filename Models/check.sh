@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Models/check.sh: model-checks the dispatch pool's wake protocol with spin (Models/README.md).
+# Models/check.sh: model-checks the dispatch pool's and the run loop's wake protocols with spin
+# (Models/README.md).
 # Needs spin and a C compiler; installs nothing (CI installs spin). Works in a temporary
 # directory: no pan.* or trail files land in the repository. Fails when a model that must be
-# clean reports an error or an incomplete search, or when the known-buggy variant (one wake slot
-# for both tiers) is NOT caught. About a minute on 2 cores, under 600 MB of memory.
+# clean reports an error or an incomplete search, or when a known-buggy variant (one wake slot for
+# both tiers; a nested run that does not hand back the wake-ups it took) is NOT caught. About a
+# minute on 2 cores, under 600 MB of memory.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 CC=${CC:-gcc}
@@ -89,6 +91,10 @@ run "PoolWedge per-tier slots (no cycles)"  PoolWedge.pml clean ""              
 # searcher, then (checking job completion only) as a job that never runs.
 run "PoolWedge ONE_SLOT (bug: lost searcher)" PoolWedge.pml "assertion violated .*searching" "-DONE_SLOT" "$safety" "$pan_safety"
 run "PoolWedge ONE_SLOT (bug: stranded job)"  PoolWedge.pml "assertion violated \(ran=="   "-DONE_SLOT -DONLY_JOBS" "$safety" "$pan_safety"
+# RunLoopWake: a run loop's wake-up across a nested run; without the nested run's hand-back (the
+# CI wedge of ci13 and ci32) the enclosing run must be caught asleep with a block queued.
+run "RunLoopWake nested hand-back (safety)" RunLoopWake.pml clean ""                 "$safety" "$pan_safety"
+run "RunLoopWake NO_HANDBACK (bug: sleeps on)" RunLoopWake.pml "invalid end state" "-DNO_HANDBACK" "$safety" "$pan_safety"
 
 wait
 cat "${reports[@]}"
