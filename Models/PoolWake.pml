@@ -13,6 +13,8 @@
  * HOW IT MAPS TO THE SWIFT CODE (Sources/ThreadKit/Dispatch/Pool/)
  *   Producer, step 1         InjectionStage.stage: shard lock, append, set hasJobs, shard unlock
  *   Producer, steps 2-3      InjectionStage.stage: `pending` load, `pending` store (SC)
+ *   Producer, step 2a        DispatchPool.submitShared: `pending` was up, but neither a searcher
+ *                            nor a running worker (mirrors): tryLock as in step 5 anyway
  *   Producer, step 4         DispatchPool.submitShared: skip the lock when searchingMirror(t) != 0
  *                            or runningMirror(t) >= width (mirrors read without the lock)
  *   Producer, step 5         DispatchPool.submitShared: `stage(...) && tryLockPool()` then unlockPool
@@ -242,7 +244,11 @@ proctype Producer(byte me) {
     :: k < J ->
         atomic { shardJobs[me]++; hasJobs[me] = true };    /* 1. shard lock, append, hasJobs */
         if
-        :: pending -> goto staged                             /* 2. the raised flag's drain finds it */
+        :: pending ->                                       /* 2. the raised flag's drain finds it, */
+            if                                              /*    unless no worker runs or searches: */
+            :: searchingMirror == 0 && runningMirror == 0 -> goto try   /* then wake one (2a) */
+            :: else -> goto staged
+            fi
         :: else
         fi;
         pending = true;                                     /* 3. raise (SC) */
@@ -254,7 +260,7 @@ proctype Producer(byte me) {
         :: runningMirror >= W -> goto staged                  /* 4. a busy worker will drain */
         :: else
         fi;
-        tryLockL(ok);                                       /* 5. */
+try:    tryLockL(ok);                                       /* 5. */
         if
         :: ok -> lockTimeDrain(false); unlockPool()
         :: else                                             /* the holder sees pending */

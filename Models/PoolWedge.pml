@@ -20,8 +20,8 @@
  *     (its thread cap), width W. Worker ids 0..NWN-1 are normal, NWN.. background.
  *   - Producers (by default one, submitting normal, normal, background, normal; -DTWO_PRODUCERS:
  *     one submitting three normal jobs and one submitting a background job) go through the stage
- *     (InjectionStage.stage + DispatchPool.submitShared: steps 1-5 of PoolWake.pml, step 4 on the
- *     mirrors of the job's tier).
+ *     (InjectionStage.stage + DispatchPool.submitShared: steps 1-5 and 2a of PoolWake.pml, steps 4
+ *     and 2a on the mirrors of the job's tier).
  *   - drain notes the tiers that received jobs (InjectionStage.drainedTiers);
  *     releaseOfferingDrained offers each with its own Actions (as the Swift code does).
  *   - nextJob (normal worker): pop from its tier; if it was searching: searching--, offer to its
@@ -238,7 +238,13 @@ proctype Producer(byte me; byte jobs; byte tiers) {
             printf("MSC: producer %d stages a job of tier %d\n", me, jt)
         };
         if
-        :: pending -> goto staged
+        :: pending ->                                       /* step 2a of PoolWake.pml */
+            if
+            :: atomic { searchingMirror[jt] == 0 && runningMirror[jt] == 0 ->
+                        printf("MSC: producer %d finds pending up, nobody in tier %d: tries the lock\n", me, jt) };
+               goto try
+            :: else -> goto staged
+            fi
         :: else
         fi;
         pending = true;
@@ -254,7 +260,7 @@ proctype Producer(byte me; byte jobs; byte tiers) {
            goto staged
         :: else
         fi;
-        tryLockL(ok);
+try:    tryLockL(ok);
         if
         :: ok -> lockTimeDrain(false); unlockPool()
         :: else

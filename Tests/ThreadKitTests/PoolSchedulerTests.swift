@@ -128,6 +128,60 @@ final class PoolSchedulerTests: XCTestCase {
 
     // MARK: Wake decision: one wake per idle→busy step, the chain, admission
 
+    /// The producer's side of the wake decision (`submitterTriesLock`), judged against the
+    /// situations it exists for: the flag raised by a background flood must not keep an
+    /// interactive job waiting for the background worker to drain it ("A raised flag is not a
+    /// wake"), and a stream of jobs into a busy tier must never reach for the lock.
+    func testAProducerTriesTheLockOnlyWhenItsJobsTierHasNobodyOnTheWay() {
+        var monitorAsked = 0
+        func tries(raised: Bool, searching: Int, running: Int, monitorAwake: Bool = true) -> Bool {
+            Scheduler.submitterTriesLock(
+                raisedPending: raised, searching: searching, running: running, width: 2,
+                monitorAwake: {
+                    monitorAsked += 1
+                    return monitorAwake
+                })
+        }
+        // Raised the flag: a wake is due unless a searcher is on its way or the tier is at width
+        // with the monitor watching.
+        XCTAssertTrue(tries(raised: true, searching: 0, running: 0))
+        XCTAssertTrue(tries(raised: true, searching: 0, running: 1))
+        XCTAssertFalse(tries(raised: true, searching: 1, running: 1))
+        XCTAssertFalse(tries(raised: true, searching: 0, running: 2))
+        XCTAssertTrue(tries(raised: true, searching: 0, running: 2, monitorAwake: false))
+        XCTAssertTrue(tries(raised: true, searching: 1, running: 1, monitorAwake: false))
+        // The flag was up (raised for the other tier, say): only a tier with nobody running or
+        // searching needs the lock; the monitor's state does not matter and is not read.
+        monitorAsked = 0
+        XCTAssertTrue(tries(raised: false, searching: 0, running: 0))
+        XCTAssertTrue(tries(raised: false, searching: 0, running: 0, monitorAwake: false))
+        XCTAssertFalse(tries(raised: false, searching: 0, running: 1))
+        XCTAssertFalse(tries(raised: false, searching: 1, running: 1))
+        XCTAssertFalse(tries(raised: false, searching: 0, running: 2, monitorAwake: false))
+        XCTAssertEqual(monitorAsked, 0)
+
+        // The situation itself: a background worker drains the flood (running, not searching), no
+        // normal worker runs. The interactive job finds the flag up and must wake a worker; the
+        // offer the lock's holder then makes wakes the idle normal one.
+        var s = makeScheduler(width: 1)
+        let normal = FakeWorker("normal")
+        let background = FakeWorker("background", background: true)
+        startAndPark(&s, normal)
+        s[.background].threads += 1
+        s[.background].running += 1
+        s.register(background)
+        for _ in 0..<3 { s.submit(job(), level: RunQueues.background) }
+        XCTAssertTrue(
+            Scheduler.submitterTriesLock(
+                raisedPending: false, searching: s[.normal].searching, running: s[.normal].running, width: 1,
+                monitorAwake: { true }))
+        s.submit(job(), level: RunQueues.level(.userInteractive))
+        XCTAssertTrue(isWake(s.offer(.normal), normal))
+        XCTAssertTrue(s.offer(.background).isNone) // at width: the running one goes on
+        assertCounters(s, .normal)
+        assertCounters(s, .background)
+    }
+
     func testABurstWakesOneWorkerAndEachSearcherThatFindsAJobWakesTheNext() {
         var s = makeScheduler(width: 3)
         let workers = (0..<3).map { FakeWorker("w\($0)") }

@@ -70,12 +70,46 @@ final class JobRing<Element>: @unchecked Sendable {
     /// The first element, left in place.
     var first: Element? { count > 0 ? buffer[head] : nil }
 
-    /// Moves every element of `other` (in order) in front of this ring's elements.
-    func prepend(contentsOf other: JobRing<Element>) {
-        var reversed: [Element] = []
-        reversed.reserveCapacity(other.count)
-        while let element = other.popFirst() { reversed.append(element) }
-        for element in reversed.reversed() { prepend(element) }
+    /// Moves every element of `other`, in order, in front of this ring's elements, leaving `other`
+    /// empty (a worker's unstarted batch handed back to the front of its run queue).
+    func prepend(contentsOf other: JobRing<Element>) { join(other, atFront: true) }
+
+    /// Moves every element of `other`, in order, behind this ring's elements, leaving `other`
+    /// empty (the pool's stage drain, a batch handed back behind its level).
+    func append(contentsOf other: JobRing<Element>) { join(other, atFront: false) }
+
+    /// The smaller side moves, in at most three bulk moves, and the buffers are swapped when that
+    /// was this one: hundreds of staged jobs join a short run queue without being moved one by one.
+    private func join(_ other: JobRing<Element>, atFront: Bool) {
+        guard !other.isEmpty else { return }
+        if count <= other.count {
+            other.moveAll(from: self, atFront: !atFront)
+            swapContents(with: other)
+        } else {
+            moveAll(from: other, atFront: atFront)
+        }
+    }
+
+    /// Moves all of `source`'s elements, in order, in front of or behind this ring's, in bulk (a
+    /// run per contiguous stretch of either buffer), and leaves `source` empty.
+    private func moveAll(from source: JobRing<Element>, atFront: Bool) {
+        let n = source.count
+        guard n > 0 else { return }
+        while capacity &- count < n { grow() }
+        let mask = capacity &- 1
+        if atFront { head = (head &- n) & mask }
+        let start = atFront ? head : (head &+ count) & mask
+        var moved = 0
+        while moved < n {
+            let from = (source.head &+ moved) & (source.capacity &- 1)
+            let to = (start &+ moved) & mask
+            let run = min(n &- moved, source.capacity &- from, capacity &- to)
+            (buffer + to).moveInitialize(from: source.buffer + from, count: run)
+            moved &+= run
+        }
+        count &+= n
+        source.head = 0
+        source.count = 0
     }
 
     /// Exchanges the elements of the two rings (O(1)): a port's deliverer takes the whole inbox.

@@ -278,20 +278,30 @@ final class DispatchPool: @unchecked Sendable {
 
     /// Appends `entry` to the calling thread's staging shard (never a local queue), without the
     /// pool's lock (docs/DispatchPool.md, "Submitting without the pool's lock"):
-    /// - the stage's `pending` flag was up: the drain it promises moves this job too; done;
+    /// - the stage's `pending` flag was up, and a worker of the job's tier runs or searches: the
+    ///   drain the flag promises moves this job too, and that worker is on its way; done;
     /// - this call raised it, and the job's tier has a searcher, or all its `width` workers run,
     ///   and the monitor is awake: a worker (or the monitor's next tick) takes the lock soon and
     ///   drains; done (the Dekker pairing with a worker going idle is in `runningNormal`'s comment);
     /// - otherwise a worker must be woken: try the lock once; its holder drains, offers the work
     ///   and wakes one (if another thread holds it, that holder sees the flag when it unlocks).
+    ///
+    /// Why the flag alone is not enough when the tier has nobody running: it promises a drain, but
+    /// not a prompt one — the thread it counts on may serve the other tier. An interactive job
+    /// staged behind a background flood waited for the background worker (at the background OS
+    /// class, on a CPU the producer held) to reach the lock: 9 µs from submit to the wake against
+    /// libdispatch's 1.2 µs on one CPU (docs/DispatchPool.md, "A raised flag is not a wake").
     private func submitShared(_ entry: consuming DispatchEntry, level: Int) {
-        guard stage.stage(entry, level: level) else { return }
+        let raised = stage.stage(entry, level: level)
         let t = level == RunQueues.background ? 1 : 0
-        if searchingMirror(t) == 0 && runningMirror(t) < width || !monitorAwakeMirror.load(ordering: .sequentiallyConsistent) {
-            if tryLockPool() {
-                submitterLockAcquisitions &+= 1
-                unlockPool()
-            }
+        guard
+            Scheduler.submitterTriesLock(
+                raisedPending: raised, searching: searchingMirror(t), running: runningMirror(t), width: width,
+                monitorAwake: { monitorAwakeMirror.load(ordering: .sequentiallyConsistent) })
+        else { return }
+        if tryLockPool() {
+            submitterLockAcquisitions &+= 1
+            unlockPool()
         }
     }
 

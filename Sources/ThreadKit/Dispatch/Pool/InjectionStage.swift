@@ -114,9 +114,7 @@ final class InjectionStage: @unchecked Sendable {
             if levels & 1 != 0 { drainedTiers |= 2 }
             if levels & RunQueues.normalMask != 0 { drainedTiers |= 1 }
             for level in 0..<RunQueues.levelCount where levels & (1 << level) != 0 {
-                spares.withRing(level) { spare in
-                    while let entry = spare.popFirst() { runQueues.push(entry, level: level) }
-                }
+                spares.withRing(level) { runQueues.append(contentsOf: $0, level: level) }
             }
         }
     }

@@ -141,6 +141,22 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
         return wakeOrStart(tier)
     }
 
+    /// Whether a producer that just staged a job must try the pool's lock (to drain the stage and
+    /// have a worker woken), from the job's tier's `searching` and `running` as published at the
+    /// last release of the lock (docs/DispatchPool.md, "Submitting without the pool's lock"):
+    /// - it raised the stage's `pending` flag: unless a searcher is on its way, or all `width`
+    ///   workers run and the monitor is awake (it drains within a tick if they never return);
+    /// - the flag was up already: its drain will move this job, but the flag does not say when —
+    ///   the thread that will drain may serve the other tier — so only while nobody of the job's
+    ///   tier runs or searches ("A raised flag is not a wake").
+    /// `monitorAwake` is read only when it decides.
+    static func submitterTriesLock(
+        raisedPending: Bool, searching: Int, running: Int, width: Int, monitorAwake: () -> Bool
+    ) -> Bool {
+        if raisedPending { return searching == 0 && running < width || !monitorAwake() }
+        return searching == 0 && running == 0
+    }
+
     private mutating func wakeOrStart(_ tier: Tier) -> Plan {
         defer { check(tier) }
         if let worker = self[tier].idle.popLast() {

@@ -88,15 +88,29 @@ struct RunQueues {
     }
 
     mutating func push(_ entry: consuming DispatchEntry, level: Int) {
-        let bit = UInt8(1) << level
-        if nonEmpty & bit == 0 {
-            nonEmpty |= bit
-            // Competing from the start: its clock starts now, with no passes yet.
-            waitingSince[level] = nonEmpty != bit ? clock() : 0
-            passes[level] = 0
-        }
+        markNonEmpty(level)
         // The slot is reserved under a guaranteed reference, then the entry is moved into it.
         withRing(level) { $0.reserveLast() }.initialize(to: entry)
+    }
+
+    /// Moves every entry of `batch`, in order, to the back of `level`, leaving `batch` empty: a
+    /// swap of buffers when the level is empty, bulk moves otherwise (`JobRing.append(contentsOf:)`),
+    /// so the stage's drain does not move a shard's jobs one by one.
+    mutating func append(contentsOf batch: JobRing<DispatchEntry>, level: Int) {
+        guard !batch.isEmpty else { return }
+        markNonEmpty(level)
+        withRing(level) { $0.append(contentsOf: batch) }
+    }
+
+    /// Level `level` is about to receive jobs: if it was empty, it now competes from the start (its
+    /// clock starts now if another level waits, with no passes yet).
+    @inline(__always)
+    private mutating func markNonEmpty(_ level: Int) {
+        let bit = UInt8(1) << level
+        guard nonEmpty & bit == 0 else { return }
+        nonEmpty |= bit
+        waitingSince[level] = nonEmpty != bit ? clock() : 0
+        passes[level] = 0
     }
 
     /// Moves up to `max` more entries of `level` (after one was popped) into a worker's batch ring.
@@ -117,18 +131,10 @@ struct RunQueues {
     /// blocked, stalled, or another level waits), or at the back (jobs of this level waited behind
     /// its local ones).
     mutating func giveBack(_ batch: JobRing<DispatchEntry>, level: Int, atFront: Bool) {
+        guard atFront else { return append(contentsOf: batch, level: level) }
         guard !batch.isEmpty else { return }
-        let bit = UInt8(1) << level
-        if nonEmpty & bit == 0 {
-            nonEmpty |= bit
-            waitingSince[level] = nonEmpty != bit ? clock() : 0
-            passes[level] = 0
-        }
-        if atFront {
-            withRing(level) { $0.prepend(contentsOf: batch) }
-        } else {
-            withRing(level) { ring in while let entry = batch.popFirst() { ring.append(entry) } }
-        }
+        markNonEmpty(level)
+        withRing(level) { $0.prepend(contentsOf: batch) }
     }
 
     /// The next job for a normal worker: the highest non-empty level, unless a lower one has aged
