@@ -148,3 +148,24 @@ int tk_affinity_keep_first(int n) {
     CPU_FREE(set);
     return rc == 0 ? count : -1;
 }
+
+int tk_syscall_changes_address_space(long number) {
+    switch (number) {
+#ifdef SYS_mmap
+    case SYS_mmap:
+#endif
+#ifdef SYS_mmap2
+    case SYS_mmap2:
+#endif
+#ifdef SYS_brk
+    case SYS_brk:
+#endif
+    case SYS_munmap:
+    case SYS_mprotect:
+    case SYS_mremap:
+    case SYS_madvise:
+        return 1;
+    default:
+        return 0;
+    }
+}

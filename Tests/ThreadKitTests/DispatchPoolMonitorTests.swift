@@ -82,26 +82,68 @@ final class DispatchPoolMonitorTests: XCTestCase {
 
     func testWorkersBusyOnTheCPUAreNotCountedStalled() {
         // Long CPU-bound items are runnable, not waiting: the monitor takes their batches back but
-        // never lets more than `width` of them run at once.
-        let active = Atomic<Int>(0)
-        let maxActive = Atomic<Int>(0)
+        // never lets more than `width` of them run at once. Each item writes its own start and end
+        // into its own slot, and the most that overlapped is counted afterwards: a shared counter
+        // would make the items contend, and under ThreadSanitizer a contended atomic can put a
+        // thread to sleep in the sanitizer's own lock, a real block the monitor would rightly
+        // compensate.
+        let count = 3 * cores
+        let spans = Spans(count)
+        defer { spans.storage.deallocate() }
         let group = DispatchGroup()
-        for _ in 0..<(3 * cores) {
+        for i in 0..<count {
             group.enter()
             TKDispatchQueue.global().async {
-                let now = active.wrappingAdd(1, ordering: .relaxed).newValue
-                var m = maxActive.load(ordering: .relaxed)
-                while now > m, !maxActive.compareExchange(expected: m, desired: now, ordering: .relaxed).exchanged {
-                    m = maxActive.load(ordering: .relaxed)
-                }
-                let end = ContinuousClock.now + .milliseconds(30)
-                while ContinuousClock.now < end {}
-                active.wrappingSubtract(1, ordering: .relaxed)
+                let start = ContinuousClock.now
+                let end = start + .milliseconds(30)
+                var now = start
+                while now < end { now = ContinuousClock.now }
+                spans.storage[i] = (start, now)
                 group.leave()
             }
         }
         XCTAssertEqual(group.wait(timeout: .now() + 60), .success)
-        XCTAssertLessThanOrEqual(maxActive.load(ordering: .relaxed), cores)
+        // Sweep the starts and ends in time order; at equal instants an end goes first.
+        var events: [(at: ContinuousClock.Instant, step: Int)] = []
+        for span in spans.storage {
+            events.append((span.start, 1))
+            events.append((span.end, -1))
+        }
+        events.sort { a, b in a.at < b.at || (a.at == b.at && a.step < b.step) }
+        var active = 0
+        var maxActive = 0
+        for event in events {
+            active += event.step
+            maxActive = max(maxActive, active)
+        }
+        XCTAssertLessThanOrEqual(maxActive, cores)
+    }
+
+    /// One (start, end) slot per item. safety: each item writes only its own slot, and the test
+    /// reads them after `group.wait()`, which orders every item's write before the read.
+    private final class Spans: @unchecked Sendable {
+        let storage: UnsafeMutableBufferPointer<(start: ContinuousClock.Instant, end: ContinuousClock.Instant)>
+        init(_ count: Int) {
+            storage = .allocate(capacity: count)
+            storage.initialize(repeating: (.now, .now))
+        }
+    }
+
+    func testAStallNeedsTwoBlockedLooksWithoutCPUTimeBetween() {
+        typealias Look = DispatchPool.ThreadLook
+        typealias Waiting = DispatchPool.BlockedLook
+        let cases: [(earlier: Waiting?, word: UInt64, now: Look, stalled: Bool, why: String)] = [
+            (nil, 6, Look(blocked: true, cpuTime: 100), false, "one blocked look is not enough"),
+            (Waiting(word: 6, cpuTime: 100), 6, Look(blocked: true, cpuTime: 100), true, "blocked twice, no CPU between"),
+            (Waiting(word: 6, cpuTime: 100), 6, Look(blocked: true, cpuTime: 180), false, "it ran between the looks"),
+            (Waiting(word: 6, cpuTime: 100), 6, Look(blocked: false, cpuTime: 100), false, "runnable now"),
+            (Waiting(word: 2, cpuTime: 100), 6, Look(blocked: true, cpuTime: 100), false, "the earlier look was another job"),
+            (Waiting(word: 6, cpuTime: nil), 6, Look(blocked: true, cpuTime: nil), true, "no schedstat: two blocked looks"),
+            (Waiting(word: 6, cpuTime: 100), 6, Look(blocked: true, cpuTime: nil), false, "CPU time unknown now"),
+        ]
+        for c in cases {
+            XCTAssertEqual(DispatchPool.confirmsStall(earlier: c.earlier, word: c.word, now: c.now), c.stalled, c.why)
+        }
     }
 
     func testAContinuationOnTheLocalQueueOfABusyJobStillRuns() {
@@ -137,9 +179,9 @@ final class DispatchPoolMonitorTests: XCTestCase {
     }
 
     func testTheThreadStateIsReadFromProc() {
-        XCTAssertFalse(DispatchPool.threadIsWaiting(UInt32(KernelThread.currentID())), "the calling thread is running")
-        XCTAssertFalse(DispatchPool.threadIsWaiting(0))
-        // A thread parked in a Foundation semaphore sleeps (S).
+        XCTAssertFalse(DispatchPool.threadIsBlocked(UInt32(KernelThread.currentID())), "the calling thread is running")
+        XCTAssertFalse(DispatchPool.threadIsBlocked(0))
+        // A thread parked in a Foundation semaphore sleeps (S) in futex(2).
         let parked = DispatchSemaphore(value: 0)
         let tidBox = Atomic<UInt32>(0)
         let thread = Thread {
@@ -150,8 +192,41 @@ final class DispatchPoolMonitorTests: XCTestCase {
         XCTAssertTrue(
             waitUntil(.now + .seconds(10)) {
                 let tid = tidBox.load(ordering: .relaxed)
-                return tid != 0 && DispatchPool.threadIsWaiting(tid)
+                return tid != 0 && DispatchPool.threadIsBlocked(tid)
             })
         parked.signal()
+    }
+
+    func testOnlyASleepInsideASystemCallCountsAsBlocked() throws {
+        #if arch(x86_64)
+            let (futex, mmap, munmap) = (202, 9, 11)
+        #elseif arch(arm64)
+            let (futex, mmap, munmap) = (98, 222, 215)
+        #else
+            throw XCTSkip("system call numbers of this architecture are not in the table")
+        #endif
+        let cases: [(file: String?, blocked: Bool, why: String)] = [
+            ("\(futex) 0x7f01 0x80 0x0 0x0 0x0 0x0 0x7ffd10 0x7f4c21\n", true, "futex(2)"),
+            ("-1 0x7f4bff5fd650 0x55cbde4c8031\n", false, "a page fault: asleep outside any system call"),
+            ("\(mmap) 0x0 0x40000 0x3 0x22 0xffffffffffffffff 0x0 0x7f82 0x55ca\n", false, "mmap(2)"),
+            ("\(munmap) 0x7f82 0x40000 0x0 0x0 0x0 0x0 0x7f82 0x55ca\n", false, "munmap(2)"),
+            ("0 0x3 0x7ffd 0x1 0x0 0x0 0x0 0x7ffd10 0x7f4c21\n", true, "system call 0 (read(2) or io_setup)"),
+            ("running\n", false, "it runs again"),
+            (nil, true, "no syscall file: any sleep counts"),
+            ("", true, "nothing readable: any sleep counts"),
+        ]
+        for c in cases {
+            XCTAssertEqual(DispatchPool.sleepsInASystemCall(c.file), c.blocked, c.why)
+        }
+    }
+
+    func testTheThreadCPUTimeIsReadFromProc() throws {
+        XCTAssertNil(DispatchPool.threadCPUTime(0))
+        let me = UInt32(KernelThread.currentID())
+        guard let first = DispatchPool.threadCPUTime(me) else {
+            throw XCTSkip("this kernel keeps no /proc/self/task/TID/schedstat: the monitor goes by two waiting looks")
+        }
+        // The calling thread runs: its CPU time grows (the kernel updates it at its next tick).
+        XCTAssertTrue(waitUntil(.now + .seconds(10)) { (DispatchPool.threadCPUTime(me) ?? 0) > first })
     }
 }

@@ -56,6 +56,12 @@ int tk_affinity_count(void);
 /// CPUs of its affinity mask; returns how many it kept, or -1 with errno set. For tests.
 int tk_affinity_keep_first(int n);
 
+/// Whether system call `number` (this architecture's numbering) maps, unmaps or protects memory:
+/// mmap, mmap2, munmap, mprotect, mremap, madvise, brk. A thread asleep in one waits for its
+/// address space's lock, which every thread start takes too (the pool's monitor does not count it
+/// blocked).
+int tk_syscall_changes_address_space(long number);
+
 /// The dispatch pool worker running on this thread (an opaque, unretained PoolWorker set by the
 /// worker for its own thread's lifetime; NULL on other threads). Read and written only by its own
 /// thread: a submission made on a worker may go to that worker's local queue.

@@ -4,18 +4,21 @@
 // no room to admit it (or jobs wait in a worker's batch), one monitor thread looks at the tier's
 // busy workers every `monitorTick`: a worker whose progress word has not changed since the previous
 // tick (it has been inside the same job, outside any ThreadKit park, for at least one tick) loses
-// its unstarted batch to the run queues, and if its thread is not runnable (`S` or `D` in
-// /proc/self/task/TID/stat) it is counted **stalled** instead of running, so another worker may
-// take its place, within the hard cap. A stalled worker whose thread is runnable again, or whose
-// job ends, counts as running again. Everything here runs under the pool's lock, on the monitor
-// thread, except `perform(_:)` (after unlocking, on the thread that decided the action).
+// its unstarted batch to the run queues, and if its thread was found asleep inside a system call
+// (`S` or `D` in /proc/self/task/TID/stat, a call number in .../syscall) at two ticks in a row
+// without CPU time between (`confirmsStall`) it is counted **stalled** instead of running, so
+// another worker may take its place, within the hard cap. A stalled worker whose thread is no
+// longer blocked, or whose job ends, counts as running again. Everything here runs under the
+// pool's lock, on the monitor thread, except `perform(_:)` (after unlocking, on the thread that
+// decided the action).
 import CThreadKit
 import Glibc
 
 extension DispatchPool {
-    /// How often the monitor looks while it watches: a worker blocked outside ThreadKit, or a local
-    /// queue behind a long job, is noticed after one to two ticks (libdispatch on Linux polls once
-    /// a second). A tick costs one lock visit and one load per busy worker.
+    /// How often the monitor looks while it watches: a local queue behind a long job is handed
+    /// back after one to two ticks, a worker blocked outside ThreadKit is replaced after two to
+    /// three (libdispatch on Linux polls once a second). A tick costs one lock visit and one load
+    /// per busy worker.
     static let monitorTick: Duration = .milliseconds(1)
 
     /// Guarded by the pool's lock.
@@ -161,18 +164,25 @@ extension DispatchPool {
                 giveBackLocked(worker)
                 freed = true
                 // Replacing it helps only if work waits with no room to admit it; only then is its
-                // thread's state read (a /proc read, ~10 µs: not once per tick per long job).
-                let compensate = scheduler.saturatedWithWork(tier)
-                if compensate, DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
+                // thread looked at (up to three /proc reads, ~30 µs: not once per tick per long job).
+                guard scheduler.saturatedWithWork(tier) else {
+                    worker.monitorBlockedLook = nil
+                    continue
+                }
+                let look = DispatchPool.lookAtThread(worker.threadID.load(ordering: .relaxed))
+                let earlier = worker.monitorBlockedLook
+                worker.monitorBlockedLook = look.blocked ? BlockedLook(word: word, cpuTime: look.cpuTime) : nil
+                if DispatchPool.confirmsStall(earlier: earlier, word: word, now: look),
                     worker.activity.compareExchange(
                         expected: word, desired: word | 1,
                         ordering: .acquiringAndReleasing
                     ).exchanged
                 {
+                    worker.monitorBlockedLook = nil
                     scheduler.stall(tier)
                     if DiagnosticsSwitch.isOn(.blocking) { stalledNow.append(worker.threadID.load(ordering: .relaxed)) }
                 }
-            } else if !DispatchPool.threadIsWaiting(worker.threadID.load(ordering: .relaxed)),
+            } else if !DispatchPool.threadIsBlocked(worker.threadID.load(ordering: .relaxed)),
                 worker.activity.compareExchange(
                     expected: word, desired: word & ~1,
                     ordering: .acquiringAndReleasing
@@ -186,15 +196,77 @@ extension DispatchPool {
         if freed { offerWorkLocked(tier, &actions) }
     }
 
-    /// Whether kernel thread `tid` of this process is sleeping (`S`) or in an uninterruptible wait
-    /// (`D`) rather than running or runnable, from /proc/self/task/TID/stat. False if unknown.
-    static func threadIsWaiting(_ tid: UInt32) -> Bool {
+    /// One look at a worker's kernel thread: whether it is blocked, and the CPU time it has had so far.
+    struct ThreadLook: Equatable {
+        /// Asleep in a system call (`threadIsBlocked`).
+        var blocked: Bool
+        /// Nanoseconds on a CPU (the first field of /proc/self/task/TID/schedstat); nil where the
+        /// kernel keeps no schedstat.
+        var cpuTime: UInt64?
+    }
+
+    /// A look that found a worker's thread blocked, with the progress word the worker had then.
+    struct BlockedLook: Equatable {
+        var word: UInt64
+        var cpuTime: UInt64?
+    }
+
+    /// Reads thread `tid`'s state and CPU time (up to three small /proc reads, ~10 µs each).
+    static func lookAtThread(_ tid: UInt32) -> ThreadLook {
+        let blocked = threadIsBlocked(tid)
+        return ThreadLook(blocked: blocked, cpuTime: blocked ? threadCPUTime(tid) : nil)
+    }
+
+    /// The stall verdict for a worker inside the same job since the previous tick: only a thread
+    /// seen blocked at two ticks in a row, with the same progress word, and with no CPU time
+    /// between the two looks (where the kernel tells), has been blocked for the whole tick. One
+    /// look could catch a thread asleep for a moment only (a contended mutex, a sanitizer's
+    /// internal lock): counting it stalled would start another worker and leave the tier over its
+    /// width for the rest of that job (docs/DispatchPool.md, "What the monitor counts as blocked").
+    static func confirmsStall(earlier: BlockedLook?, word: UInt64, now: ThreadLook) -> Bool {
+        guard now.blocked, let earlier, earlier.word == word else { return false }
+        return earlier.cpuTime == now.cpuTime
+    }
+
+    /// Nanoseconds thread `tid` of this process has run, from /proc/self/task/TID/schedstat; nil if
+    /// unknown (no such thread, or a kernel without schedstat).
+    static func threadCPUTime(_ tid: UInt32) -> UInt64? {
+        guard tid != 0, let stat = SystemCall.readSmallFile("/proc/self/task/\(tid)/schedstat", limit: 128) else {
+            return nil
+        }
+        return stat.split(separator: " ", maxSplits: 1).first.flatMap { UInt64($0) }
+    }
+
+    /// Whether kernel thread `tid` of this process is asleep in a system call: sleeping (`S`) or in
+    /// an uninterruptible wait (`D`) per /proc/self/task/TID/stat, and inside a system call per
+    /// /proc/self/task/TID/syscall (`sleepsInASystemCall`). False if unknown.
+    static func threadIsBlocked(_ tid: UInt32) -> Bool {
         guard tid != 0, let stat = SystemCall.readSmallFile("/proc/self/task/\(tid)/stat", limit: 512),
             let close = stat.lastIndex(of: ")")
         else { return false }
         // "TID (COMM) STATE ...": COMM may hold spaces and parentheses, so look after the last ')'.
         let rest = stat[stat.index(after: close)...].drop(while: { $0 == " " })
-        guard let state = rest.first else { return false }
-        return state == "S" || state == "D"
+        guard let state = rest.first, state == "S" || state == "D" else { return false }
+        return sleepsInASystemCall(SystemCall.readSmallFile("/proc/self/task/\(tid)/syscall", limit: 256))
+    }
+
+    /// Reads /proc/self/task/TID/syscall of a sleeping thread: "NR ARGS… SP PC" inside system call
+    /// NR, "-1 SP PC" asleep outside any (a page fault), "running" if it ran again. Blocked means
+    /// waiting for something the program awaits: data (read(2)), a lock or condition (futex), a
+    /// timer (nanosleep). Not blocked: a page fault, or a call that maps, unmaps or protects memory
+    /// (`tk_syscall_changes_address_space`). Both wait for the address space's lock (or a page from
+    /// disk) and go on as soon as the kernel is done, and a replacement thread would only add to
+    /// the wait: the kernel maps its stack under the same lock. Under ThreadSanitizer at
+    /// `TK_CPU_BUDGET=16` on 2 cores, CPU-bound jobs waited 2 ms and more in
+    /// `lock_mm_and_find_vma` (a fault) and in `vm_mmap_pgoff` (the sanitizer's mmap) while other
+    /// workers started. Go's sysmon likewise retakes a P only from a thread inside a system call,
+    /// and its runtime maps memory without entering one. Where the file cannot be read (a kernel
+    /// without it), any sleep counts.
+    static func sleepsInASystemCall(_ syscallFile: String?) -> Bool {
+        guard let syscallFile else { return true }
+        guard let first = syscallFile.split(whereSeparator: { $0 == " " || $0 == "\n" }).first else { return true }
+        if first == "running" { return false }
+        guard let number = Int(first) else { return true }
+        return number >= 0 && tk_syscall_changes_address_space(number) == 0
     }
 }
