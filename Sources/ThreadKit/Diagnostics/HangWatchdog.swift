@@ -138,11 +138,26 @@ final class HangWatchdog: @unchecked Sendable {
     private static let samplerLock = Mutex<Void>(())
 
     /// Thread `tid`'s stack, innermost first, sampled by signalling it (empty if it could not be):
-    /// waits up to 500 ms for the handler.
+    /// waits up to 500 ms for the handler per sample. A sample that holds only the interrupted
+    /// frame (the unwinder could not step out of it: the signal landed in a prologue, or in a
+    /// function without unwind tables) is taken again, up to `sampleAttempts` in all: the hang
+    /// test's spin loop was once caught at `Duration.<`+0x1 with nothing beneath (ci52,
+    /// 2026-11-27), and a thread still stuck is somewhere else a moment later.
     static func sampleStack(of tid: UInt32) -> [UInt] {
         _ = tk_hang_sampler_install()
-        return samplerLock.withLock { _ in sampleStackLocked(of: tid) }
+        return samplerLock.withLock { _ in
+            var frames = sampleStackLocked(of: tid)
+            var attempts = 1
+            while frames.count == 1 && attempts < sampleAttempts {
+                frames = sampleStackLocked(of: tid)
+                attempts += 1
+            }
+            return frames
+        }
     }
+
+    /// Samples taken at most per stack (`sampleStack`).
+    static let sampleAttempts = 4
 
     private static func sampleStackLocked(of tid: UInt32) -> [UInt] {
         let done = FutexWord(0)
