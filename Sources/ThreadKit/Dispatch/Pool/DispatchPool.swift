@@ -96,13 +96,13 @@ final class DispatchPool: @unchecked Sendable {
     let monitor: UnsafeMutablePointer<MonitorState>
     /// Set to wake the monitor thread (docs/DispatchPool.md, "Workers blocked outside ThreadKit").
     let monitorEvent = ParkingEvent()
-    private var nextWorkerNumber = 0 // guarded by lock
+    @exclusivity(unchecked) private var nextWorkerNumber = 0 // guarded by lock
     /// Acquisitions of `lock` (TKPoolIntrospection), guarded by lock: a plain increment by each
     /// holder, so counting adds no atomic operation and no shared cache line of its own.
-    private var lockAcquisitions = 0
+    @exclusivity(unchecked) private var lockAcquisitions = 0
     /// Those made by a submission to wake a worker (the only time a producer takes it), guarded
     /// by lock like `lockAcquisitions`.
-    private var submitterLockAcquisitions = 0
+    @exclusivity(unchecked) private var submitterLockAcquisitions = 0
     /// Set once the thread cap has been reported (`reportThreadCapReached`).
     private let reportedThreadCap = Atomic<Bool>(false)
     /// 0: no worker start has failed; 1: one did and was reported; 2: a start succeeded after that
@@ -240,20 +240,22 @@ final class DispatchPool: @unchecked Sendable {
     private func publishMirrorsLocked() {
         let bits = scheduler.runQueues.nonEmpty
         if nonEmptyMirror.load(ordering: .relaxed) != bits { nonEmptyMirror.store(bits, ordering: .relaxed) }
-        publish(scheduler[.normal], running: runningNormal, searching: searchingNormal, idle: idleNormal)
-        publish(scheduler[.background], running: runningBackground, searching: searchingBackground, idle: idleBackground)
+        publish(scheduler.published(.normal), running: runningNormal, searching: searchingNormal, idle: idleNormal)
+        publish(
+            scheduler.published(.background), running: runningBackground, searching: searchingBackground,
+            idle: idleBackground)
         let awake = monitor.pointee.awake
         if monitorAwakeMirror.load(ordering: .relaxed) != awake { monitorAwakeMirror.store(awake, ordering: .sequentiallyConsistent) }
     }
 
     @inline(__always)
     private func publish(
-        _ tier: Scheduler.TierState, running: borrowing Atomic<Int>, searching: borrowing Atomic<Int>,
-        idle: borrowing Atomic<Int>
+        _ tier: (running: Int, searching: Int, idle: Int), running: borrowing Atomic<Int>,
+        searching: borrowing Atomic<Int>, idle: borrowing Atomic<Int>
     ) {
         if running.load(ordering: .relaxed) != tier.running { running.store(tier.running, ordering: .sequentiallyConsistent) }
         if searching.load(ordering: .relaxed) != tier.searching { searching.store(tier.searching, ordering: .sequentiallyConsistent) }
-        if idle.load(ordering: .relaxed) != tier.idle.count { idle.store(tier.idle.count, ordering: .relaxed) }
+        if idle.load(ordering: .relaxed) != tier.idle { idle.store(tier.idle, ordering: .relaxed) }
     }
 
     // MARK: Submitting

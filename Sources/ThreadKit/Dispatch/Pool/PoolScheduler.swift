@@ -85,7 +85,11 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     /// How long an idle worker lives without work, in clock nanoseconds.
     let idleTimeout: UInt64
     var runQueues: RunQueues
-    private var tiers: (TierState, TierState) = (TierState(), TierState())
+    /// The tiers' states, indexed by `Tier.rawValue`. An InlineArray, whose subscript is an
+    /// addressor: a getter over a tuple copied the state (retaining and releasing its two arrays)
+    /// on every counter read, and `_read`/`_modify` coroutines over two properties were not
+    /// inlined (an out-of-line call and a copy of the scheduler per counter access).
+    private var states = InlineArray<2, TierState>(repeating: TierState())
     /// Set when a tier wanted a thread at its cap (the pool reports it once); cleared by the pool.
     var capReached = false
 
@@ -97,11 +101,18 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
         runQueues = RunQueues(clock: clock)
     }
 
+    /// `tier`'s state, for users off the hot paths (the monitor's and the thieves' walk over the
+    /// worker list, the state dump, tests, which also set counters up); the transitions use
+    /// `states` in place.
     subscript(_ tier: Tier) -> TierState {
-        get { tier == .normal ? tiers.0 : tiers.1 }
-        _modify {
-            if tier == .normal { yield &tiers.0 } else { yield &tiers.1 }
-        }
+        get { states[tier.rawValue] }
+        _modify { yield &states[tier.rawValue] }
+    }
+
+    /// The counters the pool publishes to its mirrors after each section, read in place.
+    @inline(__always)
+    func published(_ tier: Tier) -> (running: Int, searching: Int, idle: Int) {
+        (states[tier.rawValue].running, states[tier.rawValue].searching, states[tier.rawValue].idle.count)
     }
 
     /// The invariant above, for `tier`.
@@ -132,7 +143,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     /// thread below the cap. Background work that may not start yet (normal work waits and it has
     /// not aged) only makes sure a background worker will look when it ages.
     mutating func offer(_ tier: Tier, forStealing: Bool = false) -> Plan {
-        guard self[tier].searching == 0, self[tier].running < width,
+        guard states[tier.rawValue].searching == 0, states[tier.rawValue].running < width,
             forStealing || runQueues.hasWork(background: tier.isBackground)
         else { return .none }
         if tier == .background && !forStealing && !runQueues.backgroundAdmissible() {
@@ -159,19 +170,19 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
 
     private mutating func wakeOrStart(_ tier: Tier) -> Plan {
         defer { check(tier) }
-        if let worker = self[tier].idle.popLast() {
+        if let worker = states[tier.rawValue].idle.popLast() {
             worker.isIdle = false
-            self[tier].running += 1
-            self[tier].searching += 1
+            states[tier.rawValue].running += 1
+            states[tier.rawValue].searching += 1
             return .wake(worker)
         }
-        guard self[tier].threads < threadCap else {
+        guard states[tier.rawValue].threads < threadCap else {
             capReached = true
             return .none
         }
-        self[tier].threads += 1
-        self[tier].running += 1
-        self[tier].searching += 1
+        states[tier.rawValue].threads += 1
+        states[tier.rawValue].running += 1
+        states[tier.rawValue].searching += 1
         return .start
     }
 
@@ -180,8 +191,8 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     /// that sleeps past that instant is woken so it parks again with the new one.
     private mutating func offerAgingBackground() -> Plan {
         let aging = runQueues.backgroundAgingDeadline()
-        if self[.background].threads == 0 { return wakeOrStart(.background) }
-        if let worker = self[.background].idle.last, let aging,
+        if states[Tier.background.rawValue].threads == 0 { return wakeOrStart(.background) }
+        if let worker = states[Tier.background.rawValue].idle.last, let aging,
             worker.idleDeadline == 0 || worker.idleDeadline > aging
         {
             return wakeOrStart(.background)
@@ -194,7 +205,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     /// The first half of a visit by an idle-handed worker of `tier` (its local queue is empty).
     mutating func pop(_ tier: Tier) -> Next {
         // Over width (a blocked worker came back): this one goes idle.
-        guard self[tier].running <= width else { return .idle }
+        guard states[tier.rawValue].running <= width else { return .idle }
         let job: (DispatchEntry, Int)?
         if tier == .background {
             job = runQueues.popBackground().map { ($0, RunQueues.background) }
@@ -231,7 +242,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
         var background = Plan.none
         if wasSearching {
             wasSearching = false
-            self[tier].searching -= 1
+            states[tier.rawValue].searching -= 1
             own = offer(tier)
         }
         if tier == .normal && runQueues.hasWork(background: true)
@@ -250,10 +261,10 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
         let tier = Tier(background: worker.background)
         if wasSearching {
             wasSearching = false
-            self[tier].searching -= 1
+            states[tier.rawValue].searching -= 1
         }
-        self[tier].running -= 1
-        self[tier].idle.append(worker)
+        states[tier.rawValue].running -= 1
+        states[tier.rawValue].idle.append(worker)
         worker.isIdle = true
         worker.idleDeadline = tier == .background ? runQueues.backgroundAgingDeadline() ?? 0 : 0
         check(tier)
@@ -271,17 +282,17 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
         let tier = Tier(background: worker.background)
         guard worker.isIdle else { return .woken }
         defer { check(tier) }
-        if tier == .background && runQueues.backgroundAdmissible() && self[tier].running < width {
+        if tier == .background && runQueues.backgroundAdmissible() && states[tier.rawValue].running < width {
             removeIdle(worker, tier)
-            self[tier].running += 1
+            states[tier.rawValue].running += 1
             return .work
         }
         let retireAt = idleSince &+ idleTimeout
         let now = runQueues.clock()
         if now >= retireAt {
             removeIdle(worker, tier)
-            self[tier].workers.removeAll { $0 === worker }
-            self[tier].threads -= 1
+            states[tier.rawValue].workers.removeAll { $0 === worker }
+            states[tier.rawValue].threads -= 1
             return .retire
         }
         // An aging instant already past (the tier is at width) is no reason to wake again.
@@ -290,7 +301,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     }
 
     private mutating func removeIdle(_ worker: Worker, _ tier: Tier) {
-        self[tier].idle.removeAll { $0 === worker }
+        states[tier.rawValue].idle.removeAll { $0 === worker }
         worker.isIdle = false
     }
 
@@ -298,15 +309,15 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
 
     /// A started thread joins its tier's list (it was counted when its start was planned).
     mutating func register(_ worker: Worker) {
-        self[Tier(background: worker.background)].workers.append(worker)
+        states[Tier(background: worker.background).rawValue].workers.append(worker)
     }
 
     /// The OS refused the thread planned by `.start` (`worker` had been registered, or nil).
     mutating func startFailed(_ tier: Tier, worker: Worker?) {
-        if let worker { self[tier].workers.removeAll { $0 === worker } }
-        self[tier].threads -= 1
-        self[tier].running -= 1
-        self[tier].searching -= 1
+        if let worker { states[tier.rawValue].workers.removeAll { $0 === worker } }
+        states[tier.rawValue].threads -= 1
+        states[tier.rawValue].running -= 1
+        states[tier.rawValue].searching -= 1
         check(tier)
     }
 
@@ -314,35 +325,35 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     /// monitor counted it stalled already): another may take its place. The caller returns its
     /// local jobs to the run queues and offers the tier.
     mutating func block(_ tier: Tier, wasStalled: Bool) {
-        if wasStalled { self[tier].stalled -= 1 } else { self[tier].running -= 1 }
-        self[tier].blocked += 1
+        if wasStalled { states[tier.rawValue].stalled -= 1 } else { states[tier.rawValue].running -= 1 }
+        states[tier.rawValue].blocked += 1
         check(tier)
     }
 
     /// The worker resumed: running again (the tier may be over width until a worker reaches a
     /// job boundary and goes idle: `pop` returns `.idle` then).
     mutating func unblock(_ tier: Tier) {
-        self[tier].blocked -= 1
-        self[tier].running += 1
+        states[tier.rawValue].blocked -= 1
+        states[tier.rawValue].running += 1
         check(tier)
     }
 
     /// The monitor found a running worker blocked outside ThreadKit.
     mutating func stall(_ tier: Tier) {
-        self[tier].running -= 1
-        self[tier].stalled += 1
+        states[tier.rawValue].running -= 1
+        states[tier.rawValue].stalled += 1
         check(tier)
     }
 
     /// A stalled worker is runnable again, or its job ended.
     mutating func unstall(_ tier: Tier) {
-        self[tier].stalled -= 1
-        self[tier].running += 1
+        states[tier.rawValue].stalled -= 1
+        states[tier.rawValue].running += 1
         check(tier)
     }
 
     /// Whether tier `t`'s run queues hold work it cannot admit now (the monitor's trigger).
     func saturatedWithWork(_ tier: Tier) -> Bool {
-        self[tier].running >= width && runQueues.hasWork(background: tier.isBackground)
+        states[tier.rawValue].running >= width && runQueues.hasWork(background: tier.isBackground)
     }
 }

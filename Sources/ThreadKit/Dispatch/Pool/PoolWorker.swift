@@ -18,10 +18,10 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     /// Set by the waker that took this worker off the idle stack.
     let event = ParkingEvent()
     /// On the pool's idle stack. Written by the scheduler, under the pool's lock.
-    var isIdle = false
+    @exclusivity(unchecked) var isIdle = false
     /// An idle background worker wakes at this `RunQueues.stamp` to check whether waiting
     /// background work has aged (0: no such work). Written by the scheduler, under the pool's lock.
-    var idleDeadline: UInt64 = 0
+    @exclusivity(unchecked) var idleDeadline: UInt64 = 0
     /// Set once the thread runs (a failed thread start never sets it).
     let started = Atomic<Bool>(false)
     /// The worker's dispatch context (installed as its thread's context).
@@ -33,7 +33,7 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     /// front; a thief takes the newer half from the back; the pool moves them back to its run
     /// queues when the worker blocks, stalls, or another level waits.
     let local = JobRing<DispatchEntry>(capacity: DispatchPool.localLimit)
-    var localLevel = 0
+    @exclusivity(unchecked) var localLevel = 0
     let localLock = DispatchLock()
     /// The progress word the pool's monitor watches (docs/DispatchPool.md, "Workers blocked outside
     /// ThreadKit"): `count << 2 | observable << 1 | stalled`. The worker stores a new count at every
@@ -45,11 +45,11 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     /// and tells the pool. Acquire-release RMWs; the counts themselves are under the pool's lock.
     let activity = Atomic<UInt64>(0)
     /// The word the monitor saw at its previous tick. Guarded by the pool's lock.
-    var monitorSeen: UInt64 = 0
+    @exclusivity(unchecked) var monitorSeen: UInt64 = 0
     /// The monitor's previous look at this worker's thread, if that found it blocked inside a job
     /// (the first of the two looks a stall verdict needs: `DispatchPool.confirmsStall`). Guarded
     /// by the pool's lock.
-    var monitorBlockedLook: DispatchPool.BlockedLook?
+    @exclusivity(unchecked) var monitorBlockedLook: DispatchPool.BlockedLook?
     /// The worker's kernel thread id (0 until it runs), for the monitor's look at its state.
     let threadID = Atomic<UInt32>(0)
     /// What only the worker's thread reads and writes.
