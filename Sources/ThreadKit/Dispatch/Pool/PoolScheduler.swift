@@ -85,10 +85,11 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     /// How long an idle worker lives without work, in clock nanoseconds.
     let idleTimeout: UInt64
     var runQueues: RunQueues
-    /// The tiers' states, indexed by `Tier.rawValue`. An InlineArray, whose subscript is an
-    /// addressor: a getter over a tuple copied the state (retaining and releasing its two arrays)
-    /// on every counter read, and `_read`/`_modify` coroutines over two properties were not
-    /// inlined (an out-of-line call and a copy of the scheduler per counter access).
+    /// The tiers' states, indexed by `Tier.rawValue`, reached through `subscript(tier)`. An
+    /// InlineArray, whose own subscript is an addressor: a getter over a tuple copied the state
+    /// (retaining and releasing its two arrays) on every counter read, and `_read`/`_modify`
+    /// choosing between two properties (two yields) were not inlined (an out-of-line call and a
+    /// copy of the scheduler per counter access); one yield into the InlineArray inlines.
     private var states = InlineArray<2, TierState>(repeating: TierState())
     /// Set when a tier wanted a thread at its cap (the pool reports it once); cleared by the pool.
     var capReached = false
@@ -101,18 +102,17 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
         runQueues = RunQueues(clock: clock)
     }
 
-    /// `tier`'s state, for users off the hot paths (the monitor's and the thieves' walk over the
-    /// worker list, the state dump, tests, which also set counters up); the transitions use
-    /// `states` in place.
+    /// `tier`'s state, borrowed or modified in place (one yield each, so both inline into the
+    /// transitions: no copy of the state, no call per counter access).
     subscript(_ tier: Tier) -> TierState {
-        get { states[tier.rawValue] }
-        _modify { yield &states[tier.rawValue] }
+        @inline(__always) _read { yield states[tier.rawValue] }
+        @inline(__always) _modify { yield &states[tier.rawValue] }
     }
 
     /// The counters the pool publishes to its mirrors after each section, read in place.
     @inline(__always)
     func published(_ tier: Tier) -> (running: Int, searching: Int, idle: Int) {
-        (states[tier.rawValue].running, states[tier.rawValue].searching, states[tier.rawValue].idle.count)
+        (self[tier].running, self[tier].searching, self[tier].idle.count)
     }
 
     /// The invariant above, for `tier`.
@@ -143,7 +143,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     /// thread below the cap. Background work that may not start yet (normal work waits and it has
     /// not aged) only makes sure a background worker will look when it ages.
     mutating func offer(_ tier: Tier, forStealing: Bool = false) -> Plan {
-        guard states[tier.rawValue].searching == 0, states[tier.rawValue].running < width,
+        guard self[tier].searching == 0, self[tier].running < width,
             forStealing || runQueues.hasWork(background: tier.isBackground)
         else { return .none }
         if tier == .background && !forStealing && !runQueues.backgroundAdmissible() {
@@ -170,19 +170,19 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
 
     private mutating func wakeOrStart(_ tier: Tier) -> Plan {
         defer { check(tier) }
-        if let worker = states[tier.rawValue].idle.popLast() {
+        if let worker = self[tier].idle.popLast() {
             worker.isIdle = false
-            states[tier.rawValue].running += 1
-            states[tier.rawValue].searching += 1
+            self[tier].running += 1
+            self[tier].searching += 1
             return .wake(worker)
         }
-        guard states[tier.rawValue].threads < threadCap else {
+        guard self[tier].threads < threadCap else {
             capReached = true
             return .none
         }
-        states[tier.rawValue].threads += 1
-        states[tier.rawValue].running += 1
-        states[tier.rawValue].searching += 1
+        self[tier].threads += 1
+        self[tier].running += 1
+        self[tier].searching += 1
         return .start
     }
 
@@ -191,8 +191,8 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     /// that sleeps past that instant is woken so it parks again with the new one.
     private mutating func offerAgingBackground() -> Plan {
         let aging = runQueues.backgroundAgingDeadline()
-        if states[Tier.background.rawValue].threads == 0 { return wakeOrStart(.background) }
-        if let worker = states[Tier.background.rawValue].idle.last, let aging,
+        if self[.background].threads == 0 { return wakeOrStart(.background) }
+        if let worker = self[.background].idle.last, let aging,
             worker.idleDeadline == 0 || worker.idleDeadline > aging
         {
             return wakeOrStart(.background)
@@ -205,7 +205,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     /// The first half of a visit by an idle-handed worker of `tier` (its local queue is empty).
     mutating func pop(_ tier: Tier) -> Next {
         // Over width (a blocked worker came back): this one goes idle.
-        guard states[tier.rawValue].running <= width else { return .idle }
+        guard self[tier].running <= width else { return .idle }
         let job: (DispatchEntry, Int)?
         if tier == .background {
             job = runQueues.popBackground().map { ($0, RunQueues.background) }
@@ -242,7 +242,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
         var background = Plan.none
         if wasSearching {
             wasSearching = false
-            states[tier.rawValue].searching -= 1
+            self[tier].searching -= 1
             own = offer(tier)
         }
         if tier == .normal && runQueues.hasWork(background: true)
@@ -261,10 +261,10 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
         let tier = Tier(background: worker.background)
         if wasSearching {
             wasSearching = false
-            states[tier.rawValue].searching -= 1
+            self[tier].searching -= 1
         }
-        states[tier.rawValue].running -= 1
-        states[tier.rawValue].idle.append(worker)
+        self[tier].running -= 1
+        self[tier].idle.append(worker)
         worker.isIdle = true
         worker.idleDeadline = tier == .background ? runQueues.backgroundAgingDeadline() ?? 0 : 0
         check(tier)
@@ -282,17 +282,17 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
         let tier = Tier(background: worker.background)
         guard worker.isIdle else { return .woken }
         defer { check(tier) }
-        if tier == .background && runQueues.backgroundAdmissible() && states[tier.rawValue].running < width {
+        if tier == .background && runQueues.backgroundAdmissible() && self[tier].running < width {
             removeIdle(worker, tier)
-            states[tier.rawValue].running += 1
+            self[tier].running += 1
             return .work
         }
         let retireAt = idleSince &+ idleTimeout
         let now = runQueues.clock()
         if now >= retireAt {
             removeIdle(worker, tier)
-            states[tier.rawValue].workers.removeAll { $0 === worker }
-            states[tier.rawValue].threads -= 1
+            self[tier].workers.removeAll { $0 === worker }
+            self[tier].threads -= 1
             return .retire
         }
         // An aging instant already past (the tier is at width) is no reason to wake again.
@@ -301,7 +301,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     }
 
     private mutating func removeIdle(_ worker: Worker, _ tier: Tier) {
-        states[tier.rawValue].idle.removeAll { $0 === worker }
+        self[tier].idle.removeAll { $0 === worker }
         worker.isIdle = false
     }
 
@@ -309,15 +309,15 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
 
     /// A started thread joins its tier's list (it was counted when its start was planned).
     mutating func register(_ worker: Worker) {
-        states[Tier(background: worker.background).rawValue].workers.append(worker)
+        self[Tier(background: worker.background)].workers.append(worker)
     }
 
     /// The OS refused the thread planned by `.start` (`worker` had been registered, or nil).
     mutating func startFailed(_ tier: Tier, worker: Worker?) {
-        if let worker { states[tier.rawValue].workers.removeAll { $0 === worker } }
-        states[tier.rawValue].threads -= 1
-        states[tier.rawValue].running -= 1
-        states[tier.rawValue].searching -= 1
+        if let worker { self[tier].workers.removeAll { $0 === worker } }
+        self[tier].threads -= 1
+        self[tier].running -= 1
+        self[tier].searching -= 1
         check(tier)
     }
 
@@ -325,35 +325,35 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
     /// monitor counted it stalled already): another may take its place. The caller returns its
     /// local jobs to the run queues and offers the tier.
     mutating func block(_ tier: Tier, wasStalled: Bool) {
-        if wasStalled { states[tier.rawValue].stalled -= 1 } else { states[tier.rawValue].running -= 1 }
-        states[tier.rawValue].blocked += 1
+        if wasStalled { self[tier].stalled -= 1 } else { self[tier].running -= 1 }
+        self[tier].blocked += 1
         check(tier)
     }
 
     /// The worker resumed: running again (the tier may be over width until a worker reaches a
     /// job boundary and goes idle: `pop` returns `.idle` then).
     mutating func unblock(_ tier: Tier) {
-        states[tier.rawValue].blocked -= 1
-        states[tier.rawValue].running += 1
+        self[tier].blocked -= 1
+        self[tier].running += 1
         check(tier)
     }
 
     /// The monitor found a running worker blocked outside ThreadKit.
     mutating func stall(_ tier: Tier) {
-        states[tier.rawValue].running -= 1
-        states[tier.rawValue].stalled += 1
+        self[tier].running -= 1
+        self[tier].stalled += 1
         check(tier)
     }
 
     /// A stalled worker is runnable again, or its job ended.
     mutating func unstall(_ tier: Tier) {
-        states[tier.rawValue].stalled -= 1
-        states[tier.rawValue].running += 1
+        self[tier].stalled -= 1
+        self[tier].running += 1
         check(tier)
     }
 
     /// Whether tier `t`'s run queues hold work it cannot admit now (the monitor's trigger).
     func saturatedWithWork(_ tier: Tier) -> Bool {
-        states[tier.rawValue].running >= width && runQueues.hasWork(background: tier.isBackground)
+        self[tier].running >= width && runQueues.hasWork(background: tier.isBackground)
     }
 }
