@@ -89,6 +89,64 @@ final class DispatchGroupTests: XCTestCase {
         XCTAssertEqual(counter.count, n)
     }
 
+    /// A group holds itself while its count is above zero (blocks of `async(group:)` hold it
+    /// unretained, as libdispatch's do): dropped by its owner with blocks out, it lives until the
+    /// last of them leaves, notifies, and is freed then.
+    func testAGroupDroppedWhileItsBlocksAreOutLivesUntilTheLastLeaves() {
+        let queue = TKDispatchQueue(label: "dropped-group", attributes: .concurrent)
+        let gate = DispatchSemaphore(value: 0)
+        let ran = DispatchGroup()
+        let notified = DispatchSemaphore(value: 0)
+        let counter = JudgedCounter()
+        weak var weakGroup: TKDispatchGroup?
+        do {
+            let group = TKDispatchGroup()
+            weakGroup = group
+            for _ in 0..<8 {
+                ran.enter()
+                queue.async(group: group) {
+                    gate.wait()
+                    counter.add()
+                    ran.leave()
+                }
+            }
+            group.notify(queue: queue) { notified.signal() }
+        }
+        XCTAssertNotNil(weakGroup, "a group with blocks out holds itself")
+        for _ in 0..<8 { gate.signal() }
+        XCTAssertEqual(ran.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(notified.wait(timeout: .now() + 30), .success, "the dropped group notified at zero")
+        XCTAssertEqual(counter.count, 8)
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { weakGroup == nil }, "the group is freed after the last leave")
+    }
+
+    /// Many zero crossings, each taking and dropping the self-reference, from blocks on many
+    /// workers and a thread entering and leaving by hand: the group ends at zero, waitable, freed.
+    func testSelfReferenceAcrossManyZeroCrossingsIsBalanced() {
+        weak var weakGroup: TKDispatchGroup?
+        let counter = JudgedCounter()
+        let rounds = stress(2_000)
+        do {
+            let group = TKDispatchGroup()
+            weakGroup = group
+            let queue = TKDispatchQueue.global()
+            let byHand = TestThread {
+                for _ in 0..<rounds {
+                    group.enter()
+                    group.leave()
+                }
+            }
+            for _ in 0..<rounds {
+                queue.async(group: group) { counter.add() }
+                if Bool.random() { XCTAssertEqual(group.wait(until: .now + .seconds(30)), .success) }
+            }
+            XCTAssertTrue(byHand.join())
+            XCTAssertEqual(group.wait(until: .now + .seconds(30)), .success)
+        }
+        XCTAssertEqual(counter.count, rounds)
+        XCTAssertTrue(waitUntil(.now + .seconds(30)) { weakGroup == nil }, "the group is freed once at zero and dropped")
+    }
+
     func testEnterLeaveRacesFromManyThreadsEndAtZero() {
         let group = TKDispatchGroup()
         let threads = TestThread.spawn(4, "enter-leave") { _ in

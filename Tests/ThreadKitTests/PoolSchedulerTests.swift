@@ -44,7 +44,7 @@ final class PoolSchedulerTests: XCTestCase {
         _ = s.park(worker, wasSearching: &searching)
     }
 
-    private func assertCounters(_ s: Scheduler, _ tier: Scheduler.Tier, file: StaticString = #filePath, line: UInt = #line) {
+    private func assertCounters(_ s: borrowing Scheduler, _ tier: Scheduler.Tier, file: StaticString = #filePath, line: UInt = #line) {
         let t = s[tier]
         XCTAssertEqual(t.threads, t.running + t.blocked + t.stalled + t.idle.count, "threads", file: file, line: line)
         XCTAssertGreaterThanOrEqual(t.searching, 0, file: file, line: line)

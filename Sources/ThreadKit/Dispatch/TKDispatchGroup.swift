@@ -13,6 +13,12 @@ import Synchronization
 /// | 32     | `hasWaiters`: a thread may be parked in `wait` (cleared only at zero)  |
 /// | 33     | `hasNotify`: the notification list or `finishWaiters` may be non-empty |
 ///
+/// While the count is above zero the group holds a strong reference to itself (taken by the enter
+/// that raises it from zero, dropped by the leave that brings it back), as libdispatch's groups do:
+/// a block submitted with `async(group:)` can then hold its group unretained (`DispatchEntry.group`),
+/// and a group dropped by its owner while tasks are out lives until the last of them leaves. A
+/// group entered and never left is therefore never freed (it could never be waited for either).
+///
 /// enter is one fetch-add; leave is one fetch-sub and, only when it brings the count to zero with
 /// a flag set, the slow path: bump `generation` (every waiter returns once it sees the generation
 /// move: a wait ends at a zero crossing even if the count rises again at once) and submit the
@@ -36,6 +42,8 @@ public final class TKDispatchGroup: @unchecked Sendable {
     public init() {}
 
     deinit {
+        // A group whose count is above zero holds itself: it is freed only at zero.
+        assert(state.load(ordering: .relaxed) & TKDispatchGroup.countMask == 0, "TKDispatchGroup freed while entered")
         generation.deallocate()
         notifyLock.deallocate()
     }
@@ -45,27 +53,42 @@ public final class TKDispatchGroup: @unchecked Sendable {
     public func enter() {
         if DiagnosticsSwitch.isOn(WaitGraph.recording) { lastEnterer.store(SystemCall.currentThreadID, ordering: .relaxed) }
         let old = state.wrappingAdd(1, ordering: .sequentiallyConsistent).oldValue
-        if old & TKDispatchGroup.countMask == TKDispatchGroup.countMask {
+        let count = old & TKDispatchGroup.countMask
+        if count == 0 {
+            // The self-reference for the time the count is above zero. Taken after the add: the
+            // caller's own reference keeps the group alive until then, and the leave that brings
+            // this count back to zero happens after this enter returns.
+            _ = Unmanaged.passUnretained(self).retain()
+        } else if count == TKDispatchGroup.countMask {
             misuse("TKDispatchGroup.enter(): more than 2^32-1 tasks entered and not left. Fix: balance enter() with leave().")
         }
     }
 
     /// One task finished. More `leave()` than `enter()` is a misuse that stops the process.
     public func leave() {
+        // The caller holds a reference, so dropping the self-reference here cannot free the group
+        // under this method.
+        if leaveAfterWork() { Unmanaged.passUnretained(self).release() }
+    }
+
+    /// The leave of a block submitted with `async(group:)`, whose entry holds the group unretained.
+    /// Returns true when it brought the count to zero: the caller then drops the group's
+    /// self-reference (`Unmanaged.release`), after this method has returned, since that release may
+    /// free the group.
+    func leaveAfterWork() -> Bool {
         let old = state.wrappingSubtract(1, ordering: .sequentiallyConsistent).oldValue
         let count = old & TKDispatchGroup.countMask
         if count == 1 {
             if old & ~TKDispatchGroup.countMask != 0 { reachedZero() }
+            return true
         } else if count == 0 {
             misuse(
                 "TKDispatchGroup.leave() called more times than enter() (the group's count is 0): "
                     + "an unbalanced leave. Fix: call leave() exactly once for each enter(), and do not leave a "
                     + "group that async(group:) entered for you.")
         }
+        return false
     }
-
-    /// The leave of a block submitted with `async(group:)`.
-    func leaveAfterWork() { leave() }
 
     /// The count reached zero with a flag set: wake the waiters and submit the notifications.
     private func reachedZero() {

@@ -21,8 +21,12 @@ enum DispatchWork {
 
 struct DispatchEntry {
     var work: DispatchWork
-    /// Left once the work has run (`async(group:)`).
-    var group: TKDispatchGroup?
+    /// Left once the work has run (`async(group:)`). Unretained: the group holds a reference to
+    /// itself while its count is above zero (`TKDispatchGroup.enter`), and the enter this entry
+    /// owes its leave to keeps the count there until `run` leaves. (libdispatch's rule too: a
+    /// retain and a release per item, two atomic read-modify-writes, saved.) So an entry with a
+    /// group is never copied (its leave would run twice): it is moved, as every entry is.
+    var group: Unmanaged<TKDispatchGroup>?
     /// Runs alone on a concurrent queue, after everything submitted before it.
     var barrier: Bool
     /// The item's trace flow id when its submission was recorded, else 0 (in the padding after
@@ -31,7 +35,7 @@ struct DispatchEntry {
 
     init(_ work: DispatchWork, group: TKDispatchGroup? = nil, barrier: Bool = false) {
         self.work = work
-        self.group = group
+        self.group = group.map { Unmanaged.passUnretained($0) }
         self.barrier = barrier
     }
 
@@ -57,6 +61,8 @@ struct DispatchEntry {
         case .globalJob(let job): TKConcurrency.runGlobal(job)
         }
         if traceFlow != 0 { TraceRecorder.dispatchItem(.end, flow: traceFlow) }
-        group?.leaveAfterWork()
+        // safety: the group's self-reference keeps it alive until this leave drops it, which is
+        // why the release comes after the leave returns, outside the group's own method.
+        if let group, group._withUnsafeGuaranteedRef({ $0.leaveAfterWork() }) { group.release() }
     }
 }

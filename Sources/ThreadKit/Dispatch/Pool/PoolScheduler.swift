@@ -25,7 +25,7 @@ protocol PoolSchedulerWorker: AnyObject {
     var idleDeadline: UInt64 { get set }
 }
 
-struct PoolScheduler<Worker: PoolSchedulerWorker> {
+struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     enum Tier: Int {
         case normal = 0, background = 1
 
@@ -352,7 +352,10 @@ struct PoolScheduler<Worker: PoolSchedulerWorker> {
         check(tier)
     }
 
-    /// Whether tier `t`'s run queues hold work it cannot admit now (the monitor's trigger).
+    /// Whether tier `t`'s run queues hold work it cannot admit now (the monitor's trigger). Inlined:
+    /// called through the pool's addressor, an out-of-line call got a bitwise copy of the whole
+    /// scheduler to borrow (on every offer, under the pool's lock).
+    @inline(__always)
     func saturatedWithWork(_ tier: Tier) -> Bool {
         self[tier].running >= width && runQueues.hasWork(background: tier.isBackground)
     }
