@@ -68,14 +68,14 @@ public final class TKDispatchGroup: @unchecked Sendable {
     public func leave() {
         // The caller holds a reference, so dropping the self-reference here cannot free the group
         // under this method.
-        if leaveAfterWork() { Unmanaged.passUnretained(self).release() }
+        if leaveReachingZero() { Unmanaged.passUnretained(self).release() }
     }
 
-    /// The leave of a block submitted with `async(group:)`, whose entry holds the group unretained.
-    /// Returns true when it brought the count to zero: the caller then drops the group's
-    /// self-reference (`Unmanaged.release`), after this method has returned, since that release may
-    /// free the group.
-    func leaveAfterWork() -> Bool {
+    /// Every leave: the public `leave()`, and the end of a block submitted with `async(group:)`
+    /// (whose entry holds the group unretained). Returns true when it brought the count to zero:
+    /// the caller then drops the group's self-reference (`Unmanaged.release`), after this method
+    /// has returned, since that release may free the group.
+    func leaveReachingZero() -> Bool {
         let old = state.wrappingSubtract(1, ordering: .sequentiallyConsistent).oldValue
         let count = old & TKDispatchGroup.countMask
         if count == 1 {

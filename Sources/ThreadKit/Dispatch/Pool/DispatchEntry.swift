@@ -63,6 +63,6 @@ struct DispatchEntry {
         if traceFlow != 0 { TraceRecorder.dispatchItem(.end, flow: traceFlow) }
         // safety: the group's self-reference keeps it alive until this leave drops it, which is
         // why the release comes after the leave returns, outside the group's own method.
-        if let group, group._withUnsafeGuaranteedRef({ $0.leaveAfterWork() }) { group.release() }
+        if let group, group._withUnsafeGuaranteedRef({ $0.leaveReachingZero() }) { group.release() }
     }
 }

@@ -8,9 +8,11 @@
 // (`S` or `D` in /proc/self/task/TID/stat, a call number in .../syscall) at two ticks in a row
 // without CPU time between (`confirmsStall`) it is counted **stalled** instead of running, so
 // another worker may take its place, within the hard cap. A stalled worker whose thread is no
-// longer blocked, or whose job ends, counts as running again. Everything here runs under the
-// pool's lock, on the monitor thread, except `perform(_:)` (after unlocking, on the thread that
-// decided the action).
+// longer blocked, or whose job ends, counts as running again. Everything here runs on the monitor
+// thread under the pool's lock, except `perform(_:)` (after unlocking, on the thread that decided
+// the action) and the /proc reads of a tick (`ThreadLook`), which run between two lock visits so
+// that a tick with many long jobs (~10 µs a read, up to three per worker) does not hold every
+// worker and producer off the lock (`applyLooksLocked`).
 import CThreadKit
 import Glibc
 
@@ -127,10 +129,10 @@ extension DispatchPool {
             monitor.pointee.pendingNormalStarts = 0
             var actions = Actions()
             var watching = false
-            var stalledNow: [UInt32] = [] // for the blocking checker (docs/Diagnostics.md §5), when on
+            var looks: [PendingLook] = []
             for t in 0..<2 {
                 if needsWatchLocked(t, batches: true) {
-                    scanLocked(t, &actions, &stalledNow)
+                    scanLocked(t, &actions, &looks)
                     watching = true
                 } else if scheduler[Tier(rawValue: t)!].running + scheduler[Tier(rawValue: t)!].stalled > 0 {
                     watching = true
@@ -142,24 +144,50 @@ extension DispatchPool {
             unlockPool()
             for _ in 0..<starts { startWorker(background: false) }
             actions.perform(self)
-            if !stalledNow.isEmpty { BlockingChecker.poolNoticedBlockedWorkers(stalledNow) }
+            if !looks.isEmpty {
+                // The /proc reads, without the lock; then one more visit to apply what they found.
+                for i in looks.indices {
+                    let tid = looks[i].worker.threadID.load(ordering: .relaxed)
+                    looks[i].look =
+                        looks[i].stalled
+                        ? ThreadLook(blocked: DispatchPool.threadIsBlocked(tid), cpuTime: nil)
+                        : DispatchPool.lookAtThread(tid)
+                }
+                var after = Actions()
+                var stalledNow: [UInt32] = [] // for the blocking checker (docs/Diagnostics.md §5), when on
+                lockPool()
+                applyLooksLocked(looks, &after, &stalledNow)
+                unlockPool()
+                after.perform(self)
+                if !stalledNow.isEmpty { BlockingChecker.poolNoticedBlockedWorkers(stalledNow) }
+            }
             _ = monitorEvent.wait(deadline: watching ? .now + DispatchPool.monitorTick : nil, spinLimit: 0, observed: false)
         }
     }
 
-    /// One look at tier `t`'s busy workers; the workers it counts stalled go into `stalledNow`
-    /// while the blocking checker is on. Caller holds `lock`.
-    private func scanLocked(_ t: Int, _ actions: inout Actions, _ stalledNow: inout [UInt32]) {
+    /// A busy worker whose thread the monitor looks at this tick, between its two lock visits: one
+    /// inside the same job since the previous tick (`word`, observable, unchanged), running
+    /// (`stalled` false: is it blocked?) or counted stalled (is it still?).
+    struct PendingLook {
+        let worker: PoolWorker
+        let tier: Tier
+        let word: UInt64
+        var look = ThreadLook(blocked: false, cpuTime: nil)
+        var stalled: Bool { word & 1 != 0 }
+    }
+
+    /// One look at tier `t`'s busy workers: hands back the batch of each that has made no progress
+    /// since the previous tick, and lists the ones whose threads must be looked at in `looks`.
+    /// Caller holds `lock`.
+    private func scanLocked(_ t: Int, _ actions: inout Actions, _ looks: inout [PendingLook]) {
         var freed = false
         let tier = Tier(rawValue: t)!
         for worker in scheduler[tier].workers where !worker.isIdle {
             let word = worker.activity.load(ordering: .acquiring)
-            defer { worker.monitorSeen = worker.activity.load(ordering: .relaxed) }
-            let observable = word & 2 != 0
-            let stalled = word & 1 != 0
-            guard observable, word == worker.monitorSeen else { continue }
+            defer { worker.monitorSeen = word }
+            guard word & 2 != 0, word == worker.monitorSeen else { continue }
             // Inside the same job since the last tick, not parked in ThreadKit.
-            if !stalled {
+            if word & 1 == 0 {
                 // Its unstarted batch must not wait for it, whatever it is doing.
                 giveBackLocked(worker)
                 freed = true
@@ -169,20 +197,43 @@ extension DispatchPool {
                     worker.monitorBlockedLook = nil
                     continue
                 }
-                let look = DispatchPool.lookAtThread(worker.threadID.load(ordering: .relaxed))
+            }
+            looks.append(PendingLook(worker: worker, tier: tier, word: word))
+        }
+        if freed { offerWorkLocked(tier, &actions) }
+    }
+
+    /// Applies the looks taken since `scanLocked` listed them: a running worker seen blocked at two
+    /// ticks in a row counts stalled (if its tier still has work it cannot admit), a stalled one
+    /// whose thread runs again counts running. Each verdict is a compare-exchange against the word
+    /// the scan saw, made under the lock together with the count it changes: a worker that has made
+    /// progress since (its word moved on) is left alone, and one whose job ends after the mark
+    /// finds `stalled` set and tells the pool, which then takes this same lock after this section.
+    /// Caller holds `lock`.
+    private func applyLooksLocked(_ looks: [PendingLook], _ actions: inout Actions, _ stalledNow: inout [UInt32]) {
+        var stalledIn: UInt8 = 0
+        for pending in looks {
+            let worker = pending.worker
+            let tier = pending.tier
+            let word = pending.word
+            if !pending.stalled {
                 let earlier = worker.monitorBlockedLook
-                worker.monitorBlockedLook = look.blocked ? BlockedLook(word: word, cpuTime: look.cpuTime) : nil
-                if DispatchPool.confirmsStall(earlier: earlier, word: word, now: look),
+                worker.monitorBlockedLook =
+                    pending.look.blocked ? BlockedLook(word: word, cpuTime: pending.look.cpuTime) : nil
+                if DispatchPool.confirmsStall(earlier: earlier, word: word, now: pending.look),
+                    scheduler.saturatedWithWork(tier),
                     worker.activity.compareExchange(
                         expected: word, desired: word | 1,
                         ordering: .acquiringAndReleasing
                     ).exchanged
                 {
                     worker.monitorBlockedLook = nil
+                    worker.monitorSeen = word | 1 // the word the next tick compares with
                     scheduler.stall(tier)
+                    stalledIn |= 1 << tier.rawValue
                     if DiagnosticsSwitch.isOn(.blocking) { stalledNow.append(worker.threadID.load(ordering: .relaxed)) }
                 }
-            } else if !DispatchPool.threadIsBlocked(worker.threadID.load(ordering: .relaxed)),
+            } else if !pending.look.blocked,
                 worker.activity.compareExchange(
                     expected: word, desired: word & ~1,
                     ordering: .acquiringAndReleasing
@@ -190,10 +241,13 @@ extension DispatchPool {
             {
                 // Runnable again inside the same job: it counts as running (the tier may be over
                 // width until a worker reaches a job boundary).
+                worker.monitorSeen = word & ~1
                 scheduler.unstall(tier)
             }
         }
-        if freed { offerWorkLocked(tier, &actions) }
+        // A stalled worker left room in its tier: admit the work that waits.
+        if stalledIn & 1 != 0 { offerWorkLocked(.normal, &actions) }
+        if stalledIn & 2 != 0 { offerWorkLocked(.background, &actions) }
     }
 
     /// One look at a worker's kernel thread: whether it is blocked, and the CPU time it has had so far.

@@ -51,6 +51,16 @@ final class DispatchPool: @unchecked Sendable {
     /// The scheduler, guarded by lock. Kept in memory of its own (the pool lives as long as the
     /// process) and reached through addressors: a stored property of a class pays a runtime
     /// exclusivity check on every access, which showed on the submit path.
+    ///
+    /// Mutating calls get its address. A *non-mutating* method called out of line does not: swiftc
+    /// (6.x) borrows a struct this large (185 bytes) from memory by copying it to the stack first,
+    /// through this addressor and through `schedulerStorage.pointee` alike (checked with
+    /// `-emit-assembly` on a reduced copy: a `memcpy` before the call, gone for a `mutating` method
+    /// or a static one over an `UnsafePointer`). `PoolScheduler` being `~Copyable` rules out the
+    /// copy that retains its arrays, not this bitwise one, so the non-mutating methods the pool
+    /// calls under the lock (`saturatedWithWork`, `published`, the tier subscript's `_read`) are
+    /// `@inline(__always)`; `invariantHolds` and the state descriptions, debug and diagnostics
+    /// only, are not.
     private let schedulerStorage: UnsafeMutablePointer<Scheduler>
     var scheduler: Scheduler {
         unsafeAddress { UnsafePointer(schedulerStorage) }
@@ -309,8 +319,10 @@ final class DispatchPool: @unchecked Sendable {
 
     /// Appends `count` copies of `entry` (tokens of a concurrent queue, helpers of concurrentPerform)
     /// to the run queues, never to a local queue: they are there to run side by side. One lock
-    /// visit for the lot.
+    /// visit for the lot. The entry is copied: it must carry no group (`DispatchEntry.group` is
+    /// unretained and left once per entry, so a copy would leave it twice).
     func submit(_ entry: DispatchEntry, level: Int, count: Int) {
+        assert(count <= 1 || entry.group == nil, "DispatchPool: an entry with a group submitted \(count) times")
         guard count > 0 else { return }
         if count == 1 { return submitShared(entry, level: level) }
         lockPool()

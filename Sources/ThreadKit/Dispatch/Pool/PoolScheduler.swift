@@ -352,9 +352,10 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         check(tier)
     }
 
-    /// Whether tier `t`'s run queues hold work it cannot admit now (the monitor's trigger). Inlined:
-    /// called through the pool's addressor, an out-of-line call got a bitwise copy of the whole
-    /// scheduler to borrow (on every offer, under the pool's lock).
+    /// Whether tier `t`'s run queues hold work it cannot admit now (the monitor's trigger). Inlined,
+    /// like every non-mutating method the pool calls on a hot path (`DispatchPool.scheduler` says
+    /// why: out of line, each call copied the whole scheduler to the stack first, on every offer,
+    /// under the pool's lock).
     @inline(__always)
     func saturatedWithWork(_ tier: Tier) -> Bool {
         self[tier].running >= width && runQueues.hasWork(background: tier.isBackground)
