@@ -12,6 +12,7 @@ final class PoolSchedulerTests: XCTestCase {
         let background: Bool
         var isIdle = false
         var idleDeadline: UInt64 = 0
+        var nextIdle: FakeWorker?
         let name: String
         init(_ name: String, background: Bool = false) {
             self.name = name
@@ -46,7 +47,7 @@ final class PoolSchedulerTests: XCTestCase {
 
     private func assertCounters(_ s: borrowing Scheduler, _ tier: Scheduler.Tier, file: StaticString = #filePath, line: UInt = #line) {
         let t = s[tier]
-        XCTAssertEqual(t.threads, t.running + t.blocked + t.stalled + t.idle.count, "threads", file: file, line: line)
+        XCTAssertEqual(t.threads, t.running + t.blocked + t.stalled + t.idleCount, "threads", file: file, line: line)
         XCTAssertGreaterThanOrEqual(t.searching, 0, file: file, line: line)
         XCTAssertLessThanOrEqual(t.searching, t.running, file: file, line: line)
     }
@@ -121,7 +122,7 @@ final class PoolSchedulerTests: XCTestCase {
             s.submit(job(), level: 2)
             XCTAssertTrue(s.offer(.normal).isNone, "a second worker woken while one searches")
         }
-        XCTAssertEqual(s[.normal].idle.count, 3)
+        XCTAssertEqual(s[.normal].idleCount, 3)
         XCTAssertEqual(s[.normal].searching, 1)
         assertCounters(s, .normal)
     }
@@ -393,6 +394,38 @@ final class PoolSchedulerTests: XCTestCase {
         XCTAssertEqual(s.idleTimedOut(a, idleSince: since), .retire)
         XCTAssertEqual(s[.normal].threads, 1)
         XCTAssertEqual(s[.normal].workers.map(\.name), ["b"])
+        assertCounters(s, .normal)
+    }
+
+    /// The idle stack (an intrusive list through the workers): the most recently idle worker is
+    /// woken first, a worker retiring from the middle or the bottom is unlinked without
+    /// disturbing the others' order, and a woken worker leaves no link behind.
+    func testTheIdleStackWakesTheMostRecentlyIdleFirstAndUnlinksARetiringWorker() {
+        let clock = ManualClock()
+        var s = makeScheduler(width: 8, clock: clock)
+        let workers = (0..<5).map { FakeWorker("w\($0)") }
+        let since = clock.now
+        for w in workers { startAndPark(&s, w) }
+        XCTAssertEqual(s[.normal].idleWorkers.map(\.name), ["w4", "w3", "w2", "w1", "w0"])
+        clock.advance(milliseconds: 2_000)
+        XCTAssertEqual(s.idleTimedOut(workers[2], idleSince: since), .retire, "from the middle")
+        XCTAssertEqual(s.idleTimedOut(workers[0], idleSince: since), .retire, "from the bottom")
+        XCTAssertEqual(s[.normal].idleWorkers.map(\.name), ["w4", "w3", "w1"])
+        XCTAssertEqual(s[.normal].idleCount, 3)
+        XCTAssertNil(workers[2].nextIdle)
+        XCTAssertNil(workers[0].nextIdle)
+        assertCounters(s, .normal)
+        s.submit(job(), level: 2)
+        XCTAssertTrue(isWake(s.offer(.normal), workers[4]), "the most recently idle first")
+        XCTAssertNil(workers[4].nextIdle)
+        XCTAssertFalse(workers[4].isIdle)
+        XCTAssertEqual(s[.normal].idleWorkers.map(\.name), ["w3", "w1"])
+        var searching = true
+        _ = s.park(workers[4], wasSearching: &searching)
+        XCTAssertEqual(s[.normal].idleWorkers.map(\.name), ["w4", "w3", "w1"], "back on top")
+        XCTAssertEqual(s.idleTimedOut(workers[4], idleSince: since), .retire, "from the top")
+        XCTAssertEqual(s[.normal].idleWorkers.map(\.name), ["w3", "w1"])
+        XCTAssertEqual(s[.normal].idleCount, 2)
         assertCounters(s, .normal)
     }
 }

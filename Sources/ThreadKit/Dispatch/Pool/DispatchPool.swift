@@ -578,7 +578,7 @@ final class DispatchPool: @unchecked Sendable {
             let s = scheduler[Tier(background: background)]
             return Snapshot(
                 threads: s.threads, running: s.running, blocked: s.blocked, stalled: s.stalled,
-                idle: s.idle.count, searching: s.searching)
+                idle: s.idleCount, searching: s.searching)
         }
     }
 
@@ -599,7 +599,7 @@ final class DispatchPool: @unchecked Sendable {
                 let s = scheduler[tier]
                 text +=
                     "\(tier) tier: threads \(s.threads), running \(s.running), blocked \(s.blocked), "
-                    + "stalled \(s.stalled), idle \(s.idle.count), searching \(s.searching)"
+                    + "stalled \(s.stalled), idle \(s.idleCount), searching \(s.searching)"
                     + (scheduler.invariantHolds(tier) ? "" : " (COUNTER INVARIANT BROKEN)") + "\n"
                 for worker in s.workers {
                     worker.localLock.lock()

@@ -9,7 +9,7 @@
 // with fake workers and a hand-moved clock, as tokio tests its idle state.
 //
 // Invariant, per tier, after every transition (asserted in debug builds):
-//     threads == running + blocked + stalled + idle.count,  0 <= searching <= running,
+//     threads == running + blocked + stalled + idleCount,  0 <= searching <= running,
 //     every counter >= 0, threads <= threadCap, a worker is on the idle stack iff its isIdle.
 // Not thread-safe: the owner (the pool) guards it with its lock.
 
@@ -23,6 +23,9 @@ protocol PoolSchedulerWorker: AnyObject {
     /// A `RunQueues.clock` stamp at which an idle background worker wakes to see whether waiting
     /// background work has aged; 0: no such instant (it sleeps until woken or retired).
     var idleDeadline: UInt64 { get set }
+    /// The worker below this one on its tier's idle stack (nil at the bottom, and while not idle).
+    /// The stack's link, written only by the scheduler.
+    var nextIdle: Self? { get set }
 }
 
 struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
@@ -47,10 +50,63 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         /// wake nobody else: the searcher wakes the next when it finds a job (tokio's
         /// `num_searching`, Go's `nmspinning`), so a burst costs one wake per idle→busy step.
         var searching = 0
-        /// Idle workers, most recently idle last (woken first: its cache is warm).
-        var idle: [Worker] = []
+        /// The idle stack's top: the most recently idle worker (woken first: its cache is warm).
+        /// An intrusive list through the workers' `nextIdle` (Go's idle Ms are linked the same
+        /// way, through `schedlink`), so a wake touches the scheduler and the worker it wakes and
+        /// no buffer of its own: an array's buffer was one more cache line to bring in on the
+        /// interactive submit path, ~0.5 µs of it on the 1-CPU VM (docs/DispatchPool.md, "Runtime
+        /// costs avoided").
+        private(set) var idleTop: Worker?
+        /// Workers on the idle stack.
+        private(set) var idleCount = 0
         /// Every live worker (started), for stealing, the monitor and the state dump.
         var workers: [Worker] = []
+
+        mutating func pushIdle(_ worker: Worker) {
+            assert(worker.nextIdle == nil, "PoolScheduler: a worker pushed on the idle stack twice")
+            worker.nextIdle = idleTop
+            idleTop = worker
+            idleCount += 1
+        }
+
+        mutating func popIdle() -> Worker? {
+            guard let worker = idleTop else { return nil }
+            idleTop = worker.nextIdle
+            worker.nextIdle = nil
+            idleCount -= 1
+            return worker
+        }
+
+        /// Unlinks `worker` wherever it is on the stack (an idle worker retiring, or admitting
+        /// itself to aged background work: rare, and the stack is short).
+        mutating func removeIdle(_ worker: Worker) {
+            if idleTop === worker {
+                _ = popIdle()
+                return
+            }
+            var above = idleTop
+            while let current = above {
+                if current.nextIdle === worker {
+                    current.nextIdle = worker.nextIdle
+                    worker.nextIdle = nil
+                    idleCount -= 1
+                    return
+                }
+                above = current.nextIdle
+            }
+            assertionFailure("PoolScheduler: removeIdle of a worker that is not on the idle stack")
+        }
+
+        /// The idle stack from top to bottom (tests, the invariant check).
+        var idleWorkers: [Worker] {
+            var list: [Worker] = []
+            var next = idleTop
+            while let worker = next {
+                list.append(worker)
+                next = worker.nextIdle
+            }
+            return list
+        }
     }
 
     /// What an offer decided for one tier.
@@ -112,7 +168,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// The counters the pool publishes to its mirrors after each section, read in place.
     @inline(__always)
     func published(_ tier: Tier) -> (running: Int, searching: Int, idle: Int) {
-        (self[tier].running, self[tier].searching, self[tier].idle.count)
+        (self[tier].running, self[tier].searching, self[tier].idleCount)
     }
 
     /// The invariant above, for `tier`.
@@ -120,8 +176,8 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         let s = self[tier]
         return s.running >= 0 && s.blocked >= 0 && s.stalled >= 0 && s.searching >= 0
             && s.searching <= s.running && s.threads <= threadCap
-            && s.threads == s.running + s.blocked + s.stalled + s.idle.count
-            && s.idle.allSatisfy { $0.isIdle }
+            && s.threads == s.running + s.blocked + s.stalled + s.idleCount
+            && s.idleWorkers.count == s.idleCount && s.idleWorkers.allSatisfy { $0.isIdle }
     }
 
     @inline(__always)
@@ -170,7 +226,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
 
     private mutating func wakeOrStart(_ tier: Tier) -> Plan {
         defer { check(tier) }
-        if let worker = self[tier].idle.popLast() {
+        if let worker = self[tier].popIdle() {
             worker.isIdle = false
             self[tier].running += 1
             self[tier].searching += 1
@@ -192,7 +248,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     private mutating func offerAgingBackground() -> Plan {
         let aging = runQueues.backgroundAgingDeadline()
         if self[.background].threads == 0 { return wakeOrStart(.background) }
-        if let worker = self[.background].idle.last, let aging,
+        if let worker = self[.background].idleTop, let aging,
             worker.idleDeadline == 0 || worker.idleDeadline > aging
         {
             return wakeOrStart(.background)
@@ -264,7 +320,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
             self[tier].searching -= 1
         }
         self[tier].running -= 1
-        self[tier].idle.append(worker)
+        self[tier].pushIdle(worker)
         worker.isIdle = true
         worker.idleDeadline = tier == .background ? runQueues.backgroundAgingDeadline() ?? 0 : 0
         check(tier)
@@ -301,7 +357,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     }
 
     private mutating func removeIdle(_ worker: Worker, _ tier: Tier) {
-        self[tier].idle.removeAll { $0 === worker }
+        self[tier].removeIdle(worker)
         worker.isIdle = false
     }
 

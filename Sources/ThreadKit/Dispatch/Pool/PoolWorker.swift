@@ -1,9 +1,9 @@
 // PoolWorker: one thread of the dispatch pool and its ParkingObserver. The loop below is the
-// worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle` and
-// `idleDeadline` are the scheduler's (PoolScheduler), `monitorSeen` and `monitorBlockedLook` the
-// monitor's, all guarded by the pool's lock; `local` and `localLevel` by `localLock` (the worker
-// pushes and pops; thieves and the monitor take jobs out, always while holding the pool's lock, so
-// two local locks are only ever held together under it); `activity` is the worker's progress word
+// worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle`,
+// `idleDeadline` and `nextIdle` are the scheduler's (PoolScheduler), `monitorSeen` and
+// `monitorBlockedLook` the monitor's, all guarded by the pool's lock; `local` and `localLevel` by
+// `localLock` (the worker pushes and pops; thieves and the monitor take jobs out, always while
+// holding the pool's lock, so two local locks are only ever held together under it); `activity` is the worker's progress word
 // (written by the worker, marked by the monitor: see there); `mine` (runningJob, countedBlocked,
 // activityCount, ...) belongs to the worker's thread (the observer is called only on it).
 import CThreadKit
@@ -22,6 +22,9 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     /// An idle background worker wakes at this `RunQueues.stamp` to check whether waiting
     /// background work has aged (0: no such work). Written by the scheduler, under the pool's lock.
     @exclusivity(unchecked) var idleDeadline: UInt64 = 0
+    /// The next worker down the idle stack (`PoolScheduler.TierState.idleTop`). Written by the
+    /// scheduler, under the pool's lock.
+    @exclusivity(unchecked) var nextIdle: PoolWorker?
     /// Set once the thread runs (a failed thread start never sets it).
     let started = Atomic<Bool>(false)
     /// The worker's dispatch context (installed as its thread's context).
