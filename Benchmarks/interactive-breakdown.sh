@@ -2,7 +2,7 @@
 # interactive-breakdown.sh: splits the start latency of the "interactive behind background" row
 # into its parts, for ThreadKit's pool and libdispatch, with the kernel's own scheduler events.
 #
-#   Benchmarks/interactive-breakdown.sh [CPUS] [N]     (default: CPUS 0-1, N 300)
+#   [TKBENCH=path] Benchmarks/interactive-breakdown.sh [CPUS] [N]     (default: CPUS 0-1, N 300)
 #
 # For each side, `tkbench interactive-samples` runs N items of the row pinned to CPUS and writes
 # when each interactive item was submitted and when it started (CLOCK_MONOTONIC); `perf sched
@@ -20,7 +20,7 @@ set -euo pipefail
 cpus=${1:-0-1}
 n=${2:-300}
 here=$(cd "$(dirname "$0")" && pwd)
-bench="$here/.build/release/tkbench"
+bench=${TKBENCH:-"$here/.build/release/tkbench"}   # TKBENCH: another build, for an A/B
 [ -x "$bench" ] || { echo "build first: swift build -c release --package-path Benchmarks" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -25,7 +25,9 @@
  *   releaseOfferingDrained   DispatchPool.releaseOfferingDrained: offer the drained tier (own
  *                            Actions), DispatchLock.unlockSequentiallyConsistent, perform
  *   unlockPool               DispatchPool.unlockPool: releaseOfferingDrained, then
- *                            drainStageAfterUnlock: `while pending.load(SC), tryLockPool()`
+ *                            drainStageAfterUnlock: while `pending` (SC load) is up and the
+ *                            mirrors show no searcher and fewer than `W` running (tiersOwedADrain:
+ *                            the producer's step-4 rule), tryLockPool, drain, release
  *   offer                    DispatchPool.offerWorkLocked (+ Actions.wake / Actions.start)
  *   perform                  DispatchPool.Actions.perform: the chosen worker's event.set(), or
  *                            startWorkers (a worker process not started yet gets its event set)
@@ -83,8 +85,9 @@
  *   P3 at most one wake planned per section (DispatchPool.Actions.wake's assertion).
  *   Deadlock freedom: the only legal resting places are the `end` labels (a worker waiting on its
  *   event, or not started yet); finished producers; Quiescence after its check.
- *   Step 4's skip is covered: producers really skip the lock on the mirrors, so P1 fails if the
- *   Dekker pairing above did not hold.
+ *   Step 4's skip is covered: producers really skip the lock on the mirrors, and so do holders
+ *   after unlocking (the same rule, its mirror loads after the load that saw `pending` up), so
+ *   P1 fails if the Dekker pairing above did not hold.
  *   P4 termination: compiled with -DNP and no progress labels, `pan -l` reports any cycle in the
  *   state graph; none exists, so every execution is finite and ends where P1 is checked: every
  *   job runs under every schedule, no fairness assumed.
@@ -218,11 +221,21 @@ inline releaseOfferingDrained() {
     perform(dplan)
 }
 
-/* DispatchPool.unlockPool (releaseOfferingDrained, then drainStageAfterUnlock). */
+/* DispatchPool.unlockPool (releaseOfferingDrained, then drainStageAfterUnlock): while `pending`
+   is up and no searcher (first mirror load) or `W` running workers (second) will drain it
+   (tiersOwedADrain), and the lock is free: take it, drain, release. */
 inline unlockPool() {
     releaseOfferingDrained();
     do
     :: pending ->                                   /* SC load after the SC release */
+        if
+        :: searchingMirror != 0 -> break            /* a searcher will drain */
+        :: else
+        fi;
+        if
+        :: runningMirror >= W -> break              /* a busy worker will drain */
+        :: else
+        fi;
         tryLockL(ok);
         if
         :: ok -> lockTimeDrain(false); releaseOfferingDrained()

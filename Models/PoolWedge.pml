@@ -1,6 +1,7 @@
 /*
- * PoolWedge.pml — the dispatch pool's wake protocol with both tiers (normal and background), and
- * the wedge of 2026-11-25: one wake slot in DispatchPool.Actions for both tiers.
+ * PoolWedge.pml — the dispatch pool's wake protocol with both tiers (normal and background): the
+ * stage's flag per tier, and the wedge of 2026-11-25 (one wake slot in DispatchPool.Actions for
+ * both tiers).
  * Checked by Models/check.sh: with -DONE_SLOT spin must FIND the stuck state; without it (one
  * slot per tier, the fix) the exhaustive search must be clean. See Models/README.md.
  *
@@ -22,6 +23,16 @@
  *     one submitting three normal jobs and one submitting a background job) go through the stage
  *     (InjectionStage.stage + DispatchPool.submitShared: steps 1-5 and 2a of PoolWake.pml, steps 4
  *     and 2a on the mirrors of the job's tier).
+ *   - The stage's `pending` flag and each shard's `hasJobs` are per tier (InjectionStage.tierBit).
+ *     A worker's lock-time drain (nextJob's lockPool(draining:)) takes its own tier only, a
+ *     producer's (submitShared's tryLockPool(draining:)) its job's tier only; every holder, after
+ *     unlocking, loads both flags and, for each raised tier, that tier's searching and running
+ *     mirrors, and drains the tiers that no searcher or `W` running workers will drain
+ *     (DispatchPool.drainStageAfterUnlock / tiersOwedADrain). -DOWN_TIER_ONLY (a bug): a holder
+ *     looks after unlocking only at the tiers it drained at lock time. -DDRAIN_ALL: a worker's
+ *     lock-time drain takes both tiers, as every holder's did when the wedge was found (and as
+ *     the monitor's and the other holders' still do); the wedge needs it (a normal worker's
+ *     section must see background work to offer it), so -DONE_SLOT is checked with it.
  *   - drain notes the tiers that received jobs (InjectionStage.drainedTiers);
  *     releaseOfferingDrained offers each with its own Actions (as the Swift code does).
  *   - nextJob (normal worker): pop from its tier; if it was searching: searching--, offer to its
@@ -47,8 +58,11 @@
  * "every job ran", so that with -DONE_SLOT spin shows the stranded job itself rather than the
  * first symptom it meets (a searcher that never comes). The `MSC:` printf lines are not run
  * during the search; they tell the story when a trail is replayed (spin -t).
- * Sizes: one producer (N, N, B, N), W = 2, two normal and one background worker by default;
- * -DTWO_PRODUCERS (clean): 26.5 M states, about 60 s and 1.5 GB with -DCOLLAPSE, by hand.
+ * Sizes: one producer (N, N, B, N), W = 2, two normal and one background worker by default
+ * (17 M states, 16 s at -O2; its cycle check, 37 M states and 80 s, by hand); -DW=1 -DNWN=1
+ * -DNWB=1 -DJ0=4 -DT0=3 (B, B, N, N: a holder leaves the background flag to the busy background
+ * worker); -DTWO_PRODUCERS -DJ0=2 -DNWN=1 (N, N and B: catches -DOWN_TIER_ONLY). Plain
+ * -DTWO_PRODUCERS (J0 = 3, clean): 38 M states, about a minute, by hand.
  */
 
 #ifndef W
@@ -66,15 +80,21 @@
    submits three normal jobs, producer 1 one background job. */
 #ifdef TWO_PRODUCERS
 #define NP 2
+#ifndef J0
 #define J0 3
+#endif
 #define T0 0
 #define J1 1
 #define T1 1
 #define TOTAL (J0 + J1)
 #else
 #define NP 1
+#ifndef J0
 #define J0 4
+#endif
+#ifndef T0
 #define T0 4            /* 0b0100: N, N, B, N */
+#endif
 #define TOTAL J0
 #endif
 #define NW (NWN + NWB)
@@ -91,8 +111,10 @@
 
 /* --- shared state --------------------------------------------------------------------------- */
 byte shardJobs[2 * NP]; /* producer p's shard: [2p] normal jobs, [2p + 1] background jobs */
-bool hasJobs[NP];
-bool pending;
+bool hasJobs[2 * NP];   /* Shard.hasJobs, a bit per tier: [2p + t] */
+bool pending[2];        /* InjectionStage.pending, a flag per tier (bits of one word in Swift, each
+                           raised and lowered by a read-modify-write, so one tier's never undoes
+                           the other's) */
 bool L;
 /* guarded by L */
 byte RQ[2];
@@ -119,39 +141,47 @@ inline checkTier(t) {
 }
 inline checkInvariants() { checkTier(0); checkTier(1) }
 
-inline lockTimeDrain(mayBeStale) {
-    /* lockPool's / tryLockPool's `pending` load (relaxed in Swift) and drain's exchange, in one
-       step: only a holder of L lowers `pending`, so the exchange returns what the load saw.
-       After lockPool (mayBeStale) the relaxed load may read a stale `false`: the model lets it
-       skip the drain whatever it reads. After tryLockPool the thread has just seen `pending`
-       raised (its own store, or the SC load of the after-unlock loop), and by coherence its
+inline lockTimeDrain(want0, want1, mayBeStale) {
+    /* lockPool's (both tiers) / tryLockPool(draining:)'s (the tiers wanted) `pending` load
+       (relaxed in Swift) and drain's read-modify-write that lowers the wanted raised flags, in one
+       step: only a holder of L lowers a flag, so the RMW returns what the load saw. After
+       lockPool (mayBeStale) the relaxed load may read a stale `false`: the model lets it skip the
+       drain whatever it reads. After tryLockPool the thread has just seen the flags it wants
+       raised (its own raise, or the SC load of the after-unlock loop), and by coherence its
        relaxed load reads that or a newer value: modelled exact. */
     atomic {
         if
-        :: pending -> pending = false; got = true
-        :: !pending || mayBeStale -> got = false    /* nothing raised, or a stale read */
+        :: (pending[0] && want0) || (pending[1] && want1) ->
+            got0 = pending[0] && want0; got1 = pending[1] && want1;
+            if :: got0 -> pending[0] = false :: else fi;
+            if :: got1 -> pending[1] = false :: else fi
+        :: mayBeStale -> got0 = false; got1 = false     /* a stale read */
+        :: else -> got0 = false; got1 = false           /* nothing wanted raised */
         fi
     };
     if
-    :: got ->
+    :: got0 || got1 ->
         i = 0;
         do
         :: i < NP ->
             atomic {                                /* hasJobs load (SC); shard lock, move, clear */
                 if
-                :: hasJobs[i] ->
+                :: got0 && hasJobs[2 * i] ->
                     if :: shardJobs[2 * i] > 0 -> drained[0] = true :: else fi;
+                    RQ[0] = RQ[0] + shardJobs[2 * i]; shardJobs[2 * i] = 0; hasJobs[2 * i] = false
+                :: else
+                fi;
+                if
+                :: got1 && hasJobs[2 * i + 1] ->
                     if :: shardJobs[2 * i + 1] > 0 -> drained[1] = true :: else fi;
-                    RQ[0] = RQ[0] + shardJobs[2 * i]; shardJobs[2 * i] = 0;
-                    RQ[1] = RQ[1] + shardJobs[2 * i + 1]; shardJobs[2 * i + 1] = 0;
-                    hasJobs[i] = false
+                    RQ[1] = RQ[1] + shardJobs[2 * i + 1]; shardJobs[2 * i + 1] = 0; hasJobs[2 * i + 1] = false
                 :: else
                 fi;
                 i++
             }
         :: else -> break
         od;
-        atomic { got = false; i = 0 }
+        atomic { got0 = false; got1 = false; i = 0 }
     :: else
     fi
 }
@@ -209,24 +239,55 @@ inline releaseOfferingDrained() {
     performSlot(dplan[0]); performSlot(dplan[1])
 }
 
-inline unlockPool() {
+/* DispatchPool.tiersOwedADrain for tier t, whose flag the SC load saw raised: owed unless a
+   searcher (the first mirror load) or `width` running workers (the second) will drain it. Each
+   mirror load is a step of its own. */
+inline owedADrain(t, owed) {
+    if
+    :: searchingMirror[t] != 0 -> owed = false
+    :: else ->
+        if
+        :: runningMirror[t] >= W -> owed = false
+        :: else -> owed = true
+        fi
+    fi
+}
+
+/* DispatchPool.unlockPool: releaseOfferingDrained, then drainStageAfterUnlock: while a raised
+   tier is owed a drain (the flags' SC load, then each raised tier's mirrors) and the lock is free,
+   take it, drain the owed tiers only, release. -DNO_HOLDER_SKIP: drain every raised tier (the
+   protocol before the flags were split). -DOWN_TIER_ONLY (a bug, must be caught): a holder looks
+   only at the tiers it drained at lock time (`mine0`, `mine1`). */
+inline unlockPool(mine0, mine1) {
     releaseOfferingDrained();
     do
-    :: pending ->
-        tryLockL(ok);
+    :: atomic { raised0 = pending[0]; raised1 = pending[1] };    /* one SC load of the word */
+#ifdef OWN_TIER_ONLY
+        raised0 = raised0 && mine0; raised1 = raised1 && mine1;
+#endif
+#ifdef NO_HOLDER_SKIP
+        owed0 = raised0; owed1 = raised1;
+#else
+        if :: raised0 -> owedADrain(0, owed0) :: else -> owed0 = false fi;
+        if :: raised1 -> owedADrain(1, owed1) :: else -> owed1 = false fi;
+#endif
         if
-        :: ok -> lockTimeDrain(false); releaseOfferingDrained()
+        :: owed0 || owed1 ->
+            tryLockL(ok);
+            if
+            :: ok -> lockTimeDrain(owed0, owed1, false); releaseOfferingDrained()
+            :: else -> break
+            fi
         :: else -> break
         fi
-    :: else -> break
     od;
-    ok = false
+    atomic { ok = false; raised0 = false; raised1 = false; owed0 = false; owed1 = false }
 }
 
 proctype Producer(byte me; byte jobs; byte tiers) {
     byte k = 0;
     byte jt;                    /* the job's tier */
-    bool ok, got;
+    bool ok, got0, got1, raised0, raised1, owed0, owed1;
     byte i;
     byte dplan[2];
 
@@ -234,11 +295,11 @@ proctype Producer(byte me; byte jobs; byte tiers) {
     do
     :: k < jobs ->
         atomic {
-            jt = (tiers >> k) & 1; shardJobs[2 * me + jt]++; hasJobs[me] = true;
+            jt = (tiers >> k) & 1; shardJobs[2 * me + jt]++; hasJobs[2 * me + jt] = true;
             printf("MSC: producer %d stages a job of tier %d\n", me, jt)
         };
         if
-        :: pending ->                                       /* step 2a of PoolWake.pml */
+        :: pending[jt] ->                                   /* step 2a of PoolWake.pml */
             if
             :: atomic { searchingMirror[jt] == 0 && runningMirror[jt] == 0 ->
                         printf("MSC: producer %d finds pending up, nobody in tier %d: tries the lock\n", me, jt) };
@@ -247,7 +308,7 @@ proctype Producer(byte me; byte jobs; byte tiers) {
             fi
         :: else
         fi;
-        pending = true;
+        pending[jt] = true;
         if
         :: atomic { searchingMirror[jt] != 0 ->             /* of the job's tier */
                     printf("MSC: producer %d raised pending, sees a searcher in tier %d: skips the lock\n", me, jt) };
@@ -262,7 +323,7 @@ proctype Producer(byte me; byte jobs; byte tiers) {
         fi;
 try:    tryLockL(ok);
         if
-        :: ok -> lockTimeDrain(false); unlockPool()
+        :: ok -> lockTimeDrain(jt == 0, jt == 1, false); unlockPool(jt == 0, jt == 1)   /* its tier only */
         :: else
         fi;
 staged: atomic { k++; jt = 0 }
@@ -273,7 +334,7 @@ staged: atomic { k++; jt = 0 }
 proctype Worker(byte me) {
     byte t = TIER(me);
     bool searchingSelf;
-    bool ok, got;
+    bool ok, got0, got1, raised0, raised1, owed0, owed1;
     byte i;
     byte plan[2];
     byte dplan[2];
@@ -283,7 +344,12 @@ end_wait:
     ev[me];
     searchingSelf = true;
     do
-    :: lockL(); lockTimeDrain(true);
+    :: lockL();
+#ifdef DRAIN_ALL
+        lockTimeDrain(true, true, true);                /* lockPool(): both tiers */
+#else
+        lockTimeDrain(t == 0, t == 1, true);            /* nextJob: its own tier only */
+#endif
         if
         :: RQ[t] > 0 ->
             atomic {                                        /* pop; `ran` counts it run */
@@ -305,7 +371,7 @@ end_wait:
                 fi
             :: else
             fi;
-            unlockPool();
+            unlockPool(true, true);
             perform()                                       /* then run the job */
         :: else ->                                          /* go idle */
             atomic {
@@ -321,7 +387,7 @@ end_wait:
             :: t == 0 && RQ[1] > 0 -> offer(1, SLOT(1))   /* no normal work left */
             :: else
             fi;
-            unlockPool();
+            unlockPool(true, true);
             perform();
             goto end_wait
         fi
@@ -337,10 +403,10 @@ active proctype Quiescence() {
 #ifndef ONLY_JOBS
 
     do
-    :: j < NP -> assert(shardJobs[2 * j] == 0 && shardJobs[2 * j + 1] == 0 && !hasJobs[j]); j++
+    :: j < NP -> assert(shardJobs[2 * j] == 0 && shardJobs[2 * j + 1] == 0 && !hasJobs[2 * j] && !hasJobs[2 * j + 1]); j++
     :: else -> j = 0; break
     od;
-    assert(!pending && RQ[0] == 0 && RQ[1] == 0 && !L);
+    assert(!pending[0] && !pending[1] && RQ[0] == 0 && RQ[1] == 0 && !L);
     do
     :: j < 2 ->
         assert(searching[j] == 0 && running[j] == 0 && nIdle[j] == threads[j]);  /* no lost searcher */

@@ -4,8 +4,9 @@
 # Needs spin and a C compiler; installs nothing (CI installs spin). Works in a temporary
 # directory: no pan.* or trail files land in the repository. Fails when a model that must be
 # clean reports an error or an incomplete search, or when a known-buggy variant (one wake slot for
-# both tiers; a nested run that does not hand back the wake-ups it took) is NOT caught. About a
-# minute on 2 cores, under 600 MB of memory.
+# both tiers; a holder that looks only at its own tier's flag after unlocking; a nested run that
+# does not hand back the wake-ups it took) is NOT caught. About a minute and a half on 2 cores,
+# under 1.5 GB of memory.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 CC=${CC:-gcc}
@@ -84,13 +85,23 @@ pan_cycles="-l -m10000 -w24"
 run "PoolWake W=2 NP=2 J=2 (no cycles)"     PoolWake.pml  clean ""                   "$cycles_long" "$pan_cycles"
 run "PoolWake W=2 NP=2 J=2 (safety)"        PoolWake.pml  clean ""                   "$safety_long" "$pan_safety"
 run "PoolWake W=3 NP=2 J=1 (safety)"        PoolWake.pml  clean "-DW=3 -DJ=1"        "$safety" "$pan_safety"
-# PoolWedge: two tiers; one wake slot per tier (the fix) must be clean...
-run "PoolWedge per-tier slots (safety)"     PoolWedge.pml clean ""                   "$safety" "$pan_safety"
-run "PoolWedge per-tier slots (no cycles)"  PoolWedge.pml clean ""                   "$cycles_long" "$pan_cycles"
-# ...and one slot for both tiers (the wedge of 2026-11-25) must be caught: first as a lost
+# PoolWedge: two tiers, a stage flag per tier; one wake slot per tier (the fix) must be clean...
+run "PoolWedge per-tier slots (safety)"     PoolWedge.pml clean ""                   "$safety_long" "$pan_safety"
+# ...with a width of 1, where a holder leaves a tier's raised flag to its one busy worker
+# (background, background, normal, normal), and with two producers (normal, normal; background)...
+run "PoolWedge W=1 B,B,N,N (safety)"        PoolWedge.pml clean "-DW=1 -DNWN=1 -DNWB=1 -DJ0=4 -DT0=3" "$safety" "$pan_safety"
+run "PoolWedge W=1 B,B,N,N (no cycles)"     PoolWedge.pml clean "-DW=1 -DNWN=1 -DNWB=1 -DJ0=4 -DT0=3" "$cycles" "$pan_cycles"
+run "PoolWedge two producers (safety)"      PoolWedge.pml clean "-DTWO_PRODUCERS -DJ0=2 -DNWN=1" "$safety" "$pan_safety"
+run "PoolWedge two producers (no cycles)"   PoolWedge.pml clean "-DTWO_PRODUCERS -DJ0=2 -DNWN=1" "$cycles" "$pan_cycles"
+# ...and a holder that looks after unlocking only at the tiers it drained must be caught (the
+# other producer's background job is stranded)...
+run "PoolWedge OWN_TIER_ONLY (bug: stranded job)" PoolWedge.pml "assertion violated \(ran==" "-DTWO_PRODUCERS -DJ0=2 -DNWN=1 -DOWN_TIER_ONLY" "$safety" "$pan_safety"
+# ...also when workers drain both tiers at lock time (as the monitor and other holders do)...
+run "PoolWedge DRAIN_ALL (safety)"          PoolWedge.pml clean "-DDRAIN_ALL"        "$safety_long" "$pan_safety"
+# ...and one slot for both tiers (the wedge of 2026-11-25, workers draining both tiers then) must be caught: first as a lost
 # searcher, then (checking job completion only) as a job that never runs.
-run "PoolWedge ONE_SLOT (bug: lost searcher)" PoolWedge.pml "assertion violated .*searching" "-DONE_SLOT" "$safety" "$pan_safety"
-run "PoolWedge ONE_SLOT (bug: stranded job)"  PoolWedge.pml "assertion violated \(ran=="   "-DONE_SLOT -DONLY_JOBS" "$safety" "$pan_safety"
+run "PoolWedge ONE_SLOT (bug: lost searcher)" PoolWedge.pml "assertion violated .*searching" "-DONE_SLOT -DDRAIN_ALL" "$safety" "$pan_safety"
+run "PoolWedge ONE_SLOT (bug: stranded job)"  PoolWedge.pml "assertion violated \(ran=="   "-DONE_SLOT -DDRAIN_ALL -DONLY_JOBS" "$safety" "$pan_safety"
 # RunLoopWake: a run loop's wake-up across a nested run; without the nested run's hand-back (the
 # CI wedge of ci13 and ci32) the enclosing run must be caught asleep with a block queued.
 run "RunLoopWake nested hand-back (safety)" RunLoopWake.pml clean ""                 "$safety" "$pan_safety"

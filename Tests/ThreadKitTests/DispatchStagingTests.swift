@@ -46,6 +46,41 @@ final class DispatchStagingTests: XCTestCase {
         XCTAssertTrue(sleeper.join(until: .now + .seconds(30)))
     }
 
+    /// The stage keeps a flag per tier: a drain of the normal tier moves the normal jobs only and
+    /// leaves the background tier's flag raised and its jobs staged, for a drain of that tier —
+    /// which finds them all (docs/DispatchPool.md, "One flag per tier"). No threads: one stage of
+    /// its own, drained into run queues of its own.
+    func testADrainOfOneTierLeavesTheOtherTiersJobsStagedAndItsFlagRaised() {
+        let stage = InjectionStage(width: 4)
+        var queues = RunQueues()
+        let normal = InjectionStage.tierBit(level: 3)
+        let background = InjectionStage.tierBit(level: RunQueues.background)
+        XCTAssertNotEqual(normal, background)
+        XCTAssertTrue(stage.stage(DispatchEntry(.block({})), level: RunQueues.background), "the first job of a tier raises its flag")
+        XCTAssertFalse(stage.stage(DispatchEntry(.block({})), level: RunQueues.background))
+        XCTAssertTrue(stage.stage(DispatchEntry(.block({})), level: 3), "the other tier's flag is its own")
+        XCTAssertFalse(stage.stage(DispatchEntry(.block({})), level: 2))
+        XCTAssertEqual(stage.pending.load(ordering: .relaxed), normal | background)
+
+        stage.drain(normal, into: &queues)
+        XCTAssertEqual(queues.count(3), 1)
+        XCTAssertEqual(queues.count(2), 1)
+        XCTAssertEqual(queues.count(RunQueues.background), 0, "a normal drain moved background jobs")
+        XCTAssertEqual(stage.pending.load(ordering: .relaxed), background)
+        XCTAssertEqual(stage.drainedTiers, normal)
+
+        stage.drainedTiers = 0
+        stage.drain(normal, into: &queues)
+        XCTAssertEqual(stage.drainedTiers, 0, "a drain of a lowered flag moves nothing")
+        XCTAssertTrue(stage.stage(DispatchEntry(.block({})), level: RunQueues.background) == false, "still raised")
+        stage.drain(InjectionStage.allTiers, into: &queues)
+        XCTAssertEqual(queues.count(RunQueues.background), 3)
+        XCTAssertEqual(queues.count(3) + queues.count(2), 2)
+        XCTAssertEqual(stage.pending.load(ordering: .relaxed), 0)
+        XCTAssertEqual(stage.drainedTiers, background)
+        XCTAssertEqual(stage.stagedSoFar, 5)
+    }
+
     /// 8 producers at once into the global queues of all five levels: every job runs exactly once,
     /// and staging really happened (rounds repeat, up to 5, until it did).
     func testEightProducersAtEveryLevelRunEachJobOnceThroughTheStage() {

@@ -187,7 +187,8 @@ extension DispatchPool {
             defer { worker.monitorSeen = word }
             guard word & 2 != 0, word == worker.monitorSeen else { continue }
             // Inside the same job since the last tick, not parked in ThreadKit.
-            if word & 1 == 0 {
+            let look = PendingLook(worker: worker, tier: tier, word: word)
+            if !look.stalled {
                 // Its unstarted batch must not wait for it, whatever it is doing.
                 giveBackLocked(worker)
                 freed = true
@@ -198,7 +199,7 @@ extension DispatchPool {
                     continue
                 }
             }
-            looks.append(PendingLook(worker: worker, tier: tier, word: word))
+            looks.append(look)
         }
         if freed { offerWorkLocked(tier, &actions) }
     }

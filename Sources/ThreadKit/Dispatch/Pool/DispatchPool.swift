@@ -181,31 +181,37 @@ final class DispatchPool: @unchecked Sendable {
 
     // MARK: The lock and the stage
 
-    /// Takes the pool's lock and moves any staged jobs into the run queues (before anything else
-    /// looks at them: a producer's staged jobs go in before its next one).
+    /// Takes the pool's lock and moves the staged jobs of `tiers` (bits of `InjectionStage.tierBit`;
+    /// both by default) into the run queues, before anything else looks at them: a producer's
+    /// staged jobs go in before its next one. A worker drains its own tier only, and a producer
+    /// that must wake a worker for its job drains that job's tier only: neither moves a
+    /// background flood staged before an interactive job on the way to starting it (the flood's
+    /// own busy worker drains it; docs/DispatchPool.md, "One flag per tier"). Another tier's
+    /// raised flag is seen by `unlockPool`, which drains it unless a busy worker of that tier will.
     @inline(__always)
-    func lockPool() {
+    func lockPool(draining tiers: UInt8 = InjectionStage.allTiers) {
         lock.lock()
         lockAcquisitions &+= 1
-        if stage.pending.load(ordering: .relaxed) { drainStageLocked() }
+        if stage.pending.load(ordering: .relaxed) & tiers != 0 { stage.drain(tiers, into: &scheduler.runQueues) }
     }
 
-    /// `lockPool` if the lock is free now.
+    /// `lockPool(draining:)` if the lock is free now.
     @inline(__always)
-    func tryLockPool() -> Bool {
+    func tryLockPool(draining tiers: UInt8 = InjectionStage.allTiers) -> Bool {
         guard lock.tryLock() else { return false }
         lockAcquisitions &+= 1
-        if stage.pending.load(ordering: .relaxed) { drainStageLocked() }
+        if stage.pending.load(ordering: .relaxed) & tiers != 0 { stage.drain(tiers, into: &scheduler.runQueues) }
         return true
     }
 
     /// Offers the work drained while the lock was held, publishes the mirrors, releases the lock,
-    /// and — if a producer staged a job meanwhile and the lock is free — takes it again to drain
-    /// (the holder's half of the staging handshake; docs/DispatchPool.md, "Staging").
+    /// and — if a producer staged a job meanwhile that no busy worker of its tier is sure to drain,
+    /// and the lock is free — takes it again to drain (the holder's half of the staging handshake;
+    /// docs/DispatchPool.md, "Staging").
     @inline(__always)
     func unlockPool() {
         releaseOfferingDrained()
-        if stage.pending.load(ordering: .sequentiallyConsistent) { drainStageAfterUnlock() }
+        if stage.pending.load(ordering: .sequentiallyConsistent) != 0 { drainStageAfterUnlock() }
     }
 
     /// Releases the lock, having planned a worker for each tier that drained jobs arrived in, and
@@ -233,14 +239,35 @@ final class DispatchPool: @unchecked Sendable {
         return try body()
     }
 
-    private func drainStageLocked() {
-        stage.drain(into: &scheduler.runQueues)
+    /// Drains for producers that staged while this thread held the lock, while a tier's flag stays
+    /// raised with nobody of the tier sure to drain it, and the lock is free (a busy lock's holder
+    /// does it when it unlocks).
+    private func drainStageAfterUnlock() {
+        while true {
+            let owed = tiersOwedADrain(raised: stage.pending.load(ordering: .sequentiallyConsistent))
+            guard owed != 0, tryLockPool(draining: owed) else { return }
+            releaseOfferingDrained()
+        }
     }
 
-    /// Drains for producers that staged while this thread held the lock, while the flag stays
-    /// raised and the lock is free (a busy lock's holder does it when it unlocks).
-    private func drainStageAfterUnlock() {
-        while stage.pending.load(ordering: .sequentiallyConsistent), tryLockPool() { releaseOfferingDrained() }
+    /// Of the tiers whose flag is raised in `raised`, those that no worker of theirs is sure to
+    /// drain: the rule a producer applies when it raises the flag (`Scheduler.submitterTriesLock`)
+    /// — a searcher, or `width` running workers with the monitor awake, take the lock soon. Safe
+    /// for the same reason (the Dekker pairing in `runningNormal`'s comment): these mirror loads
+    /// come after the load that saw the flag raised, so a worker that stops running or searching
+    /// later stores its mirror later, and then loads the flag and drains (Models/PoolWedge.pml).
+    @inline(__always)
+    private func tiersOwedADrain(raised: UInt8) -> UInt8 {
+        var owed: UInt8 = 0
+        for t in 0..<2 where raised & (1 << t) != 0 {
+            if Scheduler.submitterTriesLock(
+                raisedPending: true, searching: searchingMirror(t), running: runningMirror(t), width: width,
+                monitorAwake: { monitorAwakeMirror.load(ordering: .sequentiallyConsistent) })
+            {
+                owed |= 1 << t
+            }
+        }
+        return owed
     }
 
     /// Copies the scheduler's state that other threads read without the lock to its mirrors, each
@@ -311,7 +338,7 @@ final class DispatchPool: @unchecked Sendable {
                 raisedPending: raised, searching: searchingMirror(t), running: runningMirror(t), width: width,
                 monitorAwake: { monitorAwakeMirror.load(ordering: .sequentiallyConsistent) })
         else { return }
-        if tryLockPool() {
+        if tryLockPool(draining: InjectionStage.tierBit(level: level)) {
             submitterLockAcquisitions &+= 1
             unlockPool()
         }
@@ -369,7 +396,7 @@ final class DispatchPool: @unchecked Sendable {
     /// `idleDeadline` says until when it sleeps). Worker's thread.
     func nextJob(for worker: PoolWorker, wasSearching: inout Bool) -> (DispatchEntry, Int)? {
         let tier = Tier(background: worker.background)
-        lockPool()
+        lockPool(draining: worker.background ? 2 : 1)
         var actions = Actions()
         var job: (DispatchEntry, Int)?
         switch scheduler.pop(tier) {
@@ -593,7 +620,7 @@ final class DispatchPool: @unchecked Sendable {
         withPoolLock {
             var text =
                 "ThreadKit dispatch pool: width \(width), thread cap \(threadCap), lock acquisitions "
-                + "\(lockAcquisitions), stage pending \(stage.pending.load(ordering: .relaxed))\n"
+                + "\(lockAcquisitions), stage pending (tiers) \(stage.pending.load(ordering: .relaxed))\n"
             text += "run queues: \(scheduler.runQueues.stateDescription)\n"
             for tier in [Tier.normal, .background] {
                 let s = scheduler[tier]

@@ -5,8 +5,10 @@
 // job into the run queues (flat combining: Hendler, Incze, Shavit and Tzafrir, "Flat Combining and
 // the Synchronization-Parallelism Tradeoff", SPAA 2010; sharded per producer like Go's per-P run
 // queues, so producers on different shards share no cache line). Any thread stages; only a holder
-// of the pool's lock drains. A shard's rings are guarded by the shard's lock; `pending` is the
-// handshake flag; `spares` and `drainedTiers` are guarded by the pool's lock.
+// of the pool's lock drains. A shard's rings are guarded by the shard's lock; `pending` holds the
+// handshake flag of each tier (bit 0 normal, bit 1 background: a holder may drain one tier and
+// leave the other's jobs to that tier's busy workers); `spares` and `drainedTiers` are guarded by
+// the pool's lock.
 import CThreadKit
 import Synchronization
 
@@ -22,10 +24,11 @@ final class InjectionStage: @unchecked Sendable {
         let rings = LevelRings(capacity: 16)
         /// Jobs ever staged here (for tests), guarded by `lock`.
         @exclusivity(unchecked) var total = 0
-        /// Whether any of `rings` holds a job. Written only under `lock` (so a read under it is
-        /// exact) and only when it changes; the drainer reads it without the lock to skip an empty
-        /// shard (sequentially consistent: see `drain`).
-        let hasJobs = Atomic<Bool>(false)
+        /// The tiers (`InjectionStage.tierBit`) whose rings hold a job. Written only under `lock`
+        /// (so a read under it is exact) and only when it changes; the drainer reads it without
+        /// the lock to skip a shard with nothing of the tiers it drains (sequentially consistent:
+        /// see `drain`).
+        let hasJobs = Atomic<UInt8>(0)
         /// Keeps the next shard's allocations off this shard's ring header.
         private let padding = UnsafeMutableRawPointer.allocate(byteCount: 128, alignment: 64)
     }
@@ -33,11 +36,21 @@ final class InjectionStage: @unchecked Sendable {
     /// Reached without retaining (a Swift array of classes retains on every read).
     private let shards: UnsafeMutablePointer<Unmanaged<Shard>>
     private let mask: Int
-    /// Raised (sequentially consistent) by a producer after it staged a job, when it was not raised
-    /// already; lowered by the drainer, under the pool's lock, before it looks at the shards. The
-    /// handshake with the pool's lock (DispatchLock.tryLock / unlockSequentiallyConsistent) makes
-    /// sure that after every raise some thread takes the lock and drains.
-    let pending = Atomic<Bool>(false)
+    /// One flag per tier (`tierBit`): raised (sequentially consistent) by a producer after it
+    /// staged a job of the tier, when it was not raised already; lowered by a drainer of the tier,
+    /// under the pool's lock, before it looks at the shards. The handshake with the pool's lock
+    /// (DispatchLock.tryLock / unlockSequentiallyConsistent) and with the tier's mirrors makes
+    /// sure that after every raise some thread takes the lock and drains the tier
+    /// (docs/DispatchPool.md, "Staging"; Models/PoolWedge.pml).
+    let pending = Atomic<UInt8>(0)
+    /// Both tiers' bits.
+    static let allTiers: UInt8 = 3
+    /// A tier's bit in `pending`, `Shard.hasJobs` and `drainedTiers`: 1 normal, 2 background.
+    @inline(__always) static func tierBit(level: Int) -> UInt8 { level == RunQueues.background ? 2 : 1 }
+    /// The run-queue levels of the tiers in `tiers`, as a bit per level.
+    @inline(__always) static func levels(of tiers: UInt8) -> UInt8 {
+        (tiers & 1 != 0 ? RunQueues.normalMask : 0) | (tiers & 2 != 0 ? 1 : 0)
+    }
     /// The drainer's rings, one per level, swapped with a shard's non-empty ones so the shard's lock
     /// is held only for the swaps. Guarded by the pool's lock.
     private let spares = LevelRings(capacity: 64)
@@ -55,11 +68,13 @@ final class InjectionStage: @unchecked Sendable {
         for i in 0..<count { (shards + i).initialize(to: Unmanaged.passRetained(Shard())) }
     }
 
-    /// Appends a job to the calling thread's shard. Returns true when this call raised `pending`:
-    /// the caller must then try the pool's lock (and drain if it gets it). False: `pending` was up
-    /// already, and the drain it promises will find this job (docs/DispatchPool.md, "Staging").
+    /// Appends a job to the calling thread's shard. Returns true when this call raised its tier's
+    /// `pending` flag: the caller must then try the pool's lock (and drain if it gets it), unless
+    /// a busy worker of the tier will. False: the flag was up already, and the drain it promises
+    /// will find this job (docs/DispatchPool.md, "Staging").
     func stage(_ entry: consuming DispatchEntry, level: Int) -> Bool {
         let shard = shards[Int(tk_current_tid()) & mask]
+        let bit = Self.tierBit(level: level)
         // The slot is reserved under the lock and a guaranteed reference, then the entry is moved
         // into it (a consumed value cannot be moved inside the closure).
         shard._withUnsafeGuaranteedRef { shard in
@@ -68,11 +83,14 @@ final class InjectionStage: @unchecked Sendable {
         }.initialize(to: entry)
         shard._withUnsafeGuaranteedRef { shard in
             shard.total += 1
-            if !shard.hasJobs.load(ordering: .relaxed) { shard.hasJobs.store(true, ordering: .sequentiallyConsistent) }
+            let tiers = shard.hasJobs.load(ordering: .relaxed)
+            if tiers & bit == 0 { shard.hasJobs.store(tiers | bit, ordering: .sequentiallyConsistent) }
             shard.lock.unlock()
         }
-        if pending.load(ordering: .sequentiallyConsistent) { return false }
-        pending.store(true, ordering: .sequentiallyConsistent)
+        // (Both tiers' flags share the word: raising one is a read-modify-write, so a drainer's
+        // lowering of the other is never undone.)
+        if pending.load(ordering: .sequentiallyConsistent) & bit != 0 { return false }
+        pending.bitwiseOr(bit, ordering: .sequentiallyConsistent)
         return true
     }
 
@@ -83,30 +101,34 @@ final class InjectionStage: @unchecked Sendable {
         }
     }
 
-    /// Moves every staged job into `runQueues`, each shard's in its order, and notes the tiers that
-    /// received work in `drainedTiers`. Caller holds the pool's lock.
+    /// Moves every staged job of the tiers in `tiers` whose flag is raised into `runQueues`, each
+    /// shard's in its order, and notes the tiers that received work in `drainedTiers`. Caller
+    /// holds the pool's lock.
     ///
-    /// Why a shard whose `hasJobs` reads false holds nothing this drain owes: every operation on
-    /// `pending` and `hasJobs` is sequentially consistent, so they fall in one total order. A
-    /// producer's `hasJobs` store (or the earlier one that left it set) comes before its look at
-    /// `pending`; that look comes before the exchange below that lowers the flag it saw (or raised);
-    /// and the exchange comes before the loads below, which therefore see the store — or a later
-    /// clear, by a drainer that took the job.
-    func drain(into runQueues: inout RunQueues) {
-        guard pending.exchange(false, ordering: .sequentiallyConsistent) else { return }
+    /// Why a shard whose `hasJobs` reads without a tier's bit holds nothing of the tier this drain
+    /// owes: every operation on `pending` and `hasJobs` is sequentially consistent, so they fall
+    /// in one total order. A producer's `hasJobs` store (or the earlier one that left the bit set)
+    /// comes before its look at `pending`; that look comes before the read-modify-write below that
+    /// lowers the flag it saw (or raised); and that comes before the loads below, which therefore
+    /// see the store — or a later clear, by a drainer that took the job.
+    func drain(_ tiers: UInt8, into runQueues: inout RunQueues) {
+        let raised = pending.bitwiseAnd(~tiers, ordering: .sequentiallyConsistent).oldValue & tiers
+        guard raised != 0 else { return }
+        let wanted = Self.levels(of: raised)
         for i in 0...mask {
             let levels = shards[i]._withUnsafeGuaranteedRef { shard -> UInt8 in
-                guard shard.hasJobs.load(ordering: .sequentiallyConsistent) else { return 0 }
+                guard shard.hasJobs.load(ordering: .sequentiallyConsistent) & raised != 0 else { return 0 }
                 shard.lock.lock()
                 var levels: UInt8 = 0
-                for level in 0..<RunQueues.levelCount {
+                for level in 0..<RunQueues.levelCount where wanted & (1 << level) != 0 {
                     shard.rings.withRing(level) { ring in
                         guard !ring.isEmpty else { return }
                         levels |= 1 << level
                         spares.withRing(level) { ring.swapContents(with: $0) }
                     }
                 }
-                shard.hasJobs.store(false, ordering: .sequentiallyConsistent)
+                let left = shard.hasJobs.load(ordering: .relaxed)
+                shard.hasJobs.store(left & ~raised, ordering: .sequentiallyConsistent)
                 shard.lock.unlock()
                 return levels
             }

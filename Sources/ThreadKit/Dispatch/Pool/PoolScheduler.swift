@@ -62,9 +62,13 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         /// Every live worker (started), for stealing, the monitor and the state dump.
         var workers: [Worker] = []
 
+        /// The stack's three operations are the only writers of `isIdle`, so "on the stack iff
+        /// `isIdle`" holds by construction; pushing a worker that is on it already (whose
+        /// `nextIdle` may be nil at the bottom) would make a cycle, hence the assertion.
         mutating func pushIdle(_ worker: Worker) {
-            assert(worker.nextIdle == nil, "PoolScheduler: a worker pushed on the idle stack twice")
+            assert(!worker.isIdle && worker.nextIdle == nil, "PoolScheduler: a worker pushed on the idle stack twice")
             worker.nextIdle = idleTop
+            worker.isIdle = true
             idleTop = worker
             idleCount += 1
         }
@@ -73,6 +77,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
             guard let worker = idleTop else { return nil }
             idleTop = worker.nextIdle
             worker.nextIdle = nil
+            worker.isIdle = false
             idleCount -= 1
             return worker
         }
@@ -89,6 +94,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
                 if current.nextIdle === worker {
                     current.nextIdle = worker.nextIdle
                     worker.nextIdle = nil
+                    worker.isIdle = false
                     idleCount -= 1
                     return
                 }
@@ -174,10 +180,11 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// The invariant above, for `tier`.
     func invariantHolds(_ tier: Tier) -> Bool {
         let s = self[tier]
+        let idle = s.idleWorkers
         return s.running >= 0 && s.blocked >= 0 && s.stalled >= 0 && s.searching >= 0
             && s.searching <= s.running && s.threads <= threadCap
             && s.threads == s.running + s.blocked + s.stalled + s.idleCount
-            && s.idleWorkers.count == s.idleCount && s.idleWorkers.allSatisfy { $0.isIdle }
+            && idle.count == s.idleCount && idle.allSatisfy { $0.isIdle }
     }
 
     @inline(__always)
@@ -227,7 +234,6 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     private mutating func wakeOrStart(_ tier: Tier) -> Plan {
         defer { check(tier) }
         if let worker = self[tier].popIdle() {
-            worker.isIdle = false
             self[tier].running += 1
             self[tier].searching += 1
             return .wake(worker)
@@ -321,7 +327,6 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         }
         self[tier].running -= 1
         self[tier].pushIdle(worker)
-        worker.isIdle = true
         worker.idleDeadline = tier == .background ? runQueues.backgroundAgingDeadline() ?? 0 : 0
         check(tier)
         if tier == .normal && runQueues.hasWork(background: true) { return offer(.background) }
@@ -339,14 +344,14 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         guard worker.isIdle else { return .woken }
         defer { check(tier) }
         if tier == .background && runQueues.backgroundAdmissible() && self[tier].running < width {
-            removeIdle(worker, tier)
+            self[tier].removeIdle(worker)
             self[tier].running += 1
             return .work
         }
         let retireAt = idleSince &+ idleTimeout
         let now = runQueues.clock()
         if now >= retireAt {
-            removeIdle(worker, tier)
+            self[tier].removeIdle(worker)
             self[tier].workers.removeAll { $0 === worker }
             self[tier].threads -= 1
             return .retire
@@ -354,11 +359,6 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         // An aging instant already past (the tier is at width) is no reason to wake again.
         let aging = tier == .background ? runQueues.backgroundAgingDeadline().flatMap { $0 > now ? $0 : nil } : nil
         return .sleep(until: aging.map { min($0, retireAt) } ?? retireAt)
-    }
-
-    private mutating func removeIdle(_ worker: Worker, _ tier: Tier) {
-        self[tier].removeIdle(worker)
-        worker.isIdle = false
     }
 
     // MARK: Block, stall, start, retire
