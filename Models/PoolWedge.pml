@@ -151,8 +151,8 @@ inline lockTimeDrain(want0, want1, mayBeStale) {
        relaxed load reads that or a newer value: modelled exact. */
     atomic {
         if
-        :: (pending[0] && want0) || (pending[1] && want1) ->
-            got0 = pending[0] && want0; got1 = pending[1] && want1;
+        :: (pending[0] && (want0 || want1)) || (pending[1] && want1) ->  /* a background drain takes normal too */
+            got0 = pending[0] && (want0 || want1); got1 = pending[1] && want1;
             if :: got0 -> pending[0] = false :: else fi;
             if :: got1 -> pending[1] = false :: else fi
         :: mayBeStale -> got0 = false; got1 = false     /* a stale read */

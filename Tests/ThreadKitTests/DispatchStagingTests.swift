@@ -48,8 +48,9 @@ final class DispatchStagingTests: XCTestCase {
 
     /// The stage keeps a flag per tier: a drain of the normal tier moves the normal jobs only and
     /// leaves the background tier's flag raised and its jobs staged, for a drain of that tier —
-    /// which finds them all (docs/DispatchPool.md, "One flag per tier"). No threads: one stage of
-    /// its own, drained into run queues of its own.
+    /// which finds them all, and takes the normal tier's staged jobs with them
+    /// (docs/DispatchPool.md, "One flag per tier"). No threads: one stage of its own, drained into
+    /// run queues of its own.
     func testADrainOfOneTierLeavesTheOtherTiersJobsStagedAndItsFlagRaised() {
         let stage = InjectionStage(width: 4)
         var queues = RunQueues()
@@ -73,12 +74,17 @@ final class DispatchStagingTests: XCTestCase {
         stage.drain(normal, into: &queues)
         XCTAssertEqual(stage.drainedTiers, 0, "a drain of a lowered flag moves nothing")
         XCTAssertTrue(stage.stage(DispatchEntry(.block({})), level: RunQueues.background) == false, "still raised")
-        stage.drain(InjectionStage.allTiers, into: &queues)
+        // A background drain takes the normal tier's staged jobs too: background work never
+        // enters the run queues ahead of normal work staged before it (the admission rule reads
+        // the run queues).
+        XCTAssertTrue(stage.stage(DispatchEntry(.block({})), level: 4))
+        stage.drain(background, into: &queues)
         XCTAssertEqual(queues.count(RunQueues.background), 3)
+        XCTAssertEqual(queues.count(4), 1, "a background drain left normal work staged")
         XCTAssertEqual(queues.count(3) + queues.count(2), 2)
         XCTAssertEqual(stage.pending.load(ordering: .relaxed), 0)
-        XCTAssertEqual(stage.drainedTiers, background)
-        XCTAssertEqual(stage.stagedSoFar, 5)
+        XCTAssertEqual(stage.drainedTiers, normal | background)
+        XCTAssertEqual(stage.stagedSoFar, 6)
     }
 
     /// 8 producers at once into the global queues of all five levels: every job runs exactly once,

@@ -183,11 +183,13 @@ final class DispatchPool: @unchecked Sendable {
 
     /// Takes the pool's lock and moves the staged jobs of `tiers` (bits of `InjectionStage.tierBit`;
     /// both by default) into the run queues, before anything else looks at them: a producer's
-    /// staged jobs go in before its next one. A worker drains its own tier only, and a producer
-    /// that must wake a worker for its job drains that job's tier only: neither moves a
-    /// background flood staged before an interactive job on the way to starting it (the flood's
-    /// own busy worker drains it; docs/DispatchPool.md, "One flag per tier"). Another tier's
-    /// raised flag is seen by `unlockPool`, which drains it unless a busy worker of that tier will.
+    /// staged jobs go in before its next one. A worker's visit for its next job drains its own
+    /// tier, and a producer that must wake a worker for its job drains that job's tier: neither
+    /// moves a background flood staged before an interactive job on the way to starting it (the
+    /// flood's own busy worker drains it; docs/DispatchPool.md, "One flag per tier"). A background
+    /// drain always takes the normal tier's staged jobs too (`InjectionStage.drain`). Another
+    /// tier's raised flag is seen by `unlockPool`, which drains it unless a busy worker of that
+    /// tier will.
     @inline(__always)
     func lockPool(draining tiers: UInt8 = InjectionStage.allTiers) {
         lock.lock()

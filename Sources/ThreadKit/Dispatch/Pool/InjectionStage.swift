@@ -111,7 +111,16 @@ final class InjectionStage: @unchecked Sendable {
     /// comes before its look at `pending`; that look comes before the read-modify-write below that
     /// lowers the flag it saw (or raised); and that comes before the loads below, which therefore
     /// see the store — or a later clear, by a drainer that took the job.
+    ///
+    /// A drain of the background tier drains the normal tier too: background work must never
+    /// reach the run queues ahead of normal work staged before it, because the admission rule
+    /// (background waits while normal work waits, until it ages) reads the run queues. Without
+    /// this, a background job staged behind 2,000 interactive ones (their workers busy, their
+    /// flag left to them) was drained alone, found no normal work waiting and started at once
+    /// (ci78, `DispatchPoolTests.testABackgroundItemBehindAnInteractiveFloodWaitsButIsNotStarvedForever`).
+    /// A normal drain may leave background work staged: it only ever enters behind.
     func drain(_ tiers: UInt8, into runQueues: inout RunQueues) {
+        let tiers = tiers & 2 != 0 ? Self.allTiers : tiers
         let raised = pending.bitwiseAnd(~tiers, ordering: .sequentiallyConsistent).oldValue & tiers
         guard raised != 0 else { return }
         let wanted = Self.levels(of: raised)
