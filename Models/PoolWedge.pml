@@ -24,8 +24,11 @@
  *     (InjectionStage.stage + DispatchPool.submitShared: steps 1-5 and 2a of PoolWake.pml, steps 4
  *     and 2a on the mirrors of the job's tier).
  *   - The stage's `pending` flag and each shard's `hasJobs` are per tier (InjectionStage.tierBit).
- *     A worker's lock-time drain (nextJob's lockPool(draining:)) takes its own tier only, a
- *     producer's (submitShared's tryLockPool(draining:)) its job's tier only; every holder, after
+ *     A normal worker's lock-time drain (nextJob's lockPool(draining:)) takes its own tier only,
+ *     a producer's (submitShared's tryLockPool(draining:)) its job's tier only; a drain that
+ *     includes the background tier takes the normal tier too (InjectionStage.drain: background
+ *     work never enters the run queue ahead of normal work staged before it), so a background
+ *     worker's drains both; every holder, after
  *     unlocking, loads both flags and, for each raised tier, that tier's searching and running
  *     mirrors, and drains the tiers that no searcher or `W` running workers will drain
  *     (DispatchPool.drainStageAfterUnlock / tiersOwedADrain). -DOWN_TIER_ONLY (a bug): a holder
@@ -348,7 +351,7 @@ end_wait:
 #ifdef DRAIN_ALL
         lockTimeDrain(true, true, true);                /* lockPool(): both tiers */
 #else
-        lockTimeDrain(t == 0, t == 1, true);            /* nextJob: its own tier only */
+        lockTimeDrain(t == 0, t == 1, true);            /* nextJob: normal its own, background both */
 #endif
         if
         :: RQ[t] > 0 ->

@@ -183,8 +183,8 @@ final class DispatchPool: @unchecked Sendable {
 
     /// Takes the pool's lock and moves the staged jobs of `tiers` (bits of `InjectionStage.tierBit`;
     /// both by default) into the run queues, before anything else looks at them: a producer's
-    /// staged jobs go in before its next one. A worker's visit for its next job drains its own
-    /// tier, and a producer that must wake a worker for its job drains that job's tier: neither
+    /// staged jobs go in before its next one. A normal worker's visit for its next job drains its
+    /// own tier, and a producer that must wake a worker for its job drains that job's tier: neither
     /// moves a background flood staged before an interactive job on the way to starting it (the
     /// flood's own busy worker drains it; docs/DispatchPool.md, "One flag per tier"). A background
     /// drain always takes the normal tier's staged jobs too (`InjectionStage.drain`). Another
@@ -398,7 +398,10 @@ final class DispatchPool: @unchecked Sendable {
     /// `idleDeadline` says until when it sleeps). Worker's thread.
     func nextJob(for worker: PoolWorker, wasSearching: inout Bool) -> (DispatchEntry, Int)? {
         let tier = Tier(background: worker.background)
-        lockPool(draining: worker.background ? 2 : 1)
+        // A normal worker drains its own tier only; a background worker drains both, because the
+        // admission rule it is about to apply (background waits while normal work waits) must see
+        // every normal job staged so far, also when only the normal tier's flag is raised.
+        lockPool(draining: worker.background ? InjectionStage.allTiers : 1)
         var actions = Actions()
         var job: (DispatchEntry, Int)?
         switch scheduler.pop(tier) {
