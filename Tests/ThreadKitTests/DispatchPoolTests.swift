@@ -134,6 +134,113 @@ final class DispatchPoolTests: XCTestCase {
         }
     }
 
+    /// The scene of the two tests below: jobs that hold workers without parking (each spins,
+    /// runnable, so the pool never counts it blocked or stalled and never replaces it) until its
+    /// bit of `released` is set; a normal flood; and the background item's verdict.
+    private final class HeldWorkers: Sendable {
+        let released = Atomic<Int>(0)
+        let spinning = Atomic<Int>(0)
+        let finished = Atomic<Int>(0)
+        /// Set by the background item when it starts: 1 if it started too early, else 0.
+        let verdict = Atomic<Int>(-1)
+        let group = TKDispatchGroup()
+
+        /// Submits `count` spinners at `qos` that stop at `bit`; true once all of them run.
+        func occupy(_ count: Int, qos: TKQualityOfService, stoppingAt bit: Int) -> Bool {
+            let before = spinning.load(ordering: .relaxed)
+            for _ in 0..<count {
+                TKDispatchQueue.global(qos: qos).async(group: group) {
+                    self.spinning.wrappingAdd(1, ordering: .relaxed)
+                    while self.released.load(ordering: .acquiring) & bit == 0 { sched_yield() }
+                }
+            }
+            return waitUntil(.now + .seconds(60)) { self.spinning.load(ordering: .relaxed) == before + count }
+        }
+
+        func release(_ bits: Int) { released.bitwiseOr(bits, ordering: .releasing) }
+        func isReleased(_ bit: Int) -> Bool { released.load(ordering: .acquiring) & bit != 0 }
+
+        func submitFlood(_ count: Int) {
+            for _ in 0..<count {
+                TKDispatchQueue.global(qos: .userInteractive).async(group: group) {
+                    self.finished.wrappingAdd(1, ordering: .relaxed)
+                }
+            }
+        }
+
+        /// Waits until the background item started or `settled` (its worker went idle), lets every
+        /// spinner go (bit 2), and checks that everything ran and the item did not start early.
+        func finish(flood: Int, settled: () -> Bool, _ message: String) {
+            XCTAssertTrue(waitUntil(.now + .seconds(60)) { verdict.load(ordering: .relaxed) != -1 || settled() })
+            release(2)
+            XCTAssertEqual(group.wait(until: .now + .seconds(60)), .success)
+            XCTAssertEqual(finished.load(ordering: .relaxed), flood)
+            XCTAssertEqual(verdict.load(ordering: .relaxed), 0, message)
+        }
+    }
+
+    func testABackgroundWorkersNextJobWaitsForNormalWorkStillStagedBehindBusyNormalWorkers() {
+        // The admission rule (background waits while normal work waits) reads the run queues, so a
+        // background worker's visit must first drain normal work that is still staged, also when
+        // only the normal tier's flag is raised. Here: every normal and background worker spins,
+        // a background item waits in the run queues, and a normal flood is staged with its flag
+        // left to the busy normal workers. One background worker then finishes and visits: it must
+        // not start the background item, which may only start after the normal workers are let go
+        // (it cannot age before: no normal job starts). e8c8fb7 mended the visit that skipped the
+        // drain (without it this failed 4 runs in 5).
+        let pool = DispatchPool.shared
+        let width = cores
+        let flood = 500
+        // Bits: 1 the first background spinner may stop, 2 every other spinner may.
+        let scene = HeldWorkers()
+        defer { scene.release(3) }
+        guard scene.occupy(width, qos: .userInteractive, stoppingAt: 2),
+            scene.occupy(1, qos: .background, stoppingAt: 1),
+            scene.occupy(width - 1, qos: .background, stoppingAt: 2)
+        else { return XCTFail("the spinners did not all start: \(scene.spinning.load(ordering: .relaxed))") }
+        TKDispatchQueue.global(qos: .background).async(group: scene.group) {
+            scene.verdict.store(scene.isReleased(2) ? 0 : 1, ordering: .relaxed)
+        }
+        // Into the run queues (a full visit drains both tiers); the tier is at width, so it waits.
+        pool.withPoolLock {}
+        scene.submitFlood(flood)
+        scene.release(1)
+        // The freed background worker either starts the item (wrong) or goes idle.
+        scene.finish(
+            flood: flood, settled: { pool.runningMirror(1) < width },
+            "the background item started while the normal flood waited staged and no normal job had started")
+    }
+
+    func testABackgroundJobsLocalSubmissionWaitsForNormalWorkStagedBeforeItCouldStart() {
+        // The same rule for a background worker's local queue: its next local job must not start
+        // while normal work waits staged (flag raised, left to busy normal workers), which the run
+        // queues' mirror does not show. A background job submits a background item (to its local
+        // queue) and then a normal flood (staged: every normal worker spins), and returns.
+        let pool = DispatchPool.shared
+        let width = cores
+        let flood = 500
+        let floodStaged = Atomic<Bool>(false)
+        let scene = HeldWorkers()
+        defer { scene.release(3) }
+        // The other background workers spin too, so none can steal the local item.
+        guard scene.occupy(width, qos: .userInteractive, stoppingAt: 2),
+            scene.occupy(width - 1, qos: .background, stoppingAt: 2)
+        else { return XCTFail("the spinners did not all start: \(scene.spinning.load(ordering: .relaxed))") }
+        TKDispatchQueue.global(qos: .background).async(group: scene.group) {
+            TKDispatchQueue.global(qos: .background).async(group: scene.group) {
+                // Too early: after the flood was staged and before the normal workers were let go.
+                let early = floodStaged.load(ordering: .acquiring) && !scene.isReleased(2)
+                scene.verdict.store(early ? 1 : 0, ordering: .relaxed)
+            }
+            scene.submitFlood(flood)
+            floodStaged.store(true, ordering: .releasing)
+        }
+        // The background worker either starts its local item (wrong) or hands it back and goes idle.
+        scene.finish(
+            flood: flood, settled: { floodStaged.load(ordering: .acquiring) && pool.runningMirror(1) < width },
+            "the background job's local item started while the normal flood it staged waited and no normal job had started")
+    }
+
     func testAgingServesALowerLevelWithinItsLimitUnderSustainedHigherLoad() {
         // Utility work submitted while a continuous userInitiated stream keeps every worker busy
         // still starts (aging), long before the stream ends.

@@ -231,7 +231,7 @@ extension DispatchPool {
                     worker.monitorBlockedLook = nil
                     worker.monitorSeen = word | 1 // the word the next tick compares with
                     scheduler.stall(tier)
-                    stalledIn |= 1 << tier.rawValue
+                    stalledIn |= tier.bit
                     if DiagnosticsSwitch.isOn(.blocking) { stalledNow.append(worker.threadID.load(ordering: .relaxed)) }
                 }
             } else if !pending.look.blocked,
@@ -247,8 +247,7 @@ extension DispatchPool {
             }
         }
         // A stalled worker left room in its tier: admit the work that waits.
-        if stalledIn & 1 != 0 { offerWorkLocked(.normal, &actions) }
-        if stalledIn & 2 != 0 { offerWorkLocked(.background, &actions) }
+        for tier in Tier.allCases where stalledIn & tier.bit != 0 { offerWorkLocked(tier, &actions) }
     }
 
     /// One look at a worker's kernel thread: whether it is blocked, and the CPU time it has had so far.

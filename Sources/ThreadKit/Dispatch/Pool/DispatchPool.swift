@@ -181,20 +181,20 @@ final class DispatchPool: @unchecked Sendable {
 
     // MARK: The lock and the stage
 
-    /// Takes the pool's lock and moves the staged jobs of `tiers` (bits of `InjectionStage.tierBit`;
+    /// Takes the pool's lock and moves the staged jobs of `tiers` (`Tier.bit`s;
     /// both by default) into the run queues, before anything else looks at them: a producer's
     /// staged jobs go in before its next one. A normal worker's visit for its next job drains its
     /// own tier, and a producer that must wake a worker for its job drains that job's tier: neither
     /// moves a background flood staged before an interactive job on the way to starting it (the
     /// flood's own busy worker drains it; docs/DispatchPool.md, "One flag per tier"). A background
-    /// drain always takes the normal tier's staged jobs too (`InjectionStage.drain`). Another
+    /// drain always takes the normal tier's staged jobs too (`InjectionStage.tiersToDrain`). Another
     /// tier's raised flag is seen by `unlockPool`, which drains it unless a busy worker of that
     /// tier will.
     @inline(__always)
     func lockPool(draining tiers: UInt8 = InjectionStage.allTiers) {
         lock.lock()
         lockAcquisitions &+= 1
-        if stage.pending.load(ordering: .relaxed) & tiers != 0 { stage.drain(tiers, into: &scheduler.runQueues) }
+        drainStageLocked(tiers)
     }
 
     /// `lockPool(draining:)` if the lock is free now.
@@ -202,8 +202,18 @@ final class DispatchPool: @unchecked Sendable {
     func tryLockPool(draining tiers: UInt8 = InjectionStage.allTiers) -> Bool {
         guard lock.tryLock() else { return false }
         lockAcquisitions &+= 1
-        if stage.pending.load(ordering: .relaxed) & tiers != 0 { stage.drain(tiers, into: &scheduler.runQueues) }
+        drainStageLocked(tiers)
         return true
+    }
+
+    /// Drains the stage for a visit asked to drain `tiers`, if a flag of the tiers the drain takes
+    /// (`InjectionStage.tiersToDrain`: a background drain takes both) is raised. The relaxed look
+    /// only skips the call; `drain` lowers the flags with a sequentially consistent
+    /// read-modify-write. Caller holds lock.
+    @inline(__always)
+    private func drainStageLocked(_ tiers: UInt8) {
+        let tiers = InjectionStage.tiersToDrain(tiers)
+        if stage.pending.load(ordering: .relaxed) & tiers != 0 { stage.drain(tiers, into: &scheduler.runQueues) }
     }
 
     /// Offers the work drained while the lock was held, publishes the mirrors, releases the lock,
@@ -227,8 +237,7 @@ final class DispatchPool: @unchecked Sendable {
         let tiers = stage.drainedTiers
         stage.drainedTiers = 0
         var actions = Actions()
-        if tiers & 1 != 0 { offerWorkLocked(.normal, &actions) }
-        if tiers & 2 != 0 { offerWorkLocked(.background, &actions) }
+        for tier in Tier.allCases where tiers & tier.bit != 0 { offerWorkLocked(tier, &actions) }
         publishMirrorsLocked()
         lock.unlockSequentiallyConsistent()
         actions.perform(self)
@@ -261,12 +270,13 @@ final class DispatchPool: @unchecked Sendable {
     @inline(__always)
     private func tiersOwedADrain(raised: UInt8) -> UInt8 {
         var owed: UInt8 = 0
-        for t in 0..<2 where raised & (1 << t) != 0 {
+        for tier in Tier.allCases where raised & tier.bit != 0 {
+            let t = tier.rawValue
             if Scheduler.submitterTriesLock(
                 raisedPending: true, searching: searchingMirror(t), running: runningMirror(t), width: width,
                 monitorAwake: { monitorAwakeMirror.load(ordering: .sequentiallyConsistent) })
             {
-                owed |= 1 << t
+                owed |= tier.bit
             }
         }
         return owed
@@ -398,10 +408,11 @@ final class DispatchPool: @unchecked Sendable {
     /// `idleDeadline` says until when it sleeps). Worker's thread.
     func nextJob(for worker: PoolWorker, wasSearching: inout Bool) -> (DispatchEntry, Int)? {
         let tier = Tier(background: worker.background)
-        // A normal worker drains its own tier only; a background worker drains both, because the
-        // admission rule it is about to apply (background waits while normal work waits) must see
-        // every normal job staged so far, also when only the normal tier's flag is raised.
-        lockPool(draining: worker.background ? InjectionStage.allTiers : 1)
+        // Drains the worker's own tier: for a background worker that is both tiers
+        // (`InjectionStage.tiersToDrain`), because the admission rule it is about to apply
+        // (background waits while normal work waits) must see every normal job staged so far,
+        // also when only the normal tier's flag is raised.
+        lockPool(draining: tier.bit)
         var actions = Actions()
         var job: (DispatchEntry, Int)?
         switch scheduler.pop(tier) {

@@ -43,18 +43,30 @@ final class InjectionStage: @unchecked Sendable {
     /// sure that after every raise some thread takes the lock and drains the tier
     /// (docs/DispatchPool.md, "Staging"; Models/PoolWedge.pml).
     let pending = Atomic<UInt8>(0)
+    typealias Tier = DispatchPool.Tier
     /// Both tiers' bits.
-    static let allTiers: UInt8 = 3
-    /// A tier's bit in `pending`, `Shard.hasJobs` and `drainedTiers`: 1 normal, 2 background.
-    @inline(__always) static func tierBit(level: Int) -> UInt8 { level == RunQueues.background ? 2 : 1 }
+    static let allTiers = Tier.all
+    /// The bit (`Tier.bit`) in `pending`, `Shard.hasJobs` and `drainedTiers` of the tier that
+    /// runs a run-queue level.
+    @inline(__always) static func tierBit(level: Int) -> UInt8 {
+        Tier(background: level == RunQueues.background).bit
+    }
     /// The run-queue levels of the tiers in `tiers`, as a bit per level.
     @inline(__always) static func levels(of tiers: UInt8) -> UInt8 {
-        (tiers & 1 != 0 ? RunQueues.normalMask : 0) | (tiers & 2 != 0 ? 1 : 0)
+        (tiers & Tier.normal.bit != 0 ? RunQueues.normalMask : 0)
+            | (tiers & Tier.background.bit != 0 ? RunQueues.backgroundMask : 0)
+    }
+    /// The tiers a drain asked for `tiers` really takes: a drain of the background tier takes the
+    /// normal tier too (see `drain`). The one place this widening is decided: `drain` applies it,
+    /// and so does the pool's look at `pending` before it calls `drain`, so that look never
+    /// skips a drain that `drain` would have made.
+    @inline(__always) static func tiersToDrain(_ tiers: UInt8) -> UInt8 {
+        tiers & Tier.background.bit != 0 ? allTiers : tiers
     }
     /// The drainer's rings, one per level, swapped with a shard's non-empty ones so the shard's lock
     /// is held only for the swaps. Guarded by the pool's lock.
     private let spares = LevelRings(capacity: 64)
-    /// Tiers (bit 0 normal, bit 1 background) that received drained jobs since the pool's lock was
+    /// Tiers (`Tier.bit`) that received drained jobs since the pool's lock was
     /// taken, so its holder offers that work before unlocking. Guarded by the pool's lock.
     @exclusivity(unchecked) var drainedTiers: UInt8 = 0
 
@@ -120,7 +132,7 @@ final class InjectionStage: @unchecked Sendable {
     /// (ci78, `DispatchPoolTests.testABackgroundItemBehindAnInteractiveFloodWaitsButIsNotStarvedForever`).
     /// A normal drain may leave background work staged: it only ever enters behind.
     func drain(_ tiers: UInt8, into runQueues: inout RunQueues) {
-        let tiers = tiers & 2 != 0 ? Self.allTiers : tiers
+        let tiers = Self.tiersToDrain(tiers)
         let raised = pending.bitwiseAnd(~tiers, ordering: .sequentiallyConsistent).oldValue & tiers
         guard raised != 0 else { return }
         let wanted = Self.levels(of: raised)
@@ -142,8 +154,8 @@ final class InjectionStage: @unchecked Sendable {
                 return levels
             }
             guard levels != 0 else { continue }
-            if levels & 1 != 0 { drainedTiers |= 2 }
-            if levels & RunQueues.normalMask != 0 { drainedTiers |= 1 }
+            if levels & RunQueues.backgroundMask != 0 { drainedTiers |= Tier.background.bit }
+            if levels & RunQueues.normalMask != 0 { drainedTiers |= Tier.normal.bit }
             for level in 0..<RunQueues.levelCount where levels & (1 << level) != 0 {
                 spares.withRing(level) { runQueues.append(contentsOf: $0, level: level) }
             }

@@ -29,11 +29,16 @@ protocol PoolSchedulerWorker: AnyObject {
 }
 
 struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
-    enum Tier: Int {
+    enum Tier: Int, CaseIterable {
         case normal = 0, background = 1
 
         init(background: Bool) { self = background ? .background : .normal }
         var isBackground: Bool { self == .background }
+        /// This tier's bit in a set of tiers (the stage's flags, a shard's `hasJobs`, the tiers a
+        /// drain takes or a tick unstalled): 1 normal, 2 background.
+        var bit: UInt8 { 1 << UInt8(rawValue) }
+        /// Both tiers' bits.
+        static var all: UInt8 { 3 }
     }
 
     struct TierState {

@@ -112,14 +112,23 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
         while true {
             if let (entry, level) = popLocal() {
                 let waiting = pool.nonEmptyMirror.load(ordering: .relaxed)
+                // A background job also waits for normal work still staged (its flag raised and
+                // left to busy normal workers), which `waiting` does not show yet: the visit below
+                // drains it, and the admission rule then holds the local queue back. (A relaxed
+                // look, like `waiting`'s: a raise it misses is a job submitted about as late as
+                // this one starts.)
+                let normalStaged =
+                    background && pool.stage.pending.load(ordering: .relaxed) & DispatchPool.Tier.normal.bit != 0
                 let otherLevels = waiting & ~(UInt8(1) << level)
-                if otherLevels != 0 || (waiting != 0 && mine.localStreak >= DispatchPool.localStreakLimit) {
+                if otherLevels != 0 || normalStaged
+                    || (waiting != 0 && mine.localStreak >= DispatchPool.localStreakLimit)
+                {
                     // Another level waits (its order and aging belong to the run queues): the local
                     // queue goes back to the front of its level and the worker picks there. Or
                     // jobs of this level have waited there behind `localStreakLimit` local ones:
                     // the local queue goes behind them.
                     localLock.withLock { local.prepend(entry) }
-                    pool.giveBack(self, toFront: otherLevels != 0)
+                    pool.giveBack(self, toFront: otherLevels != 0 || normalStaged)
                     mine.localStreak = 0
                     continue
                 }

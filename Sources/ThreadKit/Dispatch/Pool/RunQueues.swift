@@ -28,7 +28,9 @@ struct RunQueues {
         }
     }
 
+    /// The levels of each tier, as bits of `nonEmpty`.
     static let normalMask: UInt8 = 0b11110
+    static let backgroundMask: UInt8 = 1 << background
 
     /// One ring per level.
     private let rings = LevelRings(capacity: 64)
