@@ -5,7 +5,7 @@
 # directory: no pan.* or trail files land in the repository. Fails when a model that must be
 # clean reports an error or an incomplete search, or when a known-buggy variant (one wake slot for
 # both tiers; a holder that looks only at its own tier's flag after unlocking; a nested run that
-# does not hand back the wake-ups it took) is NOT caught. About a minute and a half on 2 cores,
+# does not hand back the wake-ups it took; the admission rule's holes) is NOT caught. About a minute and a half on 2 cores,
 # under 1.5 GB of memory.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -102,6 +102,17 @@ run "PoolWedge DRAIN_ALL (safety)"          PoolWedge.pml clean "-DDRAIN_ALL"   
 # searcher, then (checking job completion only) as a job that never runs.
 run "PoolWedge ONE_SLOT (bug: lost searcher)" PoolWedge.pml "assertion violated .*searching" "-DONE_SLOT -DDRAIN_ALL" "$safety" "$pan_safety"
 run "PoolWedge ONE_SLOT (bug: stranded job)"  PoolWedge.pml "assertion violated \(ran=="   "-DONE_SLOT -DDRAIN_ALL -DONLY_JOBS" "$safety" "$pan_safety"
+# Admission: the background admission rule across the stage (a background job never starts while
+# normal work submitted before it waits, staged or queued) must be clean; each hole found in it on
+# 2026-11-28 must be caught, and so must the background worker's two loads in the wrong order.
+adm_bug="assertion violated \(before==0\)"
+run "Admission (safety)"                    Admission.pml clean ""                   "$safety" "$pan_safety"
+run "Admission HELPS=3 (safety)"            Admission.pml clean "-DHELPS=3"          "$safety" "$pan_safety"
+run "Admission DRAIN_OWN_TIER_ONLY (bug: ci78)"  Admission.pml "$adm_bug" "-DDRAIN_OWN_TIER_ONLY" "$safety" "$pan_safety"
+run "Admission PRECHECK_OWN_TIER (bug: 02e67d9)" Admission.pml "$adm_bug" "-DPRECHECK_OWN_TIER"   "$safety" "$pan_safety"
+run "Admission LOCAL_NO_STAGE_LOOK (bug: local)" Admission.pml "$adm_bug" "-DLOCAL_NO_STAGE_LOOK" "$safety" "$pan_safety"
+run "Admission NO_DRAINING_MARK (bug: window)"   Admission.pml "$adm_bug" "-DNO_DRAINING_MARK"    "$safety" "$pan_safety"
+run "Admission MIRROR_FIRST (bug: load order)"   Admission.pml "$adm_bug" "-DMIRROR_FIRST"        "$safety" "$pan_safety"
 # RunLoopWake: a run loop's wake-up across a nested run; without the nested run's hand-back (the
 # CI wedge of ci13 and ci32) the enclosing run must be caught asleep with a block queued.
 run "RunLoopWake nested hand-back (safety)" RunLoopWake.pml clean ""                 "$safety" "$pan_safety"

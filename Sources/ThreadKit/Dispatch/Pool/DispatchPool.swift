@@ -68,8 +68,19 @@ final class DispatchPool: @unchecked Sendable {
     }
     /// `scheduler.runQueues.nonEmpty` as of the last release of `lock`: a worker between the jobs
     /// of its batch reads it without the lock to see whether more important work has arrived.
-    /// Relaxed: a stale value only delays that check by one job.
+    /// Relaxed for a normal worker: a stale value only delays that check by one job. A
+    /// background worker's check is a rule (background waits while normal work waits), so it
+    /// also carries `normalBeingDrained`, set before a drain may lower the stage's normal flag.
     let nonEmptyMirror = Atomic<UInt8>(0)
+    /// A bit of `nonEmptyMirror` above the levels' bits: normal work is being drained. A holder
+    /// sets it (sequentially consistent) before a drain that may lower the stage's normal flag,
+    /// and the exact mirror stored at its unlock clears it. A background worker between jobs
+    /// loads the flag and then the mirror (both sequentially consistent): if the first load sees
+    /// the flag lowered, the second sees this bit or the mirror stored at the unlock, which shows
+    /// the drained work. Without it, a drain's window (flag lowered, mirror not yet stored) let a
+    /// background job start while the normal work drained in it waited (Models/Admission.pml,
+    /// -DNO_DRAINING_MARK). Normal workers mask it out.
+    static let normalBeingDrained: UInt8 = 0x80
     /// Per tier, `running` and `searching` as of the last release of `lock`. Stored and loaded
     /// sequentially consistent: a producer that raised the stage's flag reads them to decide
     /// whether a worker must be woken; a worker that went idle stores them before its releasing
@@ -213,7 +224,18 @@ final class DispatchPool: @unchecked Sendable {
     @inline(__always)
     private func drainStageLocked(_ tiers: UInt8) {
         let tiers = InjectionStage.tiersToDrain(tiers)
-        if stage.pending.load(ordering: .relaxed) & tiers != 0 { stage.drain(tiers, into: &scheduler.runQueues) }
+        guard stage.pending.load(ordering: .relaxed) & tiers != 0 else { return }
+        // The drain may lower the normal flag (also one raised after the look above): mark the
+        // mirror first. Only while a background worker may be between jobs without the lock
+        // (running, or stalled and about to come back on its own); the others take the lock
+        // before they look at their local queue again.
+        if tiers & Tier.normal.bit != 0 && scheduler[.background].running + scheduler[.background].stalled > 0 {
+            let mirror = nonEmptyMirror.load(ordering: .relaxed) // written only under the lock
+            if mirror & Self.normalBeingDrained == 0 {
+                nonEmptyMirror.store(mirror | Self.normalBeingDrained, ordering: .sequentiallyConsistent)
+            }
+        }
+        stage.drain(tiers, into: &scheduler.runQueues)
     }
 
     /// Offers the work drained while the lock was held, publishes the mirrors, releases the lock,

@@ -111,14 +111,20 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
         var searching = true
         while true {
             if let (entry, level) = popLocal() {
-                let waiting = pool.nonEmptyMirror.load(ordering: .relaxed)
-                // A background job also waits for normal work still staged (its flag raised and
-                // left to busy normal workers), which `waiting` does not show yet: the visit below
-                // drains it, and the admission rule then holds the local queue back. (A relaxed
-                // look, like `waiting`'s: a raise it misses is a job submitted about as late as
-                // this one starts.)
-                let normalStaged =
-                    background && pool.stage.pending.load(ordering: .relaxed) & DispatchPool.Tier.normal.bit != 0
+                let waiting: UInt8
+                var normalStaged = false
+                if background {
+                    // A background job also waits for normal work still staged (its flag raised
+                    // and left to busy normal workers), which the mirror does not show yet: the
+                    // visit below drains it, and the admission rule then holds the local queue
+                    // back. The flag first, then the mirror, both sequentially consistent: the
+                    // pairing with `DispatchPool.normalBeingDrained` (Models/Admission.pml).
+                    normalStaged =
+                        pool.stage.pending.load(ordering: .sequentiallyConsistent) & DispatchPool.Tier.normal.bit != 0
+                    waiting = pool.nonEmptyMirror.load(ordering: .sequentiallyConsistent)
+                } else {
+                    waiting = pool.nonEmptyMirror.load(ordering: .relaxed) & ~DispatchPool.normalBeingDrained
+                }
                 let otherLevels = waiting & ~(UInt8(1) << level)
                 if otherLevels != 0 || normalStaged
                     || (waiting != 0 && mine.localStreak >= DispatchPool.localStreakLimit)
