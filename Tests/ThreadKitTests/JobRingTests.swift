@@ -92,4 +92,11 @@ final class JobRingTests: XCTestCase {
         }
         XCTAssertNil(watched)
     }
+
+    /// Every staged, queued and batched dispatch entry moves through rings like these: its fields
+    /// are ordered so it takes 32 bytes, not 40 (DispatchEntry's header).
+    func testADispatchEntryIsThirtyTwoBytes() {
+        XCTAssertEqual(MemoryLayout<DispatchEntry>.size, 32)
+        XCTAssertEqual(MemoryLayout<DispatchEntry>.stride, 32)
+    }
 }
