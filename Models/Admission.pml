@@ -63,6 +63,17 @@
  *     are (the local path's loads are relaxed: on x86 a load sees every locked or sequentially
  *     consistent store completed before it).
  *
+ *   - Larger sizes (both together in check.sh): -DTHIEF adds a second background worker that
+ *     starts with an empty local queue, so its first visit may steal the first worker's local job
+ *     (stealLocked: only after pop said .steal, which a background worker gets only while the run
+ *     queues hold no normal job, drained first); -DSECOND_PRODUCER adds a second producer thread
+ *     that submits normal, background. The stage's shards are one pool here (the order between
+ *     two producers' shards is PoolWedge.pml's). -DSTEAL_WITHOUT_RULE (the thief steals whenever
+ *     the run queues hold no background job, normal work or not) must be found.
+ *   - A local job is taken out of the local queue before the check (popLocal, under the worker's
+ *     local lock) and put back at the front when the check fails (before the lock visit that
+ *     gives the queue back), so a thief can take it only then.
+ *
  * PROPERTY
  *   A1: when a background job starts, no normal submission had completed before the background
  *   worker began the check that let it start (no normal job ever starts here, so such a job
@@ -83,7 +94,12 @@ byte stagedN = 0;           /* staged jobs, per tier */
 byte stagedB = 0;
 byte queuedN = 0;           /* jobs in the run queues, per tier */
 byte queuedB = 1;           /* the background job already in the run queue */
-byte localB = 1;            /* the background worker's local queue */
+#ifdef THIEF
+#define WORKERS 2
+#else
+#define WORKERS 1
+#endif
+byte localB[WORKERS];       /* each background worker's local queue (worker 0 starts with one job) */
 bit mirrorN = 0;            /* nonEmptyMirror's normal levels, stored at unlock */
 byte doneN = 0;             /* ghost: normal submissions completed (returned) */
 byte started = 0;           /* ghost: background jobs started */
@@ -129,7 +145,7 @@ inline drain(asked) {
             :: else -> skip
             fi
             ;
-            printf("MSC: pid %d (0 producer, 1 other holder, 2 background worker) drains tiers %d: queued now %d normal, %d background\n", _pid, raised, queuedN, queuedB)
+            printf("MSC: pid %d (0 producer, 1 other holder, 2 second producer or init, then the background workers) drains tiers %d: queued now %d normal, %d background\n", _pid, raised, queuedN, queuedB)
         }
     :: else -> skip
     fi;
@@ -186,14 +202,33 @@ active proctype helper() {
     od
 }
 
-active proctype backgroundWorker() {
+#ifdef SECOND_PRODUCER
+active proctype producer2() {
+    byte widened, look, raised;
+    bit up;
+    submit(NORMAL);
+    submit(BACKGROUND)
+}
+#endif
+
+init {
+    /* worker 0's local job, then the workers (pids after the producers and the helper) */
+    localB[0] = 1;
+    atomic { run backgroundWorker(0);
+#ifdef THIEF
+    run backgroundWorker(1)
+#endif
+    }
+}
+
+proctype backgroundWorker(byte me) {
     byte widened, look, raised;
     byte before;
     bit staged, m;
     do
-    :: localB > 0 ->
-        /* PoolWorker.run, the local queue: the check begins. */
-        before = doneN;
+    :: atomic { localB[me] > 0 -> before = doneN; localB[me]-- } ->
+        /* PoolWorker.run, the local queue: popLocal took the job (under the local lock) and the
+         * check begins. */
         staged = 0;
 #ifdef MIRROR_FIRST
         m = mirrorN;
@@ -205,27 +240,44 @@ active proctype backgroundWorker() {
         /* the mirror after the flag: the drainer stores the mark before it lowers the flag */
         m = mirrorN;
 #endif
-        printf("MSC: background worker: local check (normal flag %d, mirror %d)\n", staged, m);
+        printf("MSC: background worker %d: local check (normal flag %d, mirror %d)\n", me, staged, m);
         if
         :: m || staged ->
-            /* giveBack: lockPool() drains both tiers; the local queue goes to the front. */
-            lock(); drain(ALL); d_step { queuedB = queuedB + localB; localB = 0 }; unlock()
+            /* the job goes back to the front of the local queue (a thief may take it now);
+             * giveBack: lockPool() drains both tiers; the local queue goes to the run queue. */
+            localB[me]++;
+            lock(); drain(ALL); d_step { queuedB = queuedB + localB[me]; localB[me] = 0 }; unlock()
         :: else ->
-            printf("MSC: background worker: starts its local job (%d normal submissions returned before its check)\n", before);
+            printf("MSC: background worker %d: starts its local job (%d normal submissions returned before its check)\n", me, before);
             assert(before == 0);   /* A1 */
-            localB--; started++
+            started++
         fi
-    :: localB == 0 ->
+    :: localB[me] == 0 ->
         /* nextJob: lockPool(draining: background), then pop by the admission rule. */
         before = doneN;
         lock();
         drain(BACKGROUND);
         if
         :: queuedN == 0 && queuedB > 0 ->
-            printf("MSC: background worker: starts a queued job (%d normal submissions returned before its visit)\n", before);
+            printf("MSC: background worker %d: starts a queued job (%d normal submissions returned before its visit)\n", me, before);
             assert(before == 0);   /* A1 */
             queuedB--; started++;
             unlock()
+#ifdef THIEF
+        /* pop said .steal: nothing of the tier queued, and (the admission rule) no normal job
+         * either; stealLocked takes the newer half of the other worker's local queue (of one
+         * job: that job) and starts the first. */
+        /* (the take is one step with the look: under the victim's local lock, as popLocal is) */
+#ifdef STEAL_WITHOUT_RULE
+        :: atomic { queuedB == 0 && localB[1 - me] > 0 -> localB[1 - me]-- } ->
+#else
+        :: atomic { queuedN == 0 && queuedB == 0 && localB[1 - me] > 0 -> localB[1 - me]-- } ->
+#endif
+            printf("MSC: background worker %d: steals and starts a job (%d normal submissions returned before its visit)\n", me, before);
+            assert(before == 0);   /* A1 */
+            started++;
+            unlock()
+#endif
         :: else ->
             unlock();
             break   /* nothing admissible: it parks (waking it again is PoolWedge.pml's) */

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Models/check.sh: model-checks the dispatch pool's and the run loop's wake protocols with spin
-# (Models/README.md).
+# Models/check.sh: model-checks the dispatch pool's wake, staging and admission protocols and the run
+# loop's wake protocol with spin (Models/README.md).
 # Needs spin and a C compiler; installs nothing (CI installs spin). Works in a temporary
 # directory: no pan.* or trail files land in the repository. Fails when a model that must be
 # clean reports an error or an incomplete search, or when a known-buggy variant (one wake slot for
 # both tiers; a holder that looks only at its own tier's flag after unlocking; a nested run that
-# does not hand back the wake-ups it took; the admission rule's holes) is NOT caught. About a minute and a half on 2 cores,
+# does not hand back the wake-ups it took; the admission rule's holes) is NOT caught. About two minutes on 2 cores,
 # under 1.5 GB of memory.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -108,6 +108,13 @@ run "PoolWedge ONE_SLOT (bug: stranded job)"  PoolWedge.pml "assertion violated 
 adm_bug="assertion violated \(before==0\)"
 run "Admission (safety)"                    Admission.pml clean ""                   "$safety" "$pan_safety"
 run "Admission HELPS=3 (safety)"            Admission.pml clean "-DHELPS=3"          "$safety" "$pan_safety"
+# Larger sizes: a second background worker that may steal the first's local job, a second
+# producer, both (the largest: about 50 s and 1.4 GB)...
+run "Admission THIEF HELPS=3 (safety)"      Admission.pml clean "-DTHIEF -DHELPS=3"  "$safety" "$pan_safety"
+run "Admission SECOND_PRODUCER (safety)"    Admission.pml clean "-DSECOND_PRODUCER"  "$safety" "$pan_safety"
+run "Admission THIEF SECOND_PRODUCER (safety)" Admission.pml clean "-DTHIEF -DSECOND_PRODUCER" "$safety" "$pan_safety"
+# ...and a thief that steals without the admission rule must be caught.
+run "Admission STEAL_WITHOUT_RULE (bug: thief)" Admission.pml "$adm_bug" "-DTHIEF -DSTEAL_WITHOUT_RULE" "$safety" "$pan_safety"
 run "Admission DRAIN_OWN_TIER_ONLY (bug: ci78)"  Admission.pml "$adm_bug" "-DDRAIN_OWN_TIER_ONLY" "$safety" "$pan_safety"
 run "Admission PRECHECK_OWN_TIER (bug: 02e67d9)" Admission.pml "$adm_bug" "-DPRECHECK_OWN_TIER"   "$safety" "$pan_safety"
 run "Admission LOCAL_NO_STAGE_LOOK (bug: local)" Admission.pml "$adm_bug" "-DLOCAL_NO_STAGE_LOOK" "$safety" "$pan_safety"

@@ -366,7 +366,7 @@ final class DispatchPool: @unchecked Sendable {
     /// libdispatch's 1.2 µs on one CPU (docs/DispatchPool.md, "A raised flag is not a wake").
     private func submitShared(_ entry: consuming DispatchEntry, level: Int) {
         let raised = stage.stage(entry, level: level)
-        let t = level == RunQueues.background ? 1 : 0
+        let t = Tier(background: level == RunQueues.background).rawValue
         guard
             Scheduler.submitterTriesLock(
                 raisedPending: raised, searching: searchingMirror(t), running: runningMirror(t), width: width,
@@ -403,7 +403,7 @@ final class DispatchPool: @unchecked Sendable {
     /// visits the pool's lock a few times, not once per job, and a push with a searcher already
     /// on its way (the common case in a chain of hops) visits it not at all. Worker thread.
     private func localPushed(_ worker: PoolWorker, before: Int) {
-        let t = worker.background ? 1 : 0
+        let t = Tier(background: worker.background).rawValue
         let wantMonitor = !monitorAwakeMirror.load(ordering: .relaxed)
         let wantThief = before & (before &- 1) == 0 && searchingMirror(t) == 0 && idleMirror(t) > 0
         guard wantMonitor || wantThief else { return }

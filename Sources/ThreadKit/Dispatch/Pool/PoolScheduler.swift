@@ -38,7 +38,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         /// drain takes or a tick unstalled): 1 normal, 2 background.
         var bit: UInt8 { 1 << UInt8(rawValue) }
         /// Both tiers' bits.
-        static var all: UInt8 { 3 }
+        static var all: UInt8 { Tier.normal.bit | Tier.background.bit }
     }
 
     struct TierState {
