@@ -366,7 +366,7 @@ final class DispatchPool: @unchecked Sendable {
     /// libdispatch's 1.2 µs on one CPU (docs/DispatchPool.md, "A raised flag is not a wake").
     private func submitShared(_ entry: consuming DispatchEntry, level: Int) {
         let raised = stage.stage(entry, level: level)
-        let t = Tier(background: level == RunQueues.background).rawValue
+        let t = Tier(level: level).rawValue
         guard
             Scheduler.submitterTriesLock(
                 raisedPending: raised, searching: searchingMirror(t), running: runningMirror(t), width: width,
@@ -389,7 +389,7 @@ final class DispatchPool: @unchecked Sendable {
         lockPool()
         for _ in 0..<count { scheduler.submit(entry, level: level) }
         var actions = Actions()
-        offerWorkLocked(Tier(background: level == RunQueues.background), &actions)
+        offerWorkLocked(Tier(level: level), &actions)
         unlockPool()
         actions.perform(self)
     }

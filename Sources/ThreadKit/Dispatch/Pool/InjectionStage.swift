@@ -49,7 +49,7 @@ final class InjectionStage: @unchecked Sendable {
     /// The bit (`Tier.bit`) in `pending`, `Shard.hasJobs` and `drainedTiers` of the tier that
     /// runs a run-queue level.
     @inline(__always) static func tierBit(level: Int) -> UInt8 {
-        Tier(background: level == RunQueues.background).bit
+        Tier(level: level).bit
     }
     /// The run-queue levels of the tiers in `tiers`, as a bit per level.
     @inline(__always) static func levels(of tiers: UInt8) -> UInt8 {

@@ -33,6 +33,8 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         case normal = 0, background = 1
 
         init(background: Bool) { self = background ? .background : .normal }
+        /// The tier whose workers run run-queue level `level`.
+        init(level: Int) { self.init(background: level == RunQueues.background) }
         var isBackground: Bool { self == .background }
         /// This tier's bit in a set of tiers (the stage's flags, a shard's `hasJobs`, the tiers a
         /// drain takes or a tick unstalled): 1 normal, 2 background.
