@@ -1,9 +1,11 @@
+import Glibc
 import XCTest
 
 // JobRing, the FIFO under the run queues, queues and port inboxes: `append(contentsOf:)` and
 // `prepend(contentsOf:)` (the pool's stage drain and give-back) judged against Swift arrays doing
 // the same, for every count and every position either ring's contents can wrap at: the smaller
-// side moving either way, into an empty ring, a full one (growth) and one with room.
+// side moving either way, into an empty ring, a full one (growth) and one with room; and growth
+// itself (doubling, eightfold past `JobRing.bulkCapacity`) wherever the contents wrap.
 // Deterministic, no threads.
 @testable import ThreadKit
 
@@ -91,6 +93,70 @@ final class JobRingTests: XCTestCase {
             XCTAssertTrue(own.popFirst() === watched)
         }
         XCTAssertNil(watched)
+    }
+
+    /// Growth moves the contents in two bulk runs (head to end, then the wrapped rest), doubling up
+    /// to `bulkCapacity` and eightfold beyond: for every position the contents can wrap at when
+    /// the ring fills, in both regimes, the FIFO order survives and the ring keeps working.
+    func testGrowingKeepsTheOrderWhereverTheContentsWrapInBothRegimes() {
+        for capacity in [8, JobRing<Int>.bulkCapacity] {
+            for head in stride(from: 0, to: capacity, by: max(1, capacity / 16)) + [capacity - 1] {
+                let full = ring(capacity: capacity, head: head, count: capacity, first: 0)
+                full.append(capacity) // the one that grows it
+                XCTAssertEqual(full.count, capacity + 1)
+                for i in (capacity + 1)..<(capacity * 3) { full.append(i) } // past the new size at 8: grows again
+                XCTAssertEqual(drain(full), Array(0..<(capacity * 3)), "capacity \(capacity), head \(head)")
+                for i in 0..<10 { full.append(i) }
+                XCTAssertEqual(drain(full), Array(0..<10))
+            }
+        }
+    }
+
+    /// Growing (and the head's return to the front of an emptied ring) moves references: no copy
+    /// is left behind and none is dropped. Judged by the elements' own deinits, counted under a
+    /// mutex, not by the ring.
+    func testGrowingPastTheBulkCapacityNeitherLeaksNorDropsAReference() {
+        final class Counter: @unchecked Sendable {
+            private var lock = pthread_mutex_t()
+            private var value = 0
+            init() { pthread_mutex_init(&lock, nil) }
+            func add() {
+                pthread_mutex_lock(&lock)
+                value += 1
+                pthread_mutex_unlock(&lock)
+            }
+            var current: Int {
+                pthread_mutex_lock(&lock)
+                defer { pthread_mutex_unlock(&lock) }
+                return value
+            }
+        }
+        final class Token {
+            let id: Int
+            let freed: Counter
+            init(_ id: Int, _ freed: Counter) { (self.id, self.freed) = (id, freed) }
+            deinit { freed.add() }
+        }
+        let freed = Counter()
+        let n = JobRing<Token>.bulkCapacity * 9 // through one eightfold step and into the next
+        do {
+            let ring = JobRing<Token>(capacity: 16)
+            for i in 0..<100 { ring.append(Token(-i, freed)) }
+            for _ in 0..<100 { _ = ring.popFirst() } // emptied: back to the front of its buffer
+            XCTAssertEqual(freed.current, 100)
+            for i in 0..<n {
+                ring.append(Token(i, freed))
+                if i % 3 == 0 { XCTAssertEqual(ring.popFirst()?.id, i / 3) } // the head moves: wraps
+            }
+            XCTAssertEqual(freed.current, 100 + (n + 2) / 3)
+            var next = (n + 2) / 3
+            while let token = ring.popFirst() {
+                XCTAssertEqual(token.id, next)
+                next += 1
+            }
+            XCTAssertEqual(next, n)
+        }
+        XCTAssertEqual(freed.current, 100 + n)
     }
 
     /// Every staged, queued and batched dispatch entry moves through rings like these: its fields

@@ -51,12 +51,16 @@ final class JobRing<Element>: @unchecked Sendable {
         count &+= 1
     }
 
+    /// Emptied, the ring starts again at the front of its buffer: a burst touches only as much of
+    /// the buffer as it needs, and the same (warm) pages from one burst to the next, instead of
+    /// sliding through all of a large buffer (fresh pages the first time round) as the head
+    /// advances.
     @inline(__always)
     func popFirst() -> Element? {
         guard count > 0 else { return nil }
         let element = (buffer + head).move()
-        head = (head &+ 1) & (capacity &- 1)
         count &-= 1
+        head = count == 0 ? 0 : (head &+ 1) & (capacity &- 1)
         return element
     }
 
@@ -130,12 +134,29 @@ final class JobRing<Element>: @unchecked Sendable {
         head = 0
     }
 
+    /// Rings up to this many elements double when full; larger ones grow eightfold.
+    static var bulkCapacity: Int { 4_096 }
+
+    /// A new buffer twice the size (eight times above `bulkCapacity`); the elements move to its
+    /// front in at most two bulk moves (the stretch from the head to the buffer's end, then the
+    /// wrapped rest).
+    ///
+    /// Why eightfold: a ring only grows when a burst outruns it — at one CPU a producer stages a
+    /// whole time slice (10^5 jobs) before a worker runs — and every step is an allocation, a copy
+    /// of everything queued, the old buffer freed (an `munmap` for a large one) and the new one's
+    /// pages touched for the first time. The pool's rings trade buffers (a shard's with the
+    /// drainer's spare, the spare's with its run-queue level), so each of them grows to a burst's
+    /// size in its turn, and doubling made the first rounds of a flood up to a third slower than
+    /// the rest (docs/DispatchPool.md, "Rings grow eightfold"). Eightfold takes a third of the
+    /// steps. What it adds is address space: a buffer's pages are touched only as deep as the ring
+    /// fills, and, since an emptied ring starts again at the front (`popFirst`), a burst touches
+    /// the same pages as the last one.
     private func grow() {
-        let newCapacity = capacity * 2
+        let newCapacity = capacity < Self.bulkCapacity ? capacity * 2 : capacity * 8
         let newBuffer = UnsafeMutablePointer<Element>.allocate(capacity: newCapacity)
-        for i in 0..<count {
-            (newBuffer + i).moveInitialize(from: buffer + ((head + i) & (capacity - 1)), count: 1)
-        }
+        let firstRun = min(count, capacity - head)
+        newBuffer.moveInitialize(from: buffer + head, count: firstRun)
+        (newBuffer + firstRun).moveInitialize(from: buffer, count: count - firstRun)
         buffer.deallocate()
         buffer = newBuffer
         capacity = newCapacity
