@@ -9,7 +9,7 @@
 //
 // A dump writes the last `window` as Chrome trace-event JSON and the HTML timeline, both with the
 // thread dump (`TKDiagnostics.threadDump()`), into two new files named
-// `threadkit-flight-<pid>-<yyyymmdd-hhmmss>[-n].json|html`, and says so on stderr
+// `threadkit-flight-<pid>-<yyyymmdd-hhmmss>-<random>.json|html` (PrivateDirectory), and says so on stderr
 // ("ThreadKit flight recorder: wrote …"). Triggers: a hang report (HangWatchdog, on the watchdog
 // thread), a misuse stop (`misuse`, through `dumpBeforeMisuse`), the dump signal (its thread
 // calls `dumpOnTrigger`), and `TKTrace.dumpFlight(to:)`. Automatic dumps go to `TK_FLIGHT_DIR`,
@@ -179,44 +179,69 @@ enum FlightRecorder {
         let rows = TraceRows(capture)
         let summary = capture.summary()
         let pid = getpid()
-        let base = try createFiles(in: directory, stem: "threadkit-flight-\(pid)-\(timeStamp())")
+        let files = try createFiles(in: directory, stem: "threadkit-flight-\(pid)-\(timeStamp())-")
         let span = window.map { "the last \(TKContentionCounters.format($0))" } ?? "the whole trace session"
         let note =
             "Flight recorder of process \(pid): \(span) before \(reason), \(summary.eventCount) events on \(rows.count) "
             + "threads. The thread dump is below."
-        try writeFile(base.json, call: "dumpFlight") { sink in
+        try files.write(files.json, call: "dumpFlight") { sink in
             var other = [("flightRecorder", reason), ("threadDump", dump)]
             if let window { other.insert(("window", TKContentionCounters.format(window)), at: 1) }
             TraceChromeJSON.write(rows, to: sink, otherData: other)
         }
-        try writeFile(base.html, call: "dumpFlight") { sink in
+        try files.write(files.html, call: "dumpFlight") { sink in
             TraceHTML.write(rows, title: "ThreadKit flight recorder: \(reason)", to: sink, note: note, dump: dump)
         }
         return Written(
-            json: base.json, html: base.html, reason: reason, window: window, threads: rows.count, events: summary.eventCount)
+            json: files.json.path, html: files.html.path, reason: reason, window: window, threads: rows.count,
+            events: summary.eventCount)
     }
 
-    /// Creates `stem.json` and `stem.html` (or `stem-2…`) in `directory`, never replacing a file.
-    private static func createFiles(in directory: String, stem: String) throws -> (json: String, html: String) {
-        let folder = directory.hasSuffix("/") ? String(directory.dropLast()) : directory
-        for attempt in 1...1000 {
-            let name = folder + "/" + stem + (attempt == 1 ? "" : "-\(attempt)")
-            let fd = open(name + ".json", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-            if fd < 0 {
-                let error = errno
-                if error == EEXIST { continue }
-                throw cannotWrite(name + ".json", error)
-            }
-            close(fd)
-            return (name + ".json", name + ".html")
+    /// A dump's two files, created and open for writing; closes their descriptors when dropped.
+    private struct DumpFiles: ~Copyable {
+        let json: (path: String, descriptor: Int32)
+        let html: (path: String, descriptor: Int32)
+
+        deinit {
+            close(json.descriptor)
+            close(html.descriptor)
         }
-        throw cannotWrite(folder + "/" + stem + ".json", EEXIST)
+
+        /// Streams `body` into one of the two files.
+        func write(_ file: (path: String, descriptor: Int32), call: String, _ body: (TraceSink) -> Void) throws {
+            let error = TraceSink.write(to: file.descriptor, body)
+            if error != 0 { throw cannotWrite(file.path, error, call: call) }
+        }
     }
 
-    /// Streams `body` into `path` (created or truncated).
-    static func writeFile(_ path: String, call: String, _ body: (TraceSink) -> Void) throws {
-        let error = TraceSink.writeFile(path, body)
-        if error != 0 { throw cannotWrite(path, error, call: call) }
+    /// Creates `stem<random>.json` and `stem<random>.html` in `directory` (PrivateDirectory: the
+    /// directory checked to be this user's own or sticky, each file new, mode 0600, its name
+    /// unguessable, nothing planted there followed or opened).
+    private static func createFiles(in directory: String, stem: String) throws -> DumpFiles {
+        let folder = directory.count > 1 && directory.hasSuffix("/") ? String(directory.dropLast()) : directory
+        let opened: PrivateDirectory
+        switch PrivateDirectory.open(folder) {
+        case .success(let directory): opened = directory
+        case .failure(let refusal): throw cannotUse(folder, refusal)
+        }
+        let prefix = folder == "/" ? "/" : folder + "/"
+        for _ in 0..<64 {
+            let json: (name: String, descriptor: Int32)
+            switch opened.createUnique(prefix: stem, suffix: ".json") {
+            case .success(let created): json = created
+            case .failure(let refusal): throw cannotWrite(prefix + stem + "….json", refusal.errno)
+            }
+            let base = String(json.name.dropLast(".json".count))
+            switch opened.createExclusive(base + ".html") {
+            case .success(let html):
+                return DumpFiles(json: (prefix + json.name, json.descriptor), html: (prefix + base + ".html", html))
+            case .failure(let refusal):
+                close(json.descriptor)
+                opened.remove(json.name)
+                if refusal.errno != EEXIST { throw cannotWrite(prefix + base + ".html", refusal.errno) }
+            }
+        }
+        throw cannotWrite(prefix + stem + "….html", EEXIST)
     }
 
     private static func cannotWrite(_ path: String, _ error: Int32, call: String = "dumpFlight") -> TKError {
@@ -225,6 +250,14 @@ enum FlightRecorder {
             "TKTrace.\(call): the flight recorder cannot write \"\(path)\": \(SystemCall.errnoName(error)). Fix: point "
                 + "\(directoryVariable) (or the directory passed to dumpFlight(to:)) at an existing, writable directory "
                 + "with room for the dump.", errno: error)
+    }
+
+    private static func cannotUse(_ directory: String, _ refusal: PrivateDirectory.Refusal) -> TKError {
+        TKError(
+            .systemCall,
+            "TKTrace.dumpFlight: the flight recorder will not write into \"\(directory)\": \(refusal.reason). Fix: point "
+                + "\(directoryVariable) (or the directory passed to dumpFlight(to:)) at an existing directory of this "
+                + "user's (or a sticky one such as /tmp) that it may write to.", errno: refusal.errno)
     }
 
     /// Local time as yyyymmdd-hhmmss.

@@ -42,9 +42,12 @@ extension TKTrace {
 
     /// Writes the flight recorder's last `flightWindow` (the whole session when the recorder was
     /// started with `start` instead) as two new files in `directory`:
-    /// `threadkit-flight-<pid>-<yyyymmdd-hhmmss>.json` (Chrome trace-event JSON, the thread dump
-    /// in `otherData.threadDump`) and `.html` (the timeline, the thread dump under its header);
-    /// an existing file is never replaced (`-2`, `-3` … are appended). Returns their paths.
+    /// `threadkit-flight-<pid>-<yyyymmdd-hhmmss>-<random>.json` (Chrome trace-event JSON, the
+    /// thread dump in `otherData.threadDump`) and `.html` (the timeline, the thread dump under its
+    /// header). Both are created new, mode 0600, under a name with twelve random characters:
+    /// nothing already in the directory (a file, a symbolic link, a FIFO) is replaced, followed
+    /// or opened. The directory must be this user's own or root's, and sticky (as /tmp is) when
+    /// others may write to it; another is refused with a thrown error. Returns their paths.
     /// Events older than the window are left out; spans open at its start are drawn from there,
     /// and spans still open now (a hung item) to now. Recording goes on meanwhile; a dump being
     /// written by another trigger is waited for. Throws `TKError(.systemCall)` naming the file and

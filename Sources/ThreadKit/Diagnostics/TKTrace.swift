@@ -72,8 +72,13 @@ public enum TKTrace {
     }
 
     /// Writes `chromeJSON()` to `path`, streaming: memory stays bounded by the session's rings
-    /// plus one thread's row, whatever the file's size. Throws `TKError(.systemCall)` naming the
-    /// path and errno when the file cannot be created or written (a partial file may remain).
+    /// plus one thread's row, whatever the file's size. The file is new, mode 0600: it is written
+    /// under a private temporary name beside `path` and renamed over `path`, so a symbolic link,
+    /// a FIFO or a file already at `path` is replaced, never followed or written through. Throws
+    /// `TKError(.systemCall)` naming the path and errno when the file cannot be created or written
+    /// (nothing is left behind then), or when the directory is not this user's own and others may
+    /// replace files in it (a directory not owned by this user or root, or one others may write to
+    /// that is not sticky as /tmp is).
     public static func writeChromeJSON(to path: String) throws {
         try export(to: path, call: "writeChromeJSON") { TraceChromeJSON.write(TraceRows(TraceRecorder.capture()), to: $0) }
     }
@@ -85,12 +90,12 @@ public enum TKTrace {
     }
 
     private static func export(to path: String, call: String, _ body: (TraceSink) -> Void) throws {
-        let error = TraceSink.writeFile(path, body)
-        if error != 0 {
+        if let refusal = TraceSink.writeFile(path, body) {
             throw TKError(
                 .systemCall,
-                "TKTrace.\(call)(to: \"\(path)\"): cannot write the file: \(SystemCall.errnoName(error)). "
-                    + "Fix: pass a path in an existing, writable directory on a file system with room for the trace.", errno: error)
+                "TKTrace.\(call)(to: \"\(path)\"): cannot write the file: \(refusal.reason). Fix: pass a path in an existing "
+                    + "directory of this user's (or a sticky one such as /tmp) that it may write to, on a file system with room "
+                    + "for the trace.", errno: refusal.errno)
         }
     }
 }

@@ -62,18 +62,21 @@ final class TraceSink {
         buffer.reserveCapacity(TraceSink.flushSize * 2)
     }
 
-    /// Streams `body` into the file at `path` (created or truncated), flushes and closes it;
-    /// returns the first errno that opening, writing or closing met, 0 when none. The callers
-    /// (TKTrace's exports, the flight recorder) name the failure in their own terms.
-    static func writeFile(_ path: String, _ body: (TraceSink) -> Void) -> Int32 {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { return errno }
+    /// Streams `body` into a new file at `path` (PrivateDirectory.replace: written under a
+    /// private temporary name, mode 0600, then renamed over `path`, so nothing planted at `path`
+    /// is followed or written through), flushes and closes it; nil, or why it could not. The
+    /// callers (TKTrace's exports) name the failure in their own terms.
+    static func writeFile(_ path: String, _ body: (TraceSink) -> Void) -> PrivateDirectory.Refusal? {
+        PrivateDirectory.replace(path) { fd in write(to: fd, body) }
+    }
+
+    /// Streams `body` into the open file `fd` and flushes; the first errno met, 0 when none. The
+    /// caller closes `fd`.
+    static func write(to fd: Int32, _ body: (TraceSink) -> Void) -> Int32 {
         let sink = TraceSink(fileDescriptor: fd)
         body(sink)
         sink.flush()
-        var error = sink.error
-        if close(fd) != 0 && error == 0 { error = errno }
-        return error
+        return sink.error
     }
 
     func write(_ text: String) {

@@ -1,4 +1,5 @@
-// SystemCall+Files: the file-system calls of TKDistributedLock, each retrying EINTR and reporting
+// SystemCall+Files: the file-system calls of TKDistributedLock (files ThreadKit writes of its own
+// accord are created through PrivateDirectory instead), each retrying EINTR and reporting
 // errno. Stateless; any thread.
 import Glibc
 
@@ -84,15 +85,14 @@ extension SystemCall {
         }
     }
 
-    /// Creates `path` exclusively (O_EXCL) with `contents`. Returns 0 or an errno value.
+    /// Creates `path` exclusively with `contents`, mode 0644 (a lock's owner record is read by
+    /// every process that may break it): O_EXCL|O_NOFOLLOW, so nothing already at `path` (a
+    /// link, a FIFO, a file) is followed or written. Returns 0 or an errno value.
     static func createExclusive(_ path: String, contents: String) -> Int32 {
-        writeFile(path, contents: contents, flags: O_EXCL)
-    }
-
-    /// Writes `contents` to `path`, created (0644) or, without O_EXCL in `flags`, truncated.
-    /// Returns 0 or an errno value.
-    static func writeFile(_ path: String, contents: String, flags: Int32 = O_TRUNC) -> Int32 {
-        let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0o644)
+        var fd: Int32
+        repeat {
+            fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o644)
+        } while fd < 0 && errno == EINTR
         guard fd >= 0 else { return errno }
         defer { close(fd) }
         var text = contents
