@@ -106,15 +106,18 @@ final class PrivateFileTests: XCTestCase {
 
     // MARK: Trace exports to a named path
 
-    /// `writeHTML(to:)` and `writeChromeJSON(to:)` at a path where a symbolic link to the victim
-    /// was planted: the link is replaced by a new private file, the victim keeps its bytes.
+    /// `writeHTML(to:)` and `writeChromeJSON(to:)` at a path where another user planted a
+    /// symbolic link to the victim: the link is replaced by a new private file, the victim keeps
+    /// its bytes. (Needs root, to plant as another user: a link of one's own is trusted.)
     func testATraceExportReplacesALinkAtItsPathInsteadOfFollowingIt() throws {
+        guard geteuid() == 0 else { throw XCTSkip("needs root, to plant the link as another user (CI runs as root)") }
         TKTrace.start()
         TKTrace.mark("exported")
         let exports: [(String) throws -> Void] = [{ try TKTrace.writeHTML(to: $0) }, { try TKTrace.writeChromeJSON(to: $0) }]
         for (index, export) in exports.enumerated() {
             let path = directory + "/trace-\(index)"
             XCTAssertEqual(symlink(victim, path), 0)
+            if geteuid() == 0 { XCTAssertEqual(lchown(path, 65_534, 65_534), 0) } // planted by another user
             try export(path)
             XCTAssertEqual(try String(contentsOfFile: victim, encoding: .utf8), victimText, "export \(index) wrote through the link")
             let status = try linkStatus(path)
@@ -126,17 +129,34 @@ final class PrivateFileTests: XCTestCase {
         XCTAssertEqual(left, [], "a temporary file was left behind")
     }
 
-    /// A FIFO at the export's path (nobody reading it) does not block the export.
+    /// A FIFO at the export's path that nobody reads never blocks the export: one of another
+    /// user's is replaced (as root: planted as `nobody`); one of this user's own is refused with
+    /// an error naming it.
     func testATraceExportToAPathWhereAFIFOWasPlantedDoesNotBlock() throws {
         let path = directory + "/trace.html"
         XCTAssertEqual(mkfifo(path, 0o666), 0)
         TKTrace.start()
         TKTrace.mark("exported")
+        let outcome = try dumpWithin(seconds: 30) { () -> (json: String, html: String) in
+            do { try TKTrace.writeHTML(to: path) } catch { return ("\(error)", "") }
+            return (path, path)
+        }
+        XCTAssertTrue(outcome.json.contains("no process is reading"), outcome.json)
+        guard geteuid() == 0 else { return }
+        XCTAssertEqual(chown(path, 65_534, 65_534), 0) // another user's FIFO: replaced
         _ = try dumpWithin(seconds: 30) { () -> (json: String, html: String) in
             try TKTrace.writeHTML(to: path)
             return (path, path)
         }
         XCTAssertEqual(try linkStatus(path).st_mode & S_IFMT, S_IFREG)
+    }
+
+    /// A device or link of root's or this user's is written through: `/dev/null` stays a device.
+    func testATraceExportToDevNullWritesThroughIt() throws {
+        TKTrace.start()
+        TKTrace.mark("discarded")
+        try TKTrace.writeChromeJSON(to: "/dev/null")
+        XCTAssertEqual(try linkStatus("/dev/null").st_mode & S_IFMT, S_IFCHR)
     }
 
     /// An export into a directory that does not exist throws naming it and leaves nothing.

@@ -7,8 +7,9 @@
 // to it, sticky as /tmp is, so that no other user can rename or remove what is created there.
 // A file written to a path the caller names (`TKTrace.writeHTML(to:)`) is written under a
 // private temporary name first and renamed over the path: the path's old entry, whatever it
-// was, is replaced, never written through. The same discipline as mkstemp(3) and OpenSSH's
-// checks of its own directories.
+// was, is replaced, never written through, unless it is a device, FIFO or link that this user or
+// root put there (`/dev/null`, `/dev/stdout`). The same discipline as mkstemp(3), OpenSSH's checks
+// of its own directories and the kernel's fs.protected_symlinks.
 //
 // Stateless apart from the ~Copyable `PrivateDirectory`, which owns its descriptor and closes it
 // when dropped. Any thread.
@@ -127,10 +128,12 @@ extension PrivateDirectory {
     }
 
     /// Writes a new file at `path` through `body(descriptor)`: created under a private temporary
-    /// name in `path`'s directory, then renamed over `path`, so whatever was at `path` (a
-    /// symbolic link, a FIFO, another user's file) is replaced and never written through, and a
-    /// failed write leaves no partial file. `body` returns 0 or the first errno it met. Returns
-    /// nil or what went wrong.
+    /// name in `path`'s directory, then renamed over `path`, so whatever another user put at
+    /// `path` (a symbolic link, a FIFO, a file) is replaced and never written through, and a
+    /// failed write leaves no partial file. One exception: an entry that is not a regular file
+    /// and belongs to this user or root (`/dev/null`, `/dev/stdout`, a FIFO of one's own) is
+    /// trusted, and written through; a FIFO without a reader is refused, never waited on. `body`
+    /// returns 0 or the first errno it met. Returns nil or what went wrong.
     static func replace(_ path: String, _ body: (Int32) -> Int32) -> Refusal? {
         let (folder, name) = split(path)
         guard !name.isEmpty, name != ".", name != ".." else {
@@ -141,6 +144,12 @@ extension PrivateDirectory {
         case .success(let opened): directory = opened
         case .failure(let refusal):
             return Refusal(reason: "its directory \"\(folder)\" cannot be used: \(refusal.reason)", errno: refusal.errno)
+        }
+        var existing = stat()
+        if fstatat(directory.descriptor, name, &existing, AT_SYMLINK_NOFOLLOW) == 0, existing.st_mode & S_IFMT != S_IFREG,
+            existing.st_uid == geteuid() || existing.st_uid == 0
+        {
+            return directory.writeThrough(name, body)
         }
         let temporary: (name: String, descriptor: Int32)
         switch directory.createUnique(prefix: "." + name.prefix(64) + ".", suffix: ".tmp") {
@@ -155,5 +164,21 @@ extension PrivateDirectory {
             return Refusal(reason: SystemCall.errnoName(error), errno: error)
         }
         return nil
+    }
+
+    /// Writes through a trusted entry that is not a regular file (a device, a FIFO, a link of
+    /// this user's or root's): opened without waiting for a FIFO's reader, then made blocking.
+    private func writeThrough(_ name: String, _ body: (Int32) -> Int32) -> Refusal? {
+        var fd: Int32
+        repeat { fd = openat(descriptor, name, O_WRONLY | O_TRUNC | O_NONBLOCK | O_CLOEXEC) } while fd < 0 && errno == EINTR
+        guard fd >= 0 else {
+            let error = errno
+            let reason = error == ENXIO ? "it is a FIFO that no process is reading" : SystemCall.errnoName(error)
+            return Refusal(reason: reason, errno: error)
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        var error = body(fd)
+        if close(fd) != 0 && error == 0 { error = errno }
+        return error == 0 ? nil : Refusal(reason: SystemCall.errnoName(error), errno: error)
     }
 }
