@@ -197,6 +197,10 @@ final class TraceTests: XCTestCase {
         }
         // Foundation threads do not pass their names to the OS on Linux: know them by kernel id.
         let writerOf = Dictionary(uniqueKeysWithValues: threads.enumerated().map { (UInt32($1.kernelID), $0) })
+        // Every writer has recorded before the rounds start (on a loaded machine a thread may
+        // start late), so that each round sees every writer's ring.
+        let started = waitUntil(.now + .seconds(60)) { Set(TKTrace.threads.map(\.threadID)).isSuperset(of: writerOf.keys) }
+        XCTAssertTrue(started, "the writers never recorded")
         var checked = 0
         for _ in 0..<rounds {
             for thread in TKTrace.threads {
