@@ -97,5 +97,77 @@ enum DispatchPoolRoles {
             print("default item policy \(seen.policy) nice \(seen.nice)")
             return 0
         },
+        ChildRole(
+            name: "dispatch-pool-blocked-crowd",
+            usage: "N HOLD_MS [PIDS_CGROUP_DIR] (N global-queue items block in read(2) for HOLD_MS: print the peak "
+                + "thread count, the CPU time the hold cost and whether a process can still be spawned, then "
+                + "release them and wait for all; with a cgroup directory, join it first)"
+        ) { arguments in
+            let n = max(1, Int(arguments.first ?? "2000") ?? 2_000)
+            let hold = max(1, Int(arguments.dropFirst().first ?? "1000") ?? 1_000)
+            if arguments.count > 2 {
+                let procs = arguments[2] + "/cgroup.procs"
+                let fd = open(procs, O_WRONLY)
+                let pid = "\(getpid())"
+                guard fd >= 0, write(fd, pid, pid.utf8.count) == pid.utf8.count else {
+                    Console.err("cannot join \(procs): errno \(errno)")
+                    return 3
+                }
+                close(fd)
+            }
+            var fds: [Int32] = [0, 0]
+            guard pipe(&fds) == 0 else { return 3 }
+            let (readEnd, writeEnd) = (fds[0], fds[1])
+            let done = Atomic<Int>(0)
+            let finished = TKDispatchSemaphore(value: 0)
+            for _ in 0..<n {
+                TKDispatchQueue.global().async {
+                    var byte: UInt8 = 0
+                    _ = read(readEnd, &byte, 1)
+                    if done.wrappingAdd(1, ordering: .relaxed).newValue == n { finished.signal() }
+                }
+            }
+            func threads() -> Int {
+                let fd = open("/proc/self/status", O_RDONLY)
+                guard fd >= 0 else { return 0 }
+                defer { close(fd) }
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                let count = read(fd, &buffer, buffer.count)
+                let status = String(decoding: buffer.prefix(max(0, count)), as: UTF8.self)
+                let line = status.split(separator: "\n").first { $0.hasPrefix("Threads:") } ?? ""
+                return Int(line.dropFirst("Threads:".count).filter { $0.isNumber }) ?? 0
+            }
+            func cpu() -> Int {
+                var usage = rusage()
+                getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+                return (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000
+                    + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1_000
+            }
+            let cpuBefore = cpu()
+            var peak = 0
+            let end = ContinuousClock.now + .milliseconds(hold)
+            while ContinuousClock.now < end {
+                peak = max(peak, threads())
+                usleep(10_000)
+            }
+            let cpuHold = cpu() - cpuBefore
+            var child: pid_t = 0
+            let spawned = posix_spawn(&child, "/bin/true", nil, nil, [strdup("true"), nil], environ)
+            var status: Int32 = 0
+            if spawned == 0 { waitpid(child, &status, 0) }
+            Console.out("peak-threads \(peak)")
+            Console.out("hold-cpu-ms \(cpuHold)")
+            Console.out("spawn \(spawned == 0 ? "ok" : "failed errno \(spawned)")")
+            let bytes = [UInt8](repeating: 1, count: n)
+            var written = 0
+            while written < n {
+                let w = bytes.withUnsafeBytes { write(writeEnd, $0.baseAddress! + written, n - written) }
+                if w <= 0 { break }
+                written += w
+            }
+            let all = finished.wait(until: .now + .seconds(120)) == .success
+            Console.out("finished \(done.load(ordering: .relaxed)) of \(n)")
+            return all ? 0 : 1
+        },
     ]
 }

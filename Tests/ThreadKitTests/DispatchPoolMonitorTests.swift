@@ -129,21 +129,82 @@ final class DispatchPoolMonitorTests: XCTestCase {
         }
     }
 
-    func testAStallNeedsTwoBlockedLooksWithoutCPUTimeBetween() {
+    /// The blocked-worker rule, without threads (RunnableWindow.judge): a running worker counts
+    /// stalled when its thread was runnable for less than half a window and is blocked at the
+    /// window's end; a stalled one counts running again when it was runnable for half a window.
+    func testAWorkerIsJudgedByItsRunnableShareOfAWindow() {
+        typealias Window = DispatchPool.RunnableWindow
         typealias Look = DispatchPool.ThreadLook
-        typealias Waiting = DispatchPool.BlockedLook
-        let cases: [(earlier: Waiting?, word: UInt64, now: Look, stalled: Bool, why: String)] = [
-            (nil, 6, Look(blocked: true, cpuTime: 100), false, "one blocked look is not enough"),
-            (Waiting(word: 6, cpuTime: 100), 6, Look(blocked: true, cpuTime: 100), true, "blocked twice, no CPU between"),
-            (Waiting(word: 6, cpuTime: 100), 6, Look(blocked: true, cpuTime: 180), false, "it ran between the looks"),
-            (Waiting(word: 6, cpuTime: 100), 6, Look(blocked: false, cpuTime: 100), false, "runnable now"),
-            (Waiting(word: 2, cpuTime: 100), 6, Look(blocked: true, cpuTime: 100), false, "the earlier look was another job"),
-            (Waiting(word: 6, cpuTime: nil), 6, Look(blocked: true, cpuTime: nil), true, "no schedstat: two blocked looks"),
-            (Waiting(word: 6, cpuTime: 100), 6, Look(blocked: true, cpuTime: nil), false, "CPU time unknown now"),
+        let length = Window.length
+        let open = Window(word: 6, openedAt: 1_000, length: length, opening: Look(blocked: true, runnable: 50_000))
+        let end = 1_000 + length
+        let cases: [(window: Window?, word: UInt64, now: UInt64, look: Look, verdict: Window.Verdict, why: String)] = [
+            (nil, 6, 500, Look(blocked: true, runnable: 0), .keep, "the first look only opens a window"),
+            (open, 6, end - 1, Look(blocked: true, runnable: 50_000), .keep, "the window is still open"),
+            (open, 6, end, Look(blocked: true, runnable: 50_000 + length / 100), .stall, "a sleep loop: runnable 1%"),
+            (open, 6, end, Look(blocked: true, runnable: 50_000 + length / 2 - 1), .stall, "runnable just under half"),
+            (open, 6, end, Look(blocked: true, runnable: 50_000 + length / 2), .keep, "runnable half the window"),
+            (open, 6, end, Look(blocked: false, runnable: 50_000), .keep, "mostly blocked but running at the end"),
+            (open, 6, end, Look(blocked: true, runnable: 50_000 + length), .keep, "on a CPU or its run queue throughout"),
+            (open, 10, end, Look(blocked: true, runnable: 50_000), .keep, "another job since the window opened"),
+            (
+                Window(word: 6, openedAt: 1_000, length: length, opening: Look(blocked: true, runnable: nil)), 6, end,
+                Look(blocked: true, runnable: nil), .stall, "no schedstat: blocked at both ends"
+            ),
+            (
+                Window(word: 6, openedAt: 1_000, length: length, opening: Look(blocked: false, runnable: nil)), 6, end,
+                Look(blocked: true, runnable: nil), .keep, "no schedstat: running when the window opened"
+            ),
+            (
+                Window(word: 7, openedAt: 1_000, length: length, opening: Look(blocked: true, runnable: 0)), 7, end,
+                Look(blocked: true, runnable: length / 10), .keep, "stalled and still mostly blocked"
+            ),
+            (
+                Window(word: 7, openedAt: 1_000, length: length, opening: Look(blocked: true, runnable: 0)), 7, end,
+                Look(blocked: true, runnable: length * 3 / 4), .unstall, "stalled, runnable most of the window"
+            ),
         ]
         for c in cases {
-            XCTAssertEqual(DispatchPool.confirmsStall(earlier: c.earlier, word: c.word, now: c.now), c.stalled, c.why)
+            let (verdict, next) = Window.judge(c.window, word: c.word, now: c.now, look: c.look)
+            XCTAssertEqual(verdict, c.verdict, c.why)
+            switch verdict {
+            case .stall: XCTAssertEqual(next.word, c.word | 1, c.why)
+            case .unstall: XCTAssertEqual(next.word, c.word & ~1, c.why)
+            case .keep: XCTAssertEqual(next.word, c.word, c.why)
+            }
+            XCTAssertLessThanOrEqual(next.openedAt, c.now, c.why)
         }
+        // A worker that stays stalled is looked at half as often each time, up to the maximum.
+        var window = Window(word: 7, openedAt: 0, length: length, opening: Look(blocked: true, runnable: 0))
+        var lengths: [UInt64] = []
+        for _ in 0..<10 {
+            let (verdict, next) = Window.judge(window, word: 7, now: window.closesAt, look: Look(blocked: true, runnable: 0))
+            XCTAssertEqual(verdict, .keep)
+            lengths.append(next.length)
+            window = next
+        }
+        XCTAssertEqual(lengths.prefix(3), [2 * length, 4 * length, 8 * length])
+        XCTAssertEqual(lengths.last, Window.maximumLength)
+    }
+
+    /// A job that sleeps in 1 ms steps (a usleep loop: never one long system call) holds no worker
+    /// of the pool: CPUs × 4 such jobs, each waiting until all of them run, all run at once.
+    func testJobsThatSleepInShortStepsStillLetThePoolGrow() {
+        let sleepers = 4 * cores
+        let running = Atomic<Int>(0)
+        let done = DispatchSemaphore(value: 0)
+        let sawAll = Atomic<Int>(0)
+        for _ in 0..<sleepers {
+            TKDispatchQueue.global().async {
+                running.wrappingAdd(1, ordering: .relaxed)
+                let deadline = ContinuousClock.now + .seconds(30)
+                while running.load(ordering: .relaxed) < sleepers && ContinuousClock.now < deadline { usleep(1_000) }
+                if running.load(ordering: .relaxed) >= sleepers { sawAll.wrappingAdd(1, ordering: .relaxed) }
+                done.signal()
+            }
+        }
+        for _ in 0..<sleepers { XCTAssertEqual(done.wait(timeout: .now() + 90), .success) }
+        XCTAssertEqual(sawAll.load(ordering: .relaxed), sleepers, "some sleepers never saw all \(sleepers) running together")
     }
 
     func testAContinuationOnTheLocalQueueOfABusyJobStillRuns() {
@@ -220,13 +281,13 @@ final class DispatchPoolMonitorTests: XCTestCase {
         }
     }
 
-    func testTheThreadCPUTimeIsReadFromProc() throws {
-        XCTAssertNil(DispatchPool.threadCPUTime(0))
+    func testTheThreadRunnableTimeIsReadFromProc() throws {
+        XCTAssertNil(DispatchPool.threadRunnableTime(0))
         let me = UInt32(KernelThread.currentID())
-        guard let first = DispatchPool.threadCPUTime(me) else {
-            throw XCTSkip("this kernel keeps no /proc/self/task/TID/schedstat: the monitor goes by two waiting looks")
+        guard let first = DispatchPool.threadRunnableTime(me) else {
+            throw XCTSkip("this kernel keeps no /proc/self/task/TID/schedstat: the monitor goes by blocked looks alone")
         }
-        // The calling thread runs: its CPU time grows (the kernel updates it at its next tick).
-        XCTAssertTrue(waitUntil(.now + .seconds(10)) { (DispatchPool.threadCPUTime(me) ?? 0) > first })
+        // The calling thread runs: its runnable time grows (the kernel updates it at its next tick).
+        XCTAssertTrue(waitUntil(.now + .seconds(10)) { (DispatchPool.threadRunnableTime(me) ?? 0) > first })
     }
 }

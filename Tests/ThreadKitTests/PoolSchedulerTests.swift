@@ -290,6 +290,77 @@ final class PoolSchedulerTests: XCTestCase {
         assertCounters(s, .normal)
     }
 
+    /// Starts one worker for a new job and blocks it inside the job (a replacement is planned as a
+    /// start when no idle worker is left). Returns whether the start was planned.
+    private func startAndBlock(_ s: inout Scheduler, _ name: String) -> Bool {
+        s.submit(job(), level: 2)
+        guard isStart(s.offer(.normal)) else { return false }
+        s.register(FakeWorker(name))
+        guard case .job = s.pop(.normal) else {
+            XCTFail("no job for \(name)")
+            return false
+        }
+        var searching = true
+        _ = s.started(.normal, wasSearching: &searching)
+        s.block(.normal, wasStalled: false)
+        return true
+    }
+
+    /// Replacements for blocked workers come at once up to `crowdLimit` blocked workers; past it,
+    /// one per `crowdInterval`, and a refused one leaves `crowdWaiting` for the monitor.
+    func testPastTheCrowdLimitReplacementsArePacedToOnePerInterval() {
+        let clock = ManualClock()
+        var s = makeScheduler(width: 2, cap: 255, clock: clock)
+        let limit = Scheduler.crowdLimit(width: 2)
+        XCTAssertEqual(limit, 14)
+        for i in 0..<limit { XCTAssertTrue(startAndBlock(&s, "w\(i)"), "replacement \(i) comes at once") }
+        XCTAssertEqual(s[.normal].blocked, limit)
+        // The crowd is full: one more now, then none until the interval has passed.
+        XCTAssertTrue(startAndBlock(&s, "paced-1"), "the first past the limit")
+        s.submit(job(), level: 2)
+        XCTAssertTrue(s.offer(.normal).isNone, "a second at the same instant is paced")
+        XCTAssertTrue(s[.normal].crowdWaiting, "the monitor must offer again")
+        XCTAssertFalse(s.crowdStartDue(.normal, now: clock.now), "not due yet")
+        clock.advance(milliseconds: Scheduler.crowdInterval / 1_000_000 - 1)
+        XCTAssertFalse(s.crowdStartDue(.normal, now: clock.now), "never early")
+        clock.advance(milliseconds: 1)
+        XCTAssertTrue(s.crowdStartDue(.normal, now: clock.now))
+        XCTAssertFalse(s[.normal].crowdWaiting)
+        XCTAssertTrue(isStart(s.offer(.normal)), "due: one more")
+        assertCounters(s, .normal)
+        // Width 32 and up: the crowd is 248 (width + 248 threads come at once).
+        XCTAssertEqual(Scheduler.crowdLimit(width: 16), 112)
+        XCTAssertEqual(Scheduler.crowdLimit(width: 64), 248)
+    }
+
+    /// A replacement the OS has no room for (the pids cgroup's reserve) is refused, reported, and
+    /// offered again by the monitor after an interval; the width's own threads never ask.
+    func testAReplacementWithoutRoomInThePidsCgroupIsRefusedAndRetried() {
+        let clock = ManualClock()
+        let asked = Protected(0)
+        let room = Protected(false)
+        var s = Scheduler(
+            width: 2, threadCap: 255, idleTimeout: 2_000_000_000, clock: { clock.now },
+            roomForReplacement: {
+                asked.withLock { $0 += 1 }
+                return room.withLock { $0 }
+            })
+        XCTAssertTrue(startAndBlock(&s, "a"))
+        XCTAssertTrue(startAndBlock(&s, "b"))
+        XCTAssertEqual(asked.withLock { $0 }, 0, "threads within the width do not ask")
+        s.submit(job(), level: 2)
+        XCTAssertTrue(s.offer(.normal).isNone, "no room: refused")
+        XCTAssertEqual(asked.withLock { $0 }, 1)
+        XCTAssertTrue(s.pidsReserveReached)
+        XCTAssertTrue(s[.normal].crowdWaiting)
+        room.withLock { $0 = true }
+        XCTAssertFalse(s.crowdStartDue(.normal, now: clock.now), "retried after an interval, not at once")
+        clock.advance(milliseconds: Scheduler.crowdInterval / 1_000_000)
+        XCTAssertTrue(s.crowdStartDue(.normal, now: clock.now))
+        XCTAssertTrue(isStart(s.offer(.normal)), "room again: the replacement starts")
+        assertCounters(s, .normal)
+    }
+
     // MARK: Stealing
 
     func testWithEmptyRunQueuesAVisitAsksToStealAndABackgroundThiefWaitsForNormalWork() {

@@ -4,13 +4,13 @@
 // no room to admit it (or jobs wait in a worker's batch), one monitor thread looks at the tier's
 // busy workers every `monitorTick`: a worker whose progress word has not changed since the previous
 // tick (it has been inside the same job, outside any ThreadKit park, for at least one tick) loses
-// its unstarted batch to the run queues, and if its thread was found asleep inside a system call
-// (`S` or `D` in /proc/self/task/TID/stat, a call number in .../syscall) at two ticks in a row
-// without CPU time between (`confirmsStall`) it is counted **stalled** instead of running, so
-// another worker may take its place, within the hard cap. A stalled worker whose thread is no
-// longer blocked, or whose job ends, counts as running again. Everything here runs on the monitor
-// thread under the pool's lock, except `perform(_:)` (after unlocking, on the thread that decided
-// the action) and the /proc reads of a tick (`ThreadLook`), which run between two lock visits so
+// its unstarted batch to the run queues, and if its thread spent less than half of a window
+// (`RunnableWindow`, 4 ms) runnable and is asleep in a system call when the window closes, it is
+// counted **stalled** instead of running, so another worker may take its place, within the hard
+// cap. A stalled worker whose thread is runnable for half a window again, or whose job ends,
+// counts as running again. Everything here runs on the monitor thread under the pool's lock,
+// except `perform(_:)` (after unlocking, on the thread that decided the action) and the /proc
+// reads of a tick (`ThreadLook`), which run between two lock visits so
 // that a tick with many long jobs (~10 µs a read, up to three per worker) does not hold every
 // worker and producer off the lock (`applyLooksLocked`).
 import CThreadKit
@@ -62,7 +62,7 @@ extension DispatchPool {
     /// Whether tier `t` has work that a stuck worker could hold up: jobs waiting with no room to
     /// admit them, or jobs waiting in a busy worker's batch. Caller holds `lock`.
     private func needsWatchLocked(_ t: Int, batches: Bool) -> Bool {
-        if scheduler.saturatedWithWork(Tier(rawValue: t)!) { return true }
+        if scheduler.saturatedWithWork(Tier(rawValue: t)!) || scheduler[Tier(rawValue: t)!].crowdWaiting { return true }
         guard batches else { return false }
         for worker in scheduler[Tier(rawValue: t)!].workers where !worker.isIdle {
             worker.localLock.lock()
@@ -130,9 +130,12 @@ extension DispatchPool {
             var actions = Actions()
             var watching = false
             var looks: [PendingLook] = []
+            let now = RunQueues.stamp()
             for t in 0..<2 {
+                // A replacement paced or refused (PoolScheduler.mayReplaceBlockedWorker): offer again.
+                if scheduler.crowdStartDue(Tier(rawValue: t)!, now: now) { offerWorkLocked(Tier(rawValue: t)!, &actions) }
                 if needsWatchLocked(t, batches: true) {
-                    scanLocked(t, &actions, &looks)
+                    scanLocked(t, now: now, &actions, &looks)
                     watching = true
                 } else if scheduler[Tier(rawValue: t)!].running + scheduler[Tier(rawValue: t)!].stalled > 0 {
                     watching = true
@@ -147,11 +150,8 @@ extension DispatchPool {
             if !looks.isEmpty {
                 // The /proc reads, without the lock; then one more visit to apply what they found.
                 for i in looks.indices {
-                    let tid = looks[i].worker.threadID.load(ordering: .relaxed)
-                    looks[i].look =
-                        looks[i].stalled
-                        ? ThreadLook(blocked: DispatchPool.threadIsBlocked(tid), cpuTime: nil)
-                        : DispatchPool.lookAtThread(tid)
+                    looks[i].look = DispatchPool.lookAtThread(looks[i].worker.threadID.load(ordering: .relaxed))
+                    looks[i].at = RunQueues.stamp()
                 }
                 var after = Actions()
                 var stalledNow: [UInt32] = [] // for the blocking checker (docs/Diagnostics.md §5), when on
@@ -166,20 +166,22 @@ extension DispatchPool {
     }
 
     /// A busy worker whose thread the monitor looks at this tick, between its two lock visits: one
-    /// inside the same job since the previous tick (`word`, observable, unchanged), running
-    /// (`stalled` false: is it blocked?) or counted stalled (is it still?).
+    /// inside the same job since the previous tick (`word`, observable, unchanged) whose window
+    /// (`RunnableWindow`) is due to open or close, running (`stalled` false) or counted stalled.
     struct PendingLook {
         let worker: PoolWorker
         let tier: Tier
         let word: UInt64
-        var look = ThreadLook(blocked: false, cpuTime: nil)
+        var look = ThreadLook(blocked: false, runnable: nil)
+        /// When the look was taken (`RunQueues.stamp`).
+        var at: UInt64 = 0
         var stalled: Bool { word & 1 != 0 }
     }
 
-    /// One look at tier `t`'s busy workers: hands back the batch of each that has made no progress
-    /// since the previous tick, and lists the ones whose threads must be looked at in `looks`.
-    /// Caller holds `lock`.
-    private func scanLocked(_ t: Int, _ actions: inout Actions, _ looks: inout [PendingLook]) {
+    /// One look at tier `t`'s busy workers at `now`: hands back the batch of each that has made no
+    /// progress since the previous tick, and lists in `looks` the ones whose window opens or closes
+    /// now. Caller holds `lock`.
+    private func scanLocked(_ t: Int, now: UInt64, _ actions: inout Actions, _ looks: inout [PendingLook]) {
         var freed = false
         let tier = Tier(rawValue: t)!
         for worker in scheduler[tier].workers where !worker.isIdle {
@@ -187,61 +189,68 @@ extension DispatchPool {
             defer { worker.monitorSeen = word }
             guard word & 2 != 0, word == worker.monitorSeen else { continue }
             // Inside the same job since the last tick, not parked in ThreadKit.
-            let look = PendingLook(worker: worker, tier: tier, word: word)
-            if !look.stalled {
+            if word & 1 == 0 {
                 // Its unstarted batch must not wait for it, whatever it is doing.
                 giveBackLocked(worker)
                 freed = true
                 // Replacing it helps only if work waits with no room to admit it; only then is its
-                // thread looked at (up to three /proc reads, ~30 µs: not once per tick per long job).
+                // thread looked at (up to three /proc reads, ~30 µs, once per window).
                 guard scheduler.saturatedWithWork(tier) else {
-                    worker.monitorBlockedLook = nil
+                    worker.monitorWindow = nil
                     continue
                 }
             }
-            looks.append(look)
+            if let window = worker.monitorWindow, window.word == word, now < window.closesAt { continue }
+            looks.append(PendingLook(worker: worker, tier: tier, word: word))
         }
         if freed { offerWorkLocked(tier, &actions) }
     }
 
-    /// Applies the looks taken since `scanLocked` listed them: a running worker seen blocked at two
-    /// ticks in a row counts stalled (if its tier still has work it cannot admit), a stalled one
-    /// whose thread runs again counts running. Each verdict is a compare-exchange against the word
-    /// the scan saw, made under the lock together with the count it changes: a worker that has made
-    /// progress since (its word moved on) is left alone, and one whose job ends after the mark
-    /// finds `stalled` set and tells the pool, which then takes this same lock after this section.
-    /// Caller holds `lock`.
+    /// Applies the looks taken since `scanLocked` listed them (`RunnableWindow.judge`): a running
+    /// worker mostly blocked over its window counts stalled (if its tier still has work it cannot
+    /// admit), a stalled one mostly runnable counts running. Each verdict is a compare-exchange
+    /// against the word the scan saw, made under the lock together with the count it changes: a
+    /// worker that has made progress since (its word moved on) is left alone, and one whose job
+    /// ends after the mark finds `stalled` set and tells the pool, which then takes this same lock
+    /// after this section. Caller holds `lock`.
     private func applyLooksLocked(_ looks: [PendingLook], _ actions: inout Actions, _ stalledNow: inout [UInt32]) {
         var stalledIn: UInt8 = 0
         for pending in looks {
             let worker = pending.worker
             let tier = pending.tier
             let word = pending.word
-            if !pending.stalled {
-                let earlier = worker.monitorBlockedLook
-                worker.monitorBlockedLook =
-                    pending.look.blocked ? BlockedLook(word: word, cpuTime: pending.look.cpuTime) : nil
-                if DispatchPool.confirmsStall(earlier: earlier, word: word, now: pending.look),
-                    scheduler.saturatedWithWork(tier),
+            let (verdict, window) = RunnableWindow.judge(worker.monitorWindow, word: word, now: pending.at, look: pending.look)
+            switch verdict {
+            case .keep:
+                worker.monitorWindow = window
+            case .stall:
+                guard scheduler.saturatedWithWork(tier),
                     worker.activity.compareExchange(
                         expected: word, desired: word | 1,
                         ordering: .acquiringAndReleasing
                     ).exchanged
-                {
-                    worker.monitorBlockedLook = nil
-                    worker.monitorSeen = word | 1 // the word the next tick compares with
-                    scheduler.stall(tier)
-                    stalledIn |= tier.bit
-                    if DiagnosticsSwitch.isOn(.blocking) { stalledNow.append(worker.threadID.load(ordering: .relaxed)) }
+                else {
+                    worker.monitorWindow = nil
+                    continue
                 }
-            } else if !pending.look.blocked,
-                worker.activity.compareExchange(
-                    expected: word, desired: word & ~1,
-                    ordering: .acquiringAndReleasing
-                ).exchanged
-            {
+                worker.monitorWindow = window
+                worker.monitorSeen = word | 1 // the word the next tick compares with
+                scheduler.stall(tier)
+                stalledIn |= tier.bit
+                if DiagnosticsSwitch.isOn(.blocking) { stalledNow.append(worker.threadID.load(ordering: .relaxed)) }
+            case .unstall:
+                guard
+                    worker.activity.compareExchange(
+                        expected: word, desired: word & ~1,
+                        ordering: .acquiringAndReleasing
+                    ).exchanged
+                else {
+                    worker.monitorWindow = nil
+                    continue
+                }
                 // Runnable again inside the same job: it counts as running (the tier may be over
                 // width until a worker reaches a job boundary).
+                worker.monitorWindow = window
                 worker.monitorSeen = word & ~1
                 scheduler.unstall(tier)
             }
@@ -250,45 +259,21 @@ extension DispatchPool {
         for tier in Tier.allCases where stalledIn & tier.bit != 0 { offerWorkLocked(tier, &actions) }
     }
 
-    /// One look at a worker's kernel thread: whether it is blocked, and the CPU time it has had so far.
-    struct ThreadLook: Equatable {
-        /// Asleep in a system call (`threadIsBlocked`).
-        var blocked: Bool
-        /// Nanoseconds on a CPU (the first field of /proc/self/task/TID/schedstat); nil where the
-        /// kernel keeps no schedstat.
-        var cpuTime: UInt64?
-    }
-
-    /// A look that found a worker's thread blocked, with the progress word the worker had then.
-    struct BlockedLook: Equatable {
-        var word: UInt64
-        var cpuTime: UInt64?
-    }
-
-    /// Reads thread `tid`'s state and CPU time (up to three small /proc reads, ~10 µs each).
+    /// Reads thread `tid`'s state and its runnable time (three small /proc reads, ~10 µs each).
     static func lookAtThread(_ tid: UInt32) -> ThreadLook {
-        let blocked = threadIsBlocked(tid)
-        return ThreadLook(blocked: blocked, cpuTime: blocked ? threadCPUTime(tid) : nil)
+        ThreadLook(blocked: threadIsBlocked(tid), runnable: threadRunnableTime(tid))
     }
 
-    /// The stall verdict for a worker inside the same job since the previous tick: only a thread
-    /// seen blocked at two ticks in a row, with the same progress word, and with no CPU time
-    /// between the two looks (where the kernel tells), has been blocked for the whole tick. One
-    /// look could catch a thread asleep for a moment only (a contended mutex, a sanitizer's
-    /// internal lock): counting it stalled would start another worker and leave the tier over its
-    /// width for the rest of that job (docs/DispatchPool.md, "What the monitor counts as blocked").
-    static func confirmsStall(earlier: BlockedLook?, word: UInt64, now: ThreadLook) -> Bool {
-        guard now.blocked, let earlier, earlier.word == word else { return false }
-        return earlier.cpuTime == now.cpuTime
-    }
-
-    /// Nanoseconds thread `tid` of this process has run, from /proc/self/task/TID/schedstat; nil if
-    /// unknown (no such thread, or a kernel without schedstat).
-    static func threadCPUTime(_ tid: UInt32) -> UInt64? {
+    /// Nanoseconds thread `tid` of this process has been runnable: on a CPU plus waiting on a run
+    /// queue (the first two fields of /proc/self/task/TID/schedstat); nil if unknown (no such
+    /// thread, or a kernel without schedstat).
+    static func threadRunnableTime(_ tid: UInt32) -> UInt64? {
         guard tid != 0, let stat = SystemCall.readSmallFile("/proc/self/task/\(tid)/schedstat", limit: 128) else {
             return nil
         }
-        return stat.split(separator: " ", maxSplits: 1).first.flatMap { UInt64($0) }
+        let fields = stat.split(whereSeparator: { $0 == " " || $0 == "\n" })
+        guard fields.count >= 2, let running = UInt64(fields[0]), let waiting = UInt64(fields[1]) else { return nil }
+        return running &+ waiting
     }
 
     /// Whether kernel thread `tid` of this process is asleep in a system call: sleeping (`S`) or in

@@ -33,7 +33,7 @@ final class DispatchPool: @unchecked Sendable {
     /// the machine and never falls below libdispatch's. Reaching it is said once on stderr
     /// (`reportThreadCapReached`).
     let threadCap: Int
-    static func threadCap(width: Int) -> Int { max(255, 8 * width) }
+    static func threadCap(width: Int) -> Int { max(width, min(max(255, 8 * width), 4_096)) }
     /// An idle worker's thread ends after this long without work (2 s), in `RunQueues.stamp`
     /// nanoseconds: the scheduler's and the worker's sleep both count in them.
     static let idleTimeoutNanoseconds: UInt64 = 2_000_000_000
@@ -126,6 +126,8 @@ final class DispatchPool: @unchecked Sendable {
     @exclusivity(unchecked) private var submitterLockAcquisitions = 0
     /// Set once the thread cap has been reported (`reportThreadCapReached`).
     private let reportedThreadCap = Atomic<Bool>(false)
+    /// Set once the pids reserve has been reported (`reportPidsReserveReached`).
+    private let reportedPidsReserve = Atomic<Bool>(false)
     /// 0: no worker start has failed; 1: one did and was reported; 2: a start succeeded after that
     /// and was reported too. Each report is made once per process.
     private let reportedStartFailure = Atomic<Int>(0)
@@ -139,7 +141,8 @@ final class DispatchPool: @unchecked Sendable {
         schedulerStorage.initialize(
             to: Scheduler(
                 width: width, threadCap: threadCap,
-                idleTimeout: DispatchPool.idleTimeoutNanoseconds))
+                idleTimeout: DispatchPool.idleTimeoutNanoseconds,
+                roomForReplacement: { PidsBudget.check().allowed }))
         monitor = .allocate(capacity: 1)
         monitor.initialize(to: MonitorState())
     }
@@ -421,6 +424,11 @@ final class DispatchPool: @unchecked Sendable {
         if !forStealing { watchLocked(tier.rawValue, batches: false, &actions) }
         actions.add(scheduler.offer(tier, forStealing: forStealing), tier)
         if scheduler.capReached { reportThreadCapReached() }
+        if scheduler[tier].crowdWaiting {
+            // A replacement was paced or refused: the monitor offers the tier again when due.
+            if scheduler.pidsReserveReached { reportPidsReserveReached() }
+            watchLocked(tier.rawValue, batches: false, &actions)
+        }
     }
 
     // MARK: Workers
@@ -611,6 +619,21 @@ final class DispatchPool: @unchecked Sendable {
         offerWorkLocked(.background, &actions)
         unlockPool()
         actions.perform(self)
+    }
+
+    /// Says once per process on stderr that the pool did not replace a blocked worker because the
+    /// pids cgroup around the process is nearly full (`PidsBudget`). Caller holds lock.
+    private func reportPidsReserveReached() {
+        scheduler.pidsReserveReached = false
+        guard !reportedPidsReserve.load(ordering: .relaxed), !reportedPidsReserve.exchange(true, ordering: .relaxed) else {
+            return
+        }
+        let budget = PidsBudget.check()
+        SystemCall.report(
+            "ThreadKit: the dispatch pool is not starting more threads to replace blocked ones: the pids cgroup allows "
+                + "\(budget.limit.map(String.init) ?? "?") tasks and \(budget.current) are in use; the pool leaves "
+                + "\(PidsBudget.reserve(limit: budget.limit ?? 0)) of them to the rest of the program. Jobs wait until a "
+                + "blocked one returns. (Reported once.)")
     }
 
     /// Says once per process on stderr that a tier has reached `threadCap` with work waiting: the

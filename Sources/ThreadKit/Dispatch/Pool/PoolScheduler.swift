@@ -68,6 +68,12 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         private(set) var idleCount = 0
         /// Every live worker (started), for stealing, the monitor and the state dump.
         var workers: [Worker] = []
+        /// A start that would only join a crowd of blocked workers was refused (paced, or the
+        /// pids cgroup's reserve): the monitor offers the tier again at `nextCrowdStart`.
+        var crowdWaiting = false
+        /// The clock stamp before which no further crowd start is made (`crowdInterval` after
+        /// the last one, or after a refusal).
+        var nextCrowdStart: UInt64 = 0
 
         /// The stack's three operations are the only writers of `isIdle`, so "on the stack iff
         /// `isIdle`" holds by construction; pushing a worker that is on it already (whose
@@ -151,6 +157,15 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
 
     let width: Int
     let threadCap: Int
+    /// Blocked and stalled workers a tier may have before a thread that replaces one more is paced
+    /// to one per `crowdInterval` (`crowdLimit(width:)`).
+    let crowdLimit: Int
+    /// Whether the OS leaves room for one more thread beyond the width (the pool: the pids
+    /// cgroups' reserve, `PidsBudget`); asked only before a start that replaces a blocked worker.
+    let roomForReplacement: () -> Bool
+    /// Set when a replacement was refused for want of room (the pool reports it once); cleared by
+    /// the pool.
+    var pidsReserveReached = false
     /// How long an idle worker lives without work, in clock nanoseconds.
     let idleTimeout: UInt64
     var runQueues: RunQueues
@@ -163,10 +178,26 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// Set when a tier wanted a thread at its cap (the pool reports it once); cleared by the pool.
     var capReached = false
 
-    init(width: Int, threadCap: Int, idleTimeout: UInt64, clock: @escaping () -> UInt64 = RunQueues.stamp) {
+    /// Replacements for blocked workers come at once while a tier has fewer than this many blocked
+    /// or stalled workers: seven per CPU of width (libdispatch's dispatch_readsync.c runs eight
+    /// workers per CPU that sleep between syncs), at most 248 (so width + 248 threads: libdispatch's
+    /// own cap is 255). Past it, one per `crowdInterval`: a thread that only joins a crowd of blocked
+    /// ones costs a pid, a stack and the monitor's looks, and gains nothing until one returns.
+    static func crowdLimit(width: Int) -> Int { min(7 * width, 248) }
+
+    /// One replacement per this many clock nanoseconds past `crowdLimit` (ten a second; libdispatch
+    /// adds one a second on Linux).
+    static var crowdInterval: UInt64 { 100_000_000 }
+
+    init(
+        width: Int, threadCap: Int, idleTimeout: UInt64, clock: @escaping () -> UInt64 = RunQueues.stamp,
+        roomForReplacement: @escaping () -> Bool = { true }
+    ) {
         precondition(width >= 1 && threadCap >= width, "PoolScheduler: width \(width), cap \(threadCap)")
         self.width = width
         self.threadCap = threadCap
+        self.crowdLimit = Self.crowdLimit(width: width)
+        self.roomForReplacement = roomForReplacement
         self.idleTimeout = idleTimeout
         runQueues = RunQueues(clock: clock)
     }
@@ -249,10 +280,41 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
             capReached = true
             return .none
         }
+        if self[tier].threads >= width && !mayReplaceBlockedWorker(tier) { return .none }
         self[tier].threads += 1
         self[tier].running += 1
         self[tier].searching += 1
         return .start
+    }
+
+    /// Whether a thread beyond the width (one replacing a blocked or stalled worker) may start
+    /// now: at once below `crowdLimit` blocked workers, past it one per `crowdInterval`; and only
+    /// if the OS leaves room (`roomForReplacement`). A refusal leaves `crowdWaiting` set: the
+    /// monitor offers the tier again at `nextCrowdStart`.
+    private mutating func mayReplaceBlockedWorker(_ tier: Tier) -> Bool {
+        let crowd = self[tier].blocked + self[tier].stalled
+        let now = crowd >= crowdLimit || self[tier].crowdWaiting ? runQueues.clock() : 0
+        if crowd >= crowdLimit && now < self[tier].nextCrowdStart {
+            self[tier].crowdWaiting = true
+            return false
+        }
+        guard roomForReplacement() else {
+            pidsReserveReached = true
+            self[tier].crowdWaiting = true
+            self[tier].nextCrowdStart = (now == 0 ? runQueues.clock() : now) &+ Self.crowdInterval
+            return false
+        }
+        self[tier].crowdWaiting = false
+        if crowd >= crowdLimit { self[tier].nextCrowdStart = now &+ Self.crowdInterval }
+        return true
+    }
+
+    /// Whether the monitor should offer `tier` again now: a replacement was refused and its time
+    /// has come. Clears the wait (the offer sets it again if it is refused again).
+    mutating func crowdStartDue(_ tier: Tier, now: UInt64) -> Bool {
+        guard self[tier].crowdWaiting, now >= self[tier].nextCrowdStart else { return false }
+        self[tier].crowdWaiting = false
+        return true
     }
 
     /// Background work waits behind normal work: a background worker must look when it ages.

@@ -1,7 +1,7 @@
 // PoolWorker: one thread of the dispatch pool and its ParkingObserver. The loop below is the
 // worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle`,
 // `idleDeadline` and `nextIdle` are the scheduler's (PoolScheduler), `monitorSeen` and
-// `monitorBlockedLook` the monitor's, all guarded by the pool's lock; `local` and `localLevel` by
+// `monitorWindow` the monitor's, all guarded by the pool's lock; `local` and `localLevel` by
 // `localLock` (the worker pushes and pops; thieves and the monitor take jobs out, always while
 // holding the pool's lock, so two local locks are only ever held together under it); `activity` is the worker's progress word
 // (written by the worker, marked by the monitor: see there); `mine` (runningJob, countedBlocked,
@@ -49,10 +49,9 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     let activity = Atomic<UInt64>(0)
     /// The word the monitor saw at its previous tick. Guarded by the pool's lock.
     @exclusivity(unchecked) var monitorSeen: UInt64 = 0
-    /// The monitor's previous look at this worker's thread, if that found it blocked inside a job
-    /// (the first of the two looks a stall verdict needs: `DispatchPool.confirmsStall`). Guarded
-    /// by the pool's lock.
-    @exclusivity(unchecked) var monitorBlockedLook: DispatchPool.BlockedLook?
+    /// The window the monitor judges this worker over while it stays inside one job
+    /// (`DispatchPool.RunnableWindow`); nil when none is open. Guarded by the pool's lock.
+    @exclusivity(unchecked) var monitorWindow: DispatchPool.RunnableWindow?
     /// The worker's kernel thread id (0 until it runs), for the monitor's look at its state.
     let threadID = Atomic<UInt32>(0)
     /// What only the worker's thread reads and writes.
