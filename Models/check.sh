@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Models/check.sh: model-checks the dispatch pool's wake, staging and admission protocols and the run
+# Models/check.sh: model-checks the dispatch pool's wake, staging, admission and staged-level protocols and the run
 # loop's wake protocol with spin (Models/README.md).
 # Needs spin and a C compiler; installs nothing (CI installs spin). Works in a temporary
 # directory: no pan.* or trail files land in the repository. Fails when a model that must be
@@ -120,6 +120,12 @@ run "Admission PRECHECK_OWN_TIER (bug: 02e67d9)" Admission.pml "$adm_bug" "-DPRE
 run "Admission LOCAL_NO_STAGE_LOOK (bug: local)" Admission.pml "$adm_bug" "-DLOCAL_NO_STAGE_LOOK" "$safety" "$pan_safety"
 run "Admission NO_DRAINING_MARK (bug: window)"   Admission.pml "$adm_bug" "-DNO_DRAINING_MARK"    "$safety" "$pan_safety"
 run "Admission MIRROR_FIRST (bug: load order)"   Admission.pml "$adm_bug" "-DMIRROR_FIRST"        "$safety" "$pan_safety"
+# StagedLevels: the stage's level hint (a staged job keeps its level's bit until a drain moves it)
+# must be clean with two and three producers and drainers; a drainer that clears after its look
+# must be caught.
+run "StagedLevels NP=2 ND=2 (safety)"       StagedLevels.pml clean ""              "$safety" "$pan_safety"
+run "StagedLevels NP=3 ND=3 (safety)"       StagedLevels.pml clean "-DNP=3 -DND=3" "$safety" "$pan_safety"
+run "StagedLevels CLEAR_AFTER_LOOK (bug)"   StagedLevels.pml "assertion violated" "-DCLEAR_AFTER_LOOK" "$safety" "$pan_safety"
 # RunLoopWake: a run loop's wake-up across a nested run; without the nested run's hand-back (the
 # CI wedge of ci13 and ci32) the enclosing run must be caught asleep with a block queued.
 run "RunLoopWake nested hand-back (safety)" RunLoopWake.pml clean ""                 "$safety" "$pan_safety"

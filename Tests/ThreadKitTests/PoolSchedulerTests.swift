@@ -389,11 +389,34 @@ final class PoolSchedulerTests: XCTestCase {
         XCTAssertEqual(order, [4, 2, 1])
         for _ in 0..<40 { s.submit(job(), level: 2) }
         guard case .job(_, 2, let batch) = s.pop(.normal) else { return XCTFail("no job") }
-        XCTAssertEqual(batch, Scheduler.batchLimit - 1)
-        let local = JobRing<DispatchEntry>(capacity: 32)
+        XCTAssertEqual(batch, 39, "width 1: the whole backlog")
+        let local = JobRing<DispatchEntry>(capacity: DispatchPool.localCapacity)
         s.takeBatch(level: 2, into: local, max: batch)
         XCTAssertEqual(local.count, batch)
         XCTAssertEqual(s.runQueues.count(2), 39 - batch)
+    }
+
+    /// A visit takes the job it runs and an equal share of what is left for each worker (Go's
+    /// globrunqget), at most half the local queue: a flood costs one lock visit per
+    /// `batchLimit` jobs per worker, not one per eight.
+    func testABatchIsTheVisitorsShareOfTheBacklogUpToHalfTheLocalQueue() {
+        XCTAssertEqual(Scheduler.batchLimit, DispatchPool.localCapacity / 2)
+        XCTAssertEqual(Scheduler.batchSize(backlog: 0, width: 4), 0)
+        XCTAssertEqual(Scheduler.batchSize(backlog: 3, width: 4), 0, "fewer than one each: one job")
+        XCTAssertEqual(Scheduler.batchSize(backlog: 40, width: 4), 10)
+        XCTAssertEqual(Scheduler.batchSize(backlog: 100_000, width: 2), Scheduler.batchLimit - 1)
+        var s = makeScheduler(width: 4)
+        for _ in 0..<1_000 { s.submit(job(), level: 3) }
+        var visits = 0
+        var taken = 0
+        while case .job(_, 3, let batch) = s.pop(.normal) {
+            visits += 1
+            let local = JobRing<DispatchEntry>(capacity: DispatchPool.localCapacity)
+            s.takeBatch(level: 3, into: local, max: batch)
+            taken += 1 + local.count
+        }
+        XCTAssertEqual(taken, 1_000)
+        XCTAssertLessThanOrEqual(visits, 40, "1,000 jobs at width 4 in at most 40 visits")
     }
 
     func testALowerLevelAgesAfterItsPassesAndItsTimeAndNotBefore() {

@@ -37,11 +37,15 @@ final class DispatchPool: @unchecked Sendable {
     /// An idle worker's thread ends after this long without work (2 s), in `RunQueues.stamp`
     /// nanoseconds: the scheduler's and the worker's sleep both count in them.
     static let idleTimeoutNanoseconds: UInt64 = 2_000_000_000
-    /// A worker's local queue holds at most this many jobs (docs/DispatchPool.md, "Local queues and
-    /// stealing"); more go to the run queues.
+    /// A worker's local queue holds at most this many jobs: a batch from the run queues (at most
+    /// half of it, `PoolScheduler.batchLimit`) and the jobs its running job submitted.
+    static let localCapacity = 256
+    /// Jobs the running job may have waiting on its worker's local queue (beside the batch); more
+    /// go to the run queues (docs/DispatchPool.md, "Local queues and stealing").
     static let localLimit = 32
     /// Local jobs a worker starts in a row while jobs of the same level wait in the run queues,
-    /// before its local queue goes behind them (a batch, at most `batchLimit - 1`, never reaches it).
+    /// before its local queue goes behind them. Counts only jobs its own jobs submitted: a batch
+    /// was taken from the front of the run queue, ahead of what waits there.
     static let localStreakLimit = 8
 
     /// Taken only through `lockPool`, `tryLockPool` and `unlockPool` (which drain `stage`).
@@ -433,7 +437,8 @@ final class DispatchPool: @unchecked Sendable {
 
     // MARK: Workers
 
-    /// The next job for `worker` (and, when its level is long, up to `batchLimit - 1` more moved to
+    /// The next job for `worker` (and, when its level is alone, its share of the backlog, up to
+    /// `batchLimit - 1`, moved to
     /// the worker's local queue), or nil when it must go idle (it is then on the idle stack and
     /// `idleDeadline` says until when it sleeps). Worker's thread.
     func nextJob(for worker: PoolWorker, wasSearching: inout Bool) -> (DispatchEntry, Int)? {
@@ -451,6 +456,7 @@ final class DispatchPool: @unchecked Sendable {
                 worker.localLock.lock()
                 worker.localLevel = level
                 scheduler.takeBatch(level: level, into: worker.local, max: batch)
+                worker.localBatched = worker.local.count
                 worker.localLock.unlock()
                 // Jobs now wait in a batch: the monitor watches for the worker stalling.
                 watchLocked(tier.rawValue, batches: true, &actions)
@@ -492,9 +498,15 @@ final class DispatchPool: @unchecked Sendable {
             thief.localLock.lock()
             let level = victim.localLevel
             thief.localLevel = level
-            // The newest `(count + 1) / 2`, in their order.
-            for _ in 0..<(count + 1) / 2 { thief.local.prepend(victim.local.popLast()!) }
+            // The newest `(count + 1) / 2`, in their order. The victim's batch is at its front:
+            // what is left of it stays batched there; the thief's share is a batch of its own
+            // (taken from the front of the run queue too) only where it holds batched jobs.
+            let taken = (count + 1) / 2
+            for _ in 0..<taken { thief.local.prepend(victim.local.popLast()!) }
+            let stolenBatch = max(0, victim.localBatched - (count - taken))
+            victim.localBatched = min(victim.localBatched, count - taken)
             let first = thief.local.popFirst()!
+            thief.localBatched = max(0, stolenBatch - 1)
             thief.localLock.unlock()
             victim.localLock.unlock()
             if !thief.local.isEmpty { watchLocked(t, batches: true, &actions) }
@@ -520,6 +532,7 @@ final class DispatchPool: @unchecked Sendable {
     func giveBackLocked(_ worker: PoolWorker, toFront: Bool = true) {
         worker.localLock.lock()
         defer { worker.localLock.unlock() }
+        worker.localBatched = 0
         guard !worker.local.isEmpty else { return }
         scheduler.runQueues.giveBack(worker.local, level: worker.localLevel, atFront: toFront)
     }

@@ -43,6 +43,15 @@ final class InjectionStage: @unchecked Sendable {
     /// sure that after every raise some thread takes the lock and drains the tier
     /// (docs/DispatchPool.md, "Staging"; Models/PoolWedge.pml).
     let pending = Atomic<UInt8>(0)
+    /// The run-queue levels (a bit per level) of jobs staged since the last drain of their tier: a
+    /// hint for busy workers, which hand their local batch back when another level is staged, so
+    /// that a higher-QoS job does not wait for a long batch to end. Set by a producer after it
+    /// staged (a load first: set already in a flood); cleared for the drained tiers' levels by a
+    /// drainer before it looks at the shards, as `pending` is, so a job staged after a drain's
+    /// look at its shard always leaves its bit set (sequentially consistent, the same argument as
+    /// for `pending` in `drain`). A bit may be left set with nothing staged: a worker then visits
+    /// the lock once for nothing.
+    let stagedLevels = Atomic<UInt8>(0)
     typealias Tier = DispatchPool.Tier
     /// Both tiers' bits.
     static let allTiers = Tier.all
@@ -99,6 +108,10 @@ final class InjectionStage: @unchecked Sendable {
             if tiers & bit == 0 { shard.hasJobs.store(tiers | bit, ordering: .sequentiallyConsistent) }
             shard.lock.unlock()
         }
+        let levelBit = UInt8(1) << level
+        if stagedLevels.load(ordering: .sequentiallyConsistent) & levelBit == 0 {
+            stagedLevels.bitwiseOr(levelBit, ordering: .sequentiallyConsistent)
+        }
         // (Both tiers' flags share the word: raising one is a read-modify-write, so a drainer's
         // lowering of the other is never undone.)
         if pending.load(ordering: .sequentiallyConsistent) & bit != 0 { return false }
@@ -136,6 +149,7 @@ final class InjectionStage: @unchecked Sendable {
         let raised = pending.bitwiseAnd(~tiers, ordering: .sequentiallyConsistent).oldValue & tiers
         guard raised != 0 else { return }
         let wanted = Self.levels(of: raised)
+        stagedLevels.bitwiseAnd(~wanted, ordering: .sequentiallyConsistent)
         for i in 0...mask {
             let levels = shards[i]._withUnsafeGuaranteedRef { shard -> UInt8 in
                 guard shard.hasJobs.load(ordering: .sequentiallyConsistent) & raised != 0 else { return 0 }

@@ -151,9 +151,16 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         case idle
     }
 
-    /// A worker takes at most this many jobs of one level per visit, and only while the level
-    /// holds several per worker and no other level waits.
-    static var batchLimit: Int { 8 }
+    /// A worker takes at most this many jobs of one level per visit: half its local queue's
+    /// capacity (tokio moves half its local capacity from the inject queue in one visit), and
+    /// only while no other level waits.
+    static var batchLimit: Int { DispatchPool.localCapacity / 2 }
+
+    /// The jobs a visit moves to the worker's local queue beyond the one it runs, from the
+    /// `backlog` left in the level after that one: an equal share for each of the `width`
+    /// workers (Go's `globrunqget`: len/GOMAXPROCS + 1, with the one it runs), at most
+    /// `batchLimit - 1`.
+    static func batchSize(backlog: Int, width: Int) -> Int { min(batchLimit - 1, backlog / width) }
 
     let width: Int
     let threadCap: Int
@@ -347,7 +354,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
             // Batch only while the level is alone: under competition every job is one pick, so
             // aging counts the jobs that really started.
             let alone = runQueues.nonEmpty == UInt8(1) << level
-            let batch = alone ? min(Self.batchLimit - 1, runQueues.count(level) / (2 * width)) : 0
+            let batch = alone ? Self.batchSize(backlog: runQueues.count(level), width: width) : 0
             return .job(entry, level: level, batch: batch)
         }
         // A background thief only while no normal work waits: the background admission rule.

@@ -35,8 +35,11 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     /// after the pool's lock when both are held): the worker pushes at the back and pops at the
     /// front; a thief takes the newer half from the back; the pool moves them back to its run
     /// queues when the worker blocks, stalls, or another level waits.
-    let local = JobRing<DispatchEntry>(capacity: DispatchPool.localLimit)
+    let local = JobRing<DispatchEntry>(capacity: DispatchPool.localCapacity)
     @exclusivity(unchecked) var localLevel = 0
+    /// How many jobs at the front of `local` came from the run queues in a batch (the rest were
+    /// submitted by this worker's jobs). Guarded by `localLock`.
+    @exclusivity(unchecked) var localBatched = 0
     let localLock = DispatchLock()
     /// The progress word the pool's monitor watches (docs/DispatchPool.md, "Workers blocked outside
     /// ThreadKit"): `count << 2 | observable << 1 | stalled`. The worker stores a new count at every
@@ -109,7 +112,7 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
         // The worker was counted running and searching when it was planned.
         var searching = true
         while true {
-            if let (entry, level) = popLocal() {
+            if let (entry, level, batched) = popLocal() {
                 let waiting: UInt8
                 var normalStaged = false
                 if background {
@@ -122,22 +125,30 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
                         pool.stage.pending.load(ordering: .sequentiallyConsistent) & DispatchPool.Tier.normal.bit != 0
                     waiting = pool.nonEmptyMirror.load(ordering: .sequentiallyConsistent)
                 } else {
-                    waiting = pool.nonEmptyMirror.load(ordering: .relaxed) & ~DispatchPool.normalBeingDrained
+                    // The run queues' levels, and the levels staged by producers and not drained
+                    // yet (a higher level staged while this worker runs a long batch must not
+                    // wait for the batch: InjectionStage.stagedLevels).
+                    waiting =
+                        pool.nonEmptyMirror.load(ordering: .relaxed) & ~DispatchPool.normalBeingDrained
+                        | pool.stage.stagedLevels.load(ordering: .relaxed) & RunQueues.normalMask
                 }
                 let otherLevels = waiting & ~(UInt8(1) << level)
                 if otherLevels != 0 || normalStaged
-                    || (waiting != 0 && mine.localStreak >= DispatchPool.localStreakLimit)
+                    || (!batched && waiting != 0 && mine.localStreak >= DispatchPool.localStreakLimit)
                 {
                     // Another level waits (its order and aging belong to the run queues): the local
                     // queue goes back to the front of its level and the worker picks there. Or
                     // jobs of this level have waited there behind `localStreakLimit` local ones:
                     // the local queue goes behind them.
-                    localLock.withLock { local.prepend(entry) }
+                    localLock.withLock {
+                        local.prepend(entry)
+                        if batched { localBatched += 1 }
+                    }
                     pool.giveBack(self, toFront: otherLevels != 0 || normalStaged)
                     mine.localStreak = 0
                     continue
                 }
-                mine.localStreak = waiting != 0 ? mine.localStreak + 1 : 0
+                if !batched { mine.localStreak = waiting != 0 ? mine.localStreak + 1 : 0 }
                 runJob(entry, level: level)
                 continue
             }
@@ -177,17 +188,23 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
         localLock.lock()
         defer { localLock.unlock() }
         let before = local.count
-        guard before < DispatchPool.localLimit, before == 0 || localLevel == level else { return .refused(entry) }
+        guard before - localBatched < DispatchPool.localLimit, before < DispatchPool.localCapacity,
+            before == 0 || localLevel == level
+        else { return .refused(entry) }
         if before == 0 { localLevel = level }
         local.append(entry)
         return .pushed(before: before)
     }
 
-    /// The next entry of the local queue and its level. Worker thread.
-    private func popLocal() -> (DispatchEntry, Int)? {
+    /// The next entry of the local queue, its level, and whether it came in a batch from the run
+    /// queues. Worker thread.
+    private func popLocal() -> (DispatchEntry, Int, batched: Bool)? {
         localLock.lock()
         defer { localLock.unlock() }
-        return local.popFirst().map { ($0, localLevel) }
+        guard let entry = local.popFirst() else { return nil }
+        let batched = localBatched > 0
+        if batched { localBatched -= 1 }
+        return (entry, localLevel, batched)
     }
 
     /// Stores the next progress word (`observable`: inside a job and not parked in ThreadKit) and
