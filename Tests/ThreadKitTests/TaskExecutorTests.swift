@@ -198,7 +198,7 @@ final class TaskExecutorTests: XCTestCase {
     // MARK: A loop whose thread ends (child processes)
 
     /// The warning a loop gives, once, when its thread has ended under tasks that prefer it.
-    private static let redirectWarning = "after that thread finished: the loop can never run it, so it and every later such job run"
+    private static let redirectWarning = "but that thread has finished: the loop can never run it, so it and every later such job run"
 
     /// Checks a child's output: exit 0, `finished` in its output, and the warning exactly once
     /// per loop, naming the loop's thread.
@@ -211,7 +211,7 @@ final class TaskExecutorTests: XCTestCase {
         let warnings = result.standardError.components(separatedBy: Self.redirectWarning).count - 1
         XCTAssertEqual(warnings, 1, "one warning per loop: \(result.standardError)", line: line)
         for fragment in [
-            "ThreadKit: the run loop of thread", "(\"\(thread)\") received a job of a task that prefers it as its task executor",
+            "ThreadKit: the run loop of thread", "(\"\(thread)\") has a job of a task that prefers it as its task executor",
             "on the global concurrent executor", "a task executor is only a preference", "Fix: keep the loop's thread running",
         ] {
             XCTAssertTrue(result.standardError.contains(fragment), "lacks \"\(fragment)\": \(result.standardError)", line: line)

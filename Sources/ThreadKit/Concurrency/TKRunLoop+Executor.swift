@@ -308,8 +308,8 @@ final class RunLoopJobBook: Sendable {
         if ofTaskPreferringTheLoop && !redirectWarned.exchange(true, ordering: .relaxed) {
             let owner = finishedOwner.withLock { $0 } ?? "a finished thread"
             let line =
-                "ThreadKit: the run loop of \(owner) received a job of a task that prefers it as its task executor "
-                + "(withTaskExecutorPreference or Task(executorPreference:)) after that thread finished: the loop can never "
+                "ThreadKit: the run loop of \(owner) has a job of a task that prefers it as its task executor "
+                + "(withTaskExecutorPreference or Task(executorPreference:)), but that thread has finished: the loop can never "
                 + "run it, so it and every later such job run on the global concurrent executor, off that thread (a task "
                 + "executor is only a preference). Fix: keep the loop's thread running its loop until the tasks that "
                 + "prefer it are done. (Said once per loop.)\n"
