@@ -63,30 +63,52 @@ static uint64_t tk_duration(const char *start, const char *end) {
     return (uint64_t)ns;
 }
 
-/// `SIGUSR2`, `usr2`, `SIGQUIT`, `12`: a signal a program may catch for the thread dump, or 0.
-/// SIGKILL, SIGSTOP and the synchronous fault signals are refused.
-static int tk_signal(const char *start, const char *end) {
+/// `SIGUSR2`, `usr2`, `SIGQUIT`, `12`, `35`: a signal the thread dump may take, or 0 (`*shutdown` set
+/// when it is one the system or a terminal sends to end the process). Taking a signal changes what
+/// it does to the process, so only signals whose taking stops nothing are accepted: SIGUSR1,
+/// SIGUSR2, SIGQUIT (the JVM's thread-dump signal), SIGWINCH, SIGPWR and the real-time signals
+/// SIGRTMIN..SIGRTMAX (by number) but SIGRTMIN+6, the hang watchdog's sampling signal. Refused:
+/// SIGTERM, SIGINT and SIGHUP (the process would survive `kill`, Ctrl-C, a closed terminal),
+/// SIGKILL and SIGSTOP (cannot be caught), the faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
+/// SIGABRT, SIGSYS), job control (SIGTSTP, SIGTTIN, SIGTTOU, SIGCONT) and the signals the system
+/// or libraries use (SIGCHLD, SIGPIPE, SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGURG,
+/// SIGIO, SIGSTKFLT; glibc's own 32 and 33).
+static int tk_signal(const char *start, const char *end, int *shutdown) {
+    *shutdown = 0;
     if (end - start > 3 && strncasecmp(start, "SIG", 3) == 0) start += 3;
     static const struct { const char *name; int number; } names[] = {
-        {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"QUIT", SIGQUIT}, {"HUP", SIGHUP},
-        {"INT", SIGINT}, {"TERM", SIGTERM}, {"WINCH", SIGWINCH}, {"PWR", SIGPWR},
+        {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"QUIT", SIGQUIT}, {"WINCH", SIGWINCH}, {"PWR", SIGPWR},
     };
+    static const char *const shutdown_names[] = {"TERM", "INT", "HUP"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (tk_is(start, end, names[i].name)) return names[i].number;
+    for (size_t i = 0; i < sizeof shutdown_names / sizeof shutdown_names[0]; i++)
+        if (tk_is(start, end, shutdown_names[i])) {
+            *shutdown = 1;
+            return 0;
+        }
     int number = 0, digits = 0;
     for (const char *p = start; p < end; p++) {
         if (*p < '0' || *p > '9' || ++digits > 3) return 0;
         number = number * 10 + (*p - '0');
     }
-    if (digits == 0 || number <= 0 || number >= SIGRTMAX + 1) return 0;
-    if (number == SIGKILL || number == SIGSTOP || number == SIGSEGV || number == SIGBUS ||
-        number == SIGFPE || number == SIGILL || number == SIGTRAP || number == SIGABRT)
+    if (digits == 0) return 0;
+    if (number == SIGTERM || number == SIGINT || number == SIGHUP) {
+        *shutdown = 1;
         return 0;
-    return number;
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (number == names[i].number) return number;
+    if (number >= SIGRTMIN && number <= SIGRTMAX && number != SIGRTMIN + 6) return number;
+    return 0;
 }
 
+/// The shortest flight-recorder window `flight:` takes: a shorter one keeps next to nothing of
+/// what led to a hang (whose own threshold is 250 ms by default).
+#define TK_FLIGHT_MINIMUM_NS 100000000ull
+
 #define TK_ACCEPTED "accepted: lockorder, lockorder:fatal, hangs, hangs:250ms (ns, us, ms, s), contention, trace, " \
-                    "blocking, blocking:fatal, waits, dump, dump:SIGUSR2 (a signal name or number), flight, flight:30s, metrics, " \
+                    "blocking, blocking:fatal, waits, dump, dump:SIGUSR2 (USR1, USR2, QUIT, WINCH, PWR or a real-time signal's number), flight, flight:30s (at least 100ms), metrics, " \
                     "all, off, none; " \
                     "any case, spaces allowed around items"
 
@@ -138,8 +160,15 @@ void tk_diagnostics_parse(const char *text, tk_diagnostics_settings *out, char *
                 else if (tk_is(option, option_end, "fatal")) bits = TK_DIAG_BLOCKING | TK_DIAG_BLOCKING_FATAL;
                 else why = "blocking takes no option but fatal";
             } else if (tk_is(start, name_end, "dump")) {
-                int number = colon ? tk_signal(option, option_end) : SIGUSR2;
-                if (number == 0) why = "dump takes a signal a program may catch, such as SIGUSR2, USR1, SIGQUIT or 12";
+                int shutdown = 0;
+                int number = colon ? tk_signal(option, option_end, &shutdown) : SIGUSR2;
+                if (shutdown)
+                    why = "dump takes no shutdown signal: taken for dumps, SIGTERM, SIGINT or SIGHUP would no longer stop the "
+                          "process; use SIGUSR2, SIGUSR1, SIGQUIT, SIGWINCH, SIGPWR or a real-time signal by number";
+                else if (number == 0)
+                    why = "dump takes SIGUSR2, SIGUSR1, SIGQUIT, SIGWINCH, SIGPWR or a real-time signal by number (SIGRTMIN..SIGRTMAX "
+                          "but SIGRTMIN+6, the hang watchdog's); never one that ends, stops or faults the process, nor one the "
+                          "system uses (SIGCHLD, SIGPIPE, SIGALRM...)";
                 else {
                     bits = TK_DIAG_DUMP | TK_DIAG_WAITS;
                     out->dump_signal = number;
@@ -147,6 +176,7 @@ void tk_diagnostics_parse(const char *text, tk_diagnostics_settings *out, char *
             } else if (tk_is(start, name_end, "flight")) {
                 uint64_t window = colon ? tk_duration(option, option_end) : 30000000000ull;
                 if (window == 0) why = "flight takes a positive duration, such as 30s or 500ms";
+                else if (window < TK_FLIGHT_MINIMUM_NS) why = "flight takes a window of at least 100ms, such as 30s or 500ms";
                 else {
                     bits = TK_DIAG_FLIGHT | TK_DIAG_TRACE | TK_DIAG_WAITS;
                     out->flight_window_ns = window;

@@ -1,5 +1,6 @@
 // DiagnosticsRoles: child processes for the diagnostics (docs/Diagnostics.md): the lock-order
-// checker's process-stopping mode, TK_DIAGNOSTICS parsing, and a hang of the main thread's run
+// checker's process-stopping mode, TK_DIAGNOSTICS parsing (and that a refused `dump:SIGTERM`
+// leaves the signal alone: `signal-self`), and a hang of the main thread's run
 // loop (which only a child can show: XCTest owns the test process's main thread).
 import ChildProcessRoles
 import Glibc
@@ -33,6 +34,17 @@ enum DiagnosticsRoles {
                 "threshold-ns \(TKDiagnostics.hangThreshold.components.seconds * 1_000_000_000 + TKDiagnostics.hangThreshold.components.attoseconds / 1_000_000_000)"
             )
             return 0
+        },
+        ChildRole(name: "signal-self", usage: "SIGNO (sends itself SIGNO; prints \"survived\" and exits 3 if alive 10 s later)") {
+            arguments in
+            guard let signo = arguments.first.flatMap({ Int32($0) }) else { return 2 }
+            kill(getpid(), signo)
+            // A caught signal (a thread dump) lets the process go on: sleep out the rest, however
+            // often a signal cuts a sleep short.
+            let deadline = ContinuousClock.now + .seconds(10)
+            while ContinuousClock.now < deadline { TKThread.sleep(for: .milliseconds(100)) }
+            Console.out("survived")
+            return 3
         },
         ChildRole(name: "main-loop-hang", usage: "(hangs:100ms; a main-loop timer callback that runs 600 ms; prints the hang)") { _ in
             TKDiagnostics.hangThreshold = .milliseconds(100)

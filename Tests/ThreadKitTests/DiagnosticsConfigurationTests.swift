@@ -7,6 +7,10 @@ import XCTest
 
 @testable import ThreadKit
 
+/// The real-time signals' range, as glibc gives it (SIGRTMIN is a function call in C).
+private let rtMin = __libc_current_sigrtmin()
+private let rtMax = __libc_current_sigrtmax()
+
 final class DiagnosticsConfigurationTests: XCTestCase {
     private struct Case {
         let text: String
@@ -63,9 +67,33 @@ final class DiagnosticsConfigurationTests: XCTestCase {
         Case(text: "dump:SIGKILL", features: [], rejected: ["dump:SIGKILL"]),
         Case(text: "dump:SIGSEGV, trace", features: .trace, rejected: ["dump:SIGSEGV"]),
         Case(text: "dump:999", features: [], rejected: ["dump:999"]),
+        // Issue 49: a shutdown signal taken for dumps would no longer stop the process.
+        Case(text: "dump:SIGTERM", features: [], rejected: ["dump:SIGTERM"]),
+        Case(text: "dump:SIGINT, trace", features: .trace, rejected: ["dump:SIGINT"]),
+        Case(text: "dump:hup", features: [], rejected: ["dump:hup"]),
+        Case(text: "dump:15", features: [], rejected: ["dump:15"]),
+        Case(text: "dump:2", features: [], rejected: ["dump:2"]),
+        Case(text: "dump:SIGSTOP", features: [], rejected: ["dump:SIGSTOP"]),
+        Case(text: "dump:SIGCHLD", features: [], rejected: ["dump:SIGCHLD"]),
+        Case(text: "dump:\(SIGCHLD)", features: [], rejected: ["dump:\(SIGCHLD)"]),
+        Case(text: "dump:\(SIGPIPE)", features: [], rejected: ["dump:\(SIGPIPE)"]),
+        Case(text: "dump:\(SIGALRM)", features: [], rejected: ["dump:\(SIGALRM)"]),
+        Case(text: "dump:\(SIGTSTP)", features: [], rejected: ["dump:\(SIGTSTP)"]),
+        Case(text: "dump:32", features: [], rejected: ["dump:32"]), // glibc's own (thread cancellation)
+        Case(text: "dump:\(rtMin + 6)", features: [], rejected: ["dump:\(rtMin + 6)"]), // the hang sampler's
+        Case(text: "dump:\(rtMin + 1)", features: [.dumpOnSignal, .waits], dumpSignal: rtMin + 1),
+        Case(text: "dump:\(rtMax)", features: [.dumpOnSignal, .waits], dumpSignal: rtMax),
+        Case(text: "dump:\(rtMax + 1)", features: [], rejected: ["dump:\(rtMax + 1)"]),
+        Case(text: "dump:winch", features: [.dumpOnSignal, .waits], dumpSignal: SIGWINCH),
+        Case(text: "dump:SIGPWR", features: [.dumpOnSignal, .waits], dumpSignal: SIGPWR),
+        Case(text: "dump:\(SIGQUIT)", features: [.dumpOnSignal, .waits], dumpSignal: SIGQUIT),
         Case(text: "flight", features: [.flightRecorder, .trace, .waits], flightWindow: .seconds(30)),
         Case(text: "flight:5s", features: [.flightRecorder, .trace, .waits], flightWindow: .seconds(5)),
         Case(text: "flight:0", features: [], rejected: ["flight:0"]),
+        // Issue 49: a window shorter than 100 ms keeps next to nothing.
+        Case(text: "flight:1ns", features: [], rejected: ["flight:1ns"]),
+        Case(text: "flight:99ms, trace", features: .trace, rejected: ["flight:99ms"]),
+        Case(text: "flight:100ms", features: [.flightRecorder, .trace, .waits], flightWindow: .milliseconds(100)),
     ]
 
     func testTheParserAcceptsSpacesAndAnyCaseAndRejectsWholeItems() {
@@ -84,6 +112,51 @@ final class DiagnosticsConfigurationTests: XCTestCase {
                 XCTAssertTrue(line.contains("\"\(item)\""), "\(what): the line must name the item: \(line)")
                 XCTAssertTrue(line.contains("accepted: lockorder, lockorder:fatal, hangs, hangs:250ms"), "\(what): \(line)")
             }
+        }
+    }
+
+    func testShutdownSignalsAndShortFlightWindowsAreRefusedSayingWhy() {
+        for item in ["dump:SIGTERM", "dump:int", "dump:1"] {
+            let warning = DiagnosticsConfiguration(parsing: item).warning ?? ""
+            XCTAssertTrue(warning.contains("dump takes no shutdown signal"), "\(item): \(warning)")
+            XCTAssertTrue(warning.contains("would no longer stop the process"), "\(item): \(warning)")
+        }
+        let other = DiagnosticsConfiguration(parsing: "dump:SIGCHLD").warning ?? ""
+        XCTAssertTrue(other.contains("dump takes SIGUSR2, SIGUSR1, SIGQUIT, SIGWINCH, SIGPWR or a real-time signal"), other)
+        let flight = DiagnosticsConfiguration(parsing: "flight:1ns").warning ?? ""
+        XCTAssertTrue(flight.contains("flight takes a window of at least 100ms"), flight)
+    }
+
+    /// `dump:SIGTERM` (or `dump:SIGINT`) once made the process catch the signal for thread dumps
+    /// and survive `kill -TERM`. Refused now: the child is named the item on stderr and killed
+    /// by the signal it sends itself.
+    func testARefusedShutdownSignalStillStopsTheProcess() throws {
+        for (item, signo) in [("dump:SIGTERM", SIGTERM), ("dump:sigint", SIGINT), ("dump:HUP", SIGHUP)] {
+            let process = Process()
+            process.executableURL = ChildProcess.executable
+            process.arguments = ["signal-self", "\(signo)"]
+            var environment = ProcessInfo.processInfo.environment
+            environment["TK_DIAGNOSTICS"] = item
+            environment["SWIFT_BACKTRACE"] = "enable=no"
+            process.environment = environment
+            let out = Pipe()
+            let err = Pipe()
+            process.standardOutput = out
+            process.standardError = err
+            try process.run()
+            let stdout = DrainedPipe(out)
+            let stderr = DrainedPipe(err)
+            process.waitUntilExit()
+            let output = stdout.text()
+            let errors = stderr.text()
+            XCTAssertEqual(process.terminationReason, .uncaughtSignal, "\(item): the process survived: \(output) \(errors)")
+            XCTAssertEqual(process.terminationStatus, signo, "\(item): \(output) \(errors)")
+            XCTAssertFalse(output.contains("survived"), "\(item): \(output)")
+            XCTAssertFalse(errors.contains("ThreadKit thread dump"), "\(item): the signal was taken for a dump: \(errors)")
+            let lines = errors.split(separator: "\n").filter { $0.contains("TK_DIAGNOSTICS") }
+            XCTAssertEqual(lines.count, 1, "\(item): one line, naming it: \(errors)")
+            XCTAssertTrue(lines.first?.contains("\"\(item)\"") == true, "\(item): \(errors)")
+            XCTAssertTrue(lines.first?.contains("dump takes no shutdown signal") == true, "\(item): \(errors)")
         }
     }
 

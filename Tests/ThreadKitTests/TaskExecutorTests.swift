@@ -2,7 +2,8 @@
 // nonisolated code of a task that prefers it on the loop's thread (the body, resumes after
 // suspensions, child tasks, Task(executorPreference:)), and nonisolated async calls continue inline
 // instead of going back through the loop's queue; a serial TKDispatchQueue as a TaskExecutor runs
-// the tasks preferring it one job at a time. Misuse (a finished thread's loop) in child processes.
+// the tasks preferring it one job at a time. A loop whose thread ends under tasks that prefer it
+// (child processes): their jobs run on the global executor, with one warning per loop.
 // A loop does not sleep with a job its own thread queued. Judges: pthread ids (IOLoopThread with no
 // pass deadline: a missed wake-up is a hang), the loop's FIFO of perform blocks, an overlap counter; and the process surviving 300 short-lived loop threads whose actors
 // a task hops on and off (a use after free in enqueue, found by this suite), and of short-lived
@@ -194,27 +195,45 @@ final class TaskExecutorTests: XCTestCase {
         XCTAssertEqual(counts.offQueue, 0, "a job ran off the queue")
     }
 
-    // MARK: Misuse (child processes)
+    // MARK: A loop whose thread ends (child processes)
 
-    func testATaskPreferringTheLoopOfAFinishedThreadIsAMisuse() throws {
-        try assertMisuse(
-            "task-executor-finished-loop",
-            mentions: [
-                "run loop of thread", "(\"finished-loop\")", "the TKRunLoop as a task executor",
-                "after that thread finished", "Fix: keep the loop's thread running", "tasks prefer it", "await those tasks",
-            ])
+    /// The warning a loop gives, once, when its thread has ended under tasks that prefer it.
+    private static let redirectWarning = "but that thread has finished: the loop can never run it, so it and every later such job run"
+
+    /// Checks a child's output: exit 0, `finished` in its output, and the warning exactly once
+    /// per loop, naming the loop's thread.
+    private func assertRedirected(_ result: ChildResult, finished: String, thread: String, line: UInt = #line) {
+        let what = "status \(result.status), \(result.standardOutput) \(result.standardError)"
+        XCTAssertFalse(result.signalled, what, line: line)
+        XCTAssertEqual(result.status, 0, what, line: line)
+        XCTAssertTrue(result.standardOutput.contains(finished), what, line: line)
+        XCTAssertFalse(result.standardError.contains("ThreadKit misuse"), what, line: line)
+        let warnings = result.standardError.components(separatedBy: Self.redirectWarning).count - 1
+        XCTAssertEqual(warnings, 1, "one warning per loop: \(result.standardError)", line: line)
+        for fragment in [
+            "ThreadKit: the run loop of thread", "(\"\(thread)\") has a job of a task that prefers it as its task executor",
+            "on the global concurrent executor", "a task executor is only a preference", "Fix: keep the loop's thread running",
+        ] {
+            XCTAssertTrue(result.standardError.contains(fragment), "lacks \"\(fragment)\": \(result.standardError)", line: line)
+        }
     }
 
-    func testAThreadEndingWithATasksJobQueuedOnItsLoopStopsTheProcessNamingIt() throws {
-        let result = try ChildProcess.run("task-executor-thread-ends-with-job", timeout: .seconds(60))
-        XCTAssertTrue(result.signalled, "status \(result.status), \(result.standardOutput) \(result.standardError)")
-        XCTAssertFalse(result.standardOutput.contains("task finished"), "the job ran after all")
-        for fragment in [
-            "ThreadKit misuse:", "(\"ending-loop\") finished with 1 Swift concurrency job(s)",
-            "1 for the TKRunLoop as a task executor (a task preferring the loop",
-            "nothing will ever run them", "Fix: keep the thread running its loop",
-        ] {
-            XCTAssertTrue(result.standardError.contains(fragment), "lacks \"\(fragment)\": \(result.standardError)")
-        }
+    func testATaskPreferringTheLoopOfAFinishedThreadRunsOnTheGlobalExecutor() throws {
+        let result = try ChildProcess.run("task-executor-finished-loop", timeout: .seconds(90))
+        assertRedirected(result, finished: "task finished", thread: "finished-loop")
+    }
+
+    func testTasksJobsLeftQueuedWhenTheLoopsThreadEndsRunOnTheGlobalExecutor() throws {
+        let result = try ChildProcess.run("task-executor-thread-ends-with-job", timeout: .seconds(90))
+        assertRedirected(result, finished: "500 of 500 tasks finished", thread: "ending-loop")
+    }
+
+    /// Issue 49: 1,000 tasks in `withTaskExecutorPreference(loop)`, suspended on the loop, whose
+    /// thread then ends: each resume (and each later call, return and yield) is an enqueue on the
+    /// loop, which once stopped the process; all go on, on other threads, and finish.
+    func testTasksPreferringALoopWhoseThreadEndsUnderThemAllFinish() throws {
+        let result = try ChildProcess.run("task-executor-loop-ends-under-tasks", timeout: .seconds(90))
+        assertRedirected(result, finished: "finished: 1000 of 1000, 1000 off the loop's thread", thread: "short-loop")
+        XCTAssertTrue(result.standardOutput.contains("on the loop before its end: 1000 of 1000"), result.standardOutput)
     }
 }

@@ -2,9 +2,9 @@
 // `unownedExecutor` is a loop's runs every job on the loop's thread, as a perform block of the loop:
 // in the loop's passes, in the executor's modes, FIFO with the loop's other perform blocks.
 //
-// A loop's thread ending strands its jobs: nothing else may run them (the actor's isolation is that
-// thread), so the task would wait forever. Both ways in are misuses that stop the process with a
-// message naming the executor, the loop's thread (by name) and the fix:
+// A loop's thread ending strands its actors' jobs: nothing else may run them (the actor's isolation
+// is that thread), so the task would wait forever. Both ways in are misuses that stop the process
+// with a message naming the executor, the loop's thread (by name) and the fix:
 //   1. a job sent after the thread finished (`submit` finds the loop closed);
 //   2. jobs still queued when it finishes (`threadDidFinish` → `refuseJobsLeftAtThreadEnd`), the
 //      loop not running or running in a mode the jobs' executor does not serve.
@@ -14,7 +14,14 @@
 // crash far from it.
 //
 // A loop is a TaskExecutor too (TKRunLoop+TaskExecutor.swift): a nonisolated task's jobs come
-// through `submit` with `taskExecutor` set, and are counted and refused by the same rules.
+// through `submit` with `taskExecutor` set, and are counted the same way; but a task executor is
+// only a preference, so a task's job that the loop's thread can no longer run (sent after it
+// finished, or left queued when it finishes) runs on the global concurrent executor instead, and
+// a warning says so once per loop (`RunLoopJobBook.redirect`). So does a job that is no task's (a
+// continuation's: `Task.yield` in a task preferring the loop sends one through this
+// SerialExecutor enqueue, as `Task.currentExecutor` is the loop), silently: it only resumes its
+// task where that task must run, which refuses it again if that is this loop. Only actors' jobs
+// are refused.
 //
 // Threads: `enqueue` from any thread; jobs run on the loop's thread. `RunLoopJobBook`'s counts
 // are atomics (see each for its ordering); its mode-executor list and the finished thread's name
@@ -117,7 +124,10 @@ extension TKRunLoop: SerialExecutor {
         let running = runDepth.load(ordering: .relaxed) > 0
         let stallWatch = running ? nil : WeakRunLoop(self)
         if running && onOwnThread { pollNextSleep = true } // the next sleep only polls (TKRunLoop.pollNextSleep)
-        let tally = modeExecutor?.tally ?? (taskExecutor != nil ? book.taskJobs : nil)
+        // Jobs that may run elsewhere once the thread has ended: a task's under a preference, and
+        // one that is no task's (asked of the runtime only for a job through this SerialExecutor).
+        let movable = taskExecutor != nil || TaskRuntime.isNotATask(job)
+        let tally = movable ? book.movableJobs : modeExecutor?.tally
         // Counted before the job is offered: one accepted (queued under the loop's lock) is then
         // already counted when the thread's end, which closes the loop under that lock, reads the
         // counts (the lock orders these relaxed increments before those loads).
@@ -131,6 +141,12 @@ extension TKRunLoop: SerialExecutor {
             PendingBlock(
                 modes: modes,
                 block: {
+                    // Run by threadDidFinish when the loop's thread ended with this job queued:
+                    // a movable job goes to the global executor instead.
+                    if movable && book.threadFinished.load(ordering: .relaxed) {
+                        book.redirect(job, ofTaskPreferringTheLoop: taskExecutor != nil)
+                        return
+                    }
                     let task = DiagnosticsSwitch.isOn(.trace) ? TraceRecorder.taskStarts(job, executor: executorName) : nil
                     if let taskExecutor {
                         job.runSynchronously(on: taskExecutor)
@@ -142,11 +158,17 @@ extension TKRunLoop: SerialExecutor {
                     // thread's end, on this same thread.
                     book.all.ran.wrappingAdd(1, ordering: .relaxed)
                     tally?.ran.wrappingAdd(1, ordering: .relaxed)
-                }),
+                }, isMovableJob: movable),
             wake: false)
         // From here on, no `self`: only what was taken above.
         guard accepted else {
             // Refused: nothing was queued, so the loop is as alive as when this call began.
+            if movable {
+                // A task's preference only, or no task's job: it runs on the global executor.
+                book.recordOwner(book.ownerDescription(of: self))
+                book.redirect(job, ofTaskPreferringTheLoop: taskExecutor != nil)
+                return
+            }
             let by =
                 modeExecutor.map { "the loop's \($0.name)" }
                 ?? (taskExecutor != nil
@@ -165,16 +187,26 @@ extension TKRunLoop: SerialExecutor {
     }
 
     /// The loop's thread has finished and the loop is closed (called by `threadDidFinish`, on that
-    /// thread, after it set `closed` under the loop's lock): executor jobs still queued can never
+    /// thread, after it took the movable jobs out of the queue): each goes to the global executor,
+    /// as a task executor is only a preference (`RunLoopJobBook.redirect`, which warns once).
+    func redirectJobsLeftAtThreadEnd(_ jobs: [PendingBlock]) {
+        jobBook.recordOwner(ownerDescription)
+        jobBook.threadFinished.store(true, ordering: .relaxed) // read on this thread, by the blocks below
+        for entry in jobs { entry.block() } // each sees `threadFinished` and redirects its job
+    }
+
+    /// The loop's thread has finished and the loop is closed (called by `threadDidFinish`, on that
+    /// thread, after it set `closed` under the loop's lock): actors' jobs still queued can never
     /// run, and their tasks would wait forever. A misuse, named here rather than left to hang.
     func refuseJobsLeftAtThreadEnd() {
         jobBook.recordOwner(ownerDescription)
         let book = jobBook
         // Jobs run on this thread, so `ran` is exact here; `queued` includes every job the loop
         // accepted (counted before the lock that closed the loop). It may also include one being
-        // offered right now, to be refused: that one stops the process too, with this message.
+        // offered right now, to be refused: an actor's stops the process too, with this message;
+        // a movable one is redirected, and is left out here with all of the movable jobs.
         // A job that ended this thread (TKThread.exit inside it) never finished: it counts.
-        let left = book.all.waiting
+        let left = book.all.waiting &- book.movableJobs.waiting
         guard left > 0 else { return }
         var parts: [String] = []
         var byModeExecutors = 0
@@ -184,18 +216,13 @@ extension TKRunLoop: SerialExecutor {
             byModeExecutors += n
             parts.append("\(n) for its \(name)")
         }
-        let byTasks = book.taskJobs.waiting
-        if byTasks > 0 {
-            byModeExecutors += byTasks
-            parts.append("\(byTasks) for \(RunLoopJobBook.taskExecutorName)")
-        }
         if left > byModeExecutors {
             parts.insert(
                 "\(left - byModeExecutors) for the TKRunLoop itself (an actor whose unownedExecutor is the loop, "
                     + "served in the common modes)", at: 0)
         }
         misuse(
-            "\(ownerDescription) finished with \(left) Swift concurrency job(s) (actors' or tasks') still queued on its "
+            "\(ownerDescription) finished with \(left) Swift concurrency job(s) (actors') still queued on its "
                 + "run loop — \(parts.joined(separator: "; ")) — because the loop was not running, or was running in a mode "
                 + "those executors do not serve, when they were sent: nothing will ever run them, and their tasks would "
                 + "wait forever. Fix: keep the thread running its loop, in a mode the actors' executor serves, until the "
@@ -216,9 +243,10 @@ final class RunLoopJobBook: Sendable {
     /// Every executor job of the loop, its mode executors' included (`queued` counts a job as it
     /// is offered, before it is on the loop's queue: see `submit`).
     let all = RunLoopJobTally()
-    /// The jobs of tasks preferring the loop as their task executor (TKRunLoop+TaskExecutor.swift),
-    /// so a thread's end can say that tasks left them.
-    let taskJobs = RunLoopJobTally()
+    /// The jobs that may run elsewhere once the loop's thread has ended: those of tasks preferring
+    /// the loop as their task executor (TKRunLoop+TaskExecutor.swift), and those that are no
+    /// task's; left out of the actors' count at the thread's end.
+    let movableJobs = RunLoopJobTally()
     /// How messages name the loop as a task executor.
     static let taskExecutorName =
         "the TKRunLoop as a task executor (a task preferring the loop: withTaskExecutorPreference or Task(executorPreference:))"
@@ -236,6 +264,11 @@ final class RunLoopJobBook: Sendable {
     private let checking = Atomic<Bool>(false)
     /// The warning was printed (once per loop).
     private let warned = Atomic<Bool>(false)
+    /// The loop's thread has finished: a movable job still queued, run by the thread's end, goes
+    /// to the global executor (set and read on that thread).
+    let threadFinished = Atomic<Bool>(false)
+    /// The redirect warning was printed (once per loop).
+    private let redirectWarned = Atomic<Bool>(false)
 
     private struct ModeExecutorEntry: Sendable {
         weak var executor: TKRunLoopExecutor?
@@ -262,6 +295,27 @@ final class RunLoopJobBook: Sendable {
     /// `loop`'s thread for a message: as recorded at its end, else as it is now.
     func ownerDescription(of loop: TKRunLoop) -> String {
         finishedOwner.withLock { $0 } ?? loop.ownerDescription
+    }
+
+    /// A movable job, which the loop's thread, finished, can no longer run: it runs on the global
+    /// concurrent executor instead, as a task executor preference is only a preference (the
+    /// task's later jobs come back here, and go there too). Counted as run by the loop's tallies
+    /// (it has left the loop). The first job of a task preferring the loop says so on stderr,
+    /// once per loop, naming the loop's thread (`recordOwner` was called first). Any thread.
+    func redirect(_ job: UnownedJob, ofTaskPreferringTheLoop: Bool) {
+        all.ran.wrappingAdd(1, ordering: .relaxed)
+        movableJobs.ran.wrappingAdd(1, ordering: .relaxed)
+        if ofTaskPreferringTheLoop && !redirectWarned.exchange(true, ordering: .relaxed) {
+            let owner = finishedOwner.withLock { $0 } ?? "a finished thread"
+            let line =
+                "ThreadKit: the run loop of \(owner) has a job of a task that prefers it as its task executor "
+                + "(withTaskExecutorPreference or Task(executorPreference:)), but that thread has finished: the loop can never "
+                + "run it, so it and every later such job run on the global concurrent executor, off that thread (a task "
+                + "executor is only a preference). Fix: keep the loop's thread running its loop until the tasks that "
+                + "prefer it are done. (Said once per loop.)\n"
+            _ = line.withCString { write(2, $0, strlen($0)) }
+        }
+        globalConcurrentExecutor.enqueue(ExecutorJob(job))
     }
 
     /// How long a job may wait on a loop that is not running before the warning:

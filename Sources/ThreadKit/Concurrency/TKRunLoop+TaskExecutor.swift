@@ -2,10 +2,11 @@
 // `withTaskExecutorPreference(loop) { … }` and `Task(executorPreference: loop)` keep a task's
 // nonisolated code on the loop's thread: each job of such a task runs there as a perform block of
 // the loop, in its common modes, FIFO with the loop's other perform blocks and actor jobs: the same
-// queue, the same counts and the same misuse rules as the loop's SerialExecutor conformance
-// (TKRunLoop+Executor.swift `submit`: a job sent after the loop's thread finished, or left queued
-// when it finishes, stops the process with a message naming the thread and "the TKRunLoop as a
-// task executor").
+// queue and the same counts as the loop's SerialExecutor conformance (TKRunLoop+Executor.swift
+// `submit`). Unlike an actor's isolation, a task executor is only a preference: a job sent after
+// the loop's thread finished, or left queued when it finishes, runs on the global concurrent
+// executor instead, and a warning on stderr names the thread, once per loop
+// (`RunLoopJobBook.redirect`).
 //
 // Two enqueues, one object. The runtime reaches an executor through the witness table of the
 // protocol it uses: SerialExecutor for an actor's jobs, TaskExecutor for the jobs of a task that
@@ -35,7 +36,8 @@ extension TKRunLoop: TaskExecutor {
     /// The loop's `TaskExecutor.enqueue`, called by the Swift runtime for the jobs of tasks that
     /// prefer the loop (you do not call it): runs `job` on the loop's thread, nonisolated, with the
     /// loop as its task executor, as a perform block in a common mode, FIFO with the loop's other
-    /// blocks. A job sent after the loop's thread finished stops the process with a message.
+    /// blocks. A job sent after the loop's thread finished runs on the global concurrent executor
+    /// (a warning says so once per loop).
     @_implements(TaskExecutor,enqueue(_:))
     public func enqueue(taskJob job: consuming ExecutorJob) {
         submit(UnownedJob(job), modes: nil, from: nil, as: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
@@ -46,9 +48,10 @@ extension TKRunLoop: TaskExecutor {
     /// nonisolated code, and the child tasks that inherit the preference) runs on the loop's
     /// thread, as a perform block in the common modes, FIFO with the loop's other blocks and its
     /// actors' jobs. Nonisolated async calls within such a task go on inline on that thread. The
-    /// loop must run (in a common mode) for those jobs to run; a job sent after the loop's thread
-    /// finished, or left queued when it finishes, stops the process with a message, as for an
-    /// actor on the loop. A continuation resumed on the loop's thread (a stream's
+    /// loop must run (in a common mode) for those jobs to run. A preference is not an isolation: a
+    /// job sent after the loop's thread finished, or left queued when it finishes, runs on the
+    /// global concurrent executor instead, off that thread, and a warning on standard error names
+    /// the thread, once per loop (an actor on the loop stops the process there). A continuation resumed on the loop's thread (a stream's
     /// ``TKInputStream/chunks(maxLength:)`` and ``TKOutputStream/write(_:)``) continues the task
     /// on the same thread: no hop.
     public func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }

@@ -3,9 +3,11 @@
 // both behind `DiagnosticsSwitch.isOn(.lockOrder)`. The hot part is C (CThreadKitLockOrder.h):
 // each thread's stack of held lock ids (thread-local, only its thread touches it) and a lock-free
 // cache of known edges, so an acquisition whose edges are all known takes no lock. A new edge
-// takes `LockOrderGraph.shared.mutex`, is added to the graph, and a depth-first search from its
-// target looks for a path back to its source: such a path plus the new edge is a cycle, i.e. two
-// or more threads taking these locks as they did could deadlock. The cycle is reported once.
+// takes `LockOrderGraph.shared.mutex`, is added to the graph, and, unless the graph's order of
+// positions rules it out, a depth-first search from its target looks for a path back to its
+// source, visiting only the positions such a path could use: such a path plus the new edge is a
+// cycle, i.e. two or more threads taking these locks as they did could deadlock. The cycle is
+// reported once.
 //
 // Identity is per lock instance (as Abseil's deadlock detector, not lockdep's classes): a lock
 // gets an id from `nextID` the first time it is checked; its LockName keeps the id and, when the

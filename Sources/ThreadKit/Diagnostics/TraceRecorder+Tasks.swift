@@ -18,8 +18,9 @@
 import CThreadKit
 import Synchronization
 
-/// The runtime's `swift_task_getJobTaskId` and `swift_task_getCurrent`.
-private enum TaskRuntime {
+/// The runtime's `swift_task_getJobTaskId` and `swift_task_getCurrent` (also used by a run loop
+/// whose thread has ended, to tell a task's job from another: TKRunLoop+Executor.swift).
+enum TaskRuntime {
     typealias JobTaskID = @convention(thin) (UnownedJob) -> UInt64
     typealias CurrentTask = @convention(thin) () -> UnsafeMutableRawPointer?
 
@@ -32,6 +33,13 @@ private enum TaskRuntime {
     static let currentTask: CurrentTask? = tk_swift_runtime_symbol("swift_task_getCurrent").map {
         unsafeBitCast($0, to: CurrentTask.self)
     }
+}
+
+extension TaskRuntime {
+    /// Whether `job` is no task's job (a continuation's job, which only resumes its task where
+    /// that task must run: `Task.yield` makes one): its task id is 0, as `UnownedJob.description`
+    /// tells. False when the runtime's entry is missing (then every job counts as a task's).
+    static func isNotATask(_ job: UnownedJob) -> Bool { jobTaskID.map { $0(job) == 0 } ?? false }
 }
 
 /// The id of the task `job` belongs to (0 for a job that is not a task, or without the runtime's entry).

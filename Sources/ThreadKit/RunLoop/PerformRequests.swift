@@ -48,15 +48,18 @@ extension TKRunLoop: ThreadAttachment {
         return thread.attachment(orCreate: make)
     }
 
-    /// The thread finished: fail the senders still waiting and refuse later requests.
+    /// The thread finished: fail the senders still waiting and refuse later requests; the queued
+    /// jobs of tasks preferring the loop (and those that are no task's) go to the global executor,
+    /// and actors' jobs left queued are a misuse (TKRunLoop+Executor).
     func threadDidFinish() {
-        let waiting = lock.withLock { () -> [PerformRequest] in
+        let (waiting, movableJobs) = lock.withLock { () -> ([PerformRequest], [PendingBlock]) in
             closed = true
             defer { waitingRequests.removeAll() }
-            return Array(waitingRequests.values)
+            return (Array(waitingRequests.values), takeMovableJobsLocked())
         }
         for request in waiting { _ = request.settle(PerformRequest.failed) }
-        refuseJobsLeftAtThreadEnd() // executor jobs still queued would never run (TKRunLoop+Executor)
+        redirectJobsLeftAtThreadEnd(movableJobs)
+        refuseJobsLeftAtThreadEnd()
     }
 }
 

@@ -48,6 +48,10 @@ public final class TKRunLoop: @unchecked Sendable {
         /// version-0 source: running it counts as a handled source, so `run(mode:before:)`
         /// returns after it. A plain `perform` block (CFRunLoopPerformBlock) does not.
         var isRequest = false
+        /// A Swift concurrency job that may run elsewhere (of a task preferring the loop as its task
+        /// executor, or no task's: TKRunLoop+Executor.swift `submit`): taken out and sent to the
+        /// global executor if the loop's thread ends with it queued.
+        var isMovableJob = false
     }
 
     /// Pending perform blocks in order of arrival. Guarded by lock.
@@ -470,7 +474,9 @@ public final class TKRunLoop: @unchecked Sendable {
     func enqueueUnlessClosed(_ entry: PendingBlock, wake: Bool = true) -> Bool {
         var entry = entry
         if DiagnosticsSwitch.isOn(.metrics) { // counted, one in N timed (docs/Metrics.md)
-            entry = PendingBlock(modes: entry.modes, block: Metrics.loopBlock(entry.block, loop: self), isRequest: entry.isRequest)
+            entry = PendingBlock(
+                modes: entry.modes, block: Metrics.loopBlock(entry.block, loop: self), isRequest: entry.isRequest,
+                isMovableJob: entry.isMovableJob)
         }
         let accepted = lock.withLock { () -> Bool in
             guard !closed else { return false }
@@ -479,6 +485,15 @@ public final class TKRunLoop: @unchecked Sendable {
         }
         if wake && accepted && SystemCall.currentThreadID != ownerThread { wakeUp() }
         return accepted
+    }
+
+    /// Takes the queued movable jobs (`PendingBlock.isMovableJob`) out of the queue (the loop's
+    /// thread has finished: `threadDidFinish`). Lock held.
+    func takeMovableJobsLocked() -> [PendingBlock] {
+        guard blocks.contains(where: \.isMovableJob) else { return [] }
+        let jobs = blocks.filter(\.isMovableJob)
+        blocks.removeAll(where: \.isMovableJob)
+        return jobs
     }
 
     /// Runs the queued blocks that may run in `mode`, in order of arrival, with the lock released;

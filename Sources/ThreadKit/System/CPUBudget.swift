@@ -33,13 +33,31 @@ enum CPUBudget {
     static func poolWidth() -> Int {
         guard let raw = getenv("TK_CPU_BUDGET") else { return usableCPUs() }
         let text = String(cString: raw)
-        guard let value = Int(text), (1...4_096).contains(value) else {
-            SystemCall.report(
-                "ThreadKit: TK_CPU_BUDGET=\(text) is not a whole number from 1 to 4096; ignored "
-                    + "(the pool sizes itself to the \(usableCPUs()) CPU(s) this process may use).")
+        guard let value = parseBudget(text) else {
+            SystemCall.report(budgetWarning(text, usable: usableCPUs()))
             return usableCPUs()
         }
         return value
+    }
+
+    /// `TK_CPU_BUDGET`'s value: ASCII digits only (no sign, no spaces) making a number from 1 to
+    /// 4,096; nil otherwise.
+    static func parseBudget(_ text: String) -> Int? {
+        let digits = text.utf8
+        guard !digits.isEmpty, digits.count <= 8, digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+            let value = Int(text), (1...4_096).contains(value)
+        else { return nil }
+        return value
+    }
+
+    /// The line said for a malformed `TK_CPU_BUDGET`: the value as written, its control characters
+    /// as '?', cut at 80 Unicode scalars with "..." (as TK_DIAGNOSTICS's items).
+    static func budgetWarning(_ text: String, usable: Int) -> String {
+        var shown = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars.prefix(80) { shown.append(scalar.value < 0x20 || scalar.value == 0x7f ? "?" : scalar) }
+        let cut = text.unicodeScalars.count > 80 ? "..." : ""
+        return "ThreadKit: TK_CPU_BUDGET=\(String(shown))\(cut) is not a whole number from 1 to 4096 "
+            + "(digits only); ignored (the pool sizes itself to the \(usable) CPU(s) this process may use)."
     }
 
     static func onlineCPUs() -> Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
