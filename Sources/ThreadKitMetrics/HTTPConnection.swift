@@ -73,7 +73,10 @@ final class HTTPConnection: TKStreamDelegate, @unchecked Sendable {
     private var canWrite = false
     private var inputEnded = false
 
-    init(fd: Int32, sequence: UInt64, loop: TKRunLoop, headerDeadline: ContinuousClock.Instant, sendTimeout: Duration, owner: any HTTPConnectionOwner) {
+    init(
+        fd: Int32, sequence: UInt64, loop: TKRunLoop, headerDeadline: ContinuousClock.Instant, sendTimeout: Duration,
+        owner: any HTTPConnectionOwner
+    ) {
         self.fd = fd
         self.sequence = sequence
         deadline = headerDeadline
@@ -173,8 +176,8 @@ final class HTTPConnection: TKStreamDelegate, @unchecked Sendable {
     private func finishSending() {
         response = nil
         phase = .lingering
+        owner?.connectionFinishedSending(self) // counted before the client can see the end
         _ = shutdown(fd, Int32(SHUT_WR))
-        owner?.connectionFinishedSending(self)
         if inputEnded { close(.finished) }
     }
 
@@ -189,11 +192,11 @@ final class HTTPConnection: TKStreamDelegate, @unchecked Sendable {
         phase = .closed
         response = nil
         request = []
+        owner?.connectionClosed(self, ending) // counted before the client can see the close
+        owner = nil
         input.delegate = nil
         output.delegate = nil
         input.close()
         output.close()
-        owner?.connectionClosed(self, ending)
-        owner = nil
     }
 }

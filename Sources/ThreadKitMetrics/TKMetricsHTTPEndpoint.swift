@@ -160,6 +160,7 @@ public final class TKMetricsHTTPEndpoint: @unchecked Sendable {
     /// enough for a fresh socket's buffer; what the client already sent is drained first, so that
     /// the close is a FIN after the answer rather than a reset.
     private func refuse(_ fd: Int32) {
+        counters.withLock { $0.refused += 1 } // counted before the client can see the answer
         _ = Self.refusal.withUnsafeBufferPointer { send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
         _ = shutdown(fd, Int32(SHUT_WR))
         var scratch = [UInt8](repeating: 0, count: 4096)
@@ -170,7 +171,6 @@ public final class TKMetricsHTTPEndpoint: @unchecked Sendable {
             drained += n
         }
         close(fd)
-        counters.withLock { $0.refused += 1 }
         if !warnedAtCap {
             warnedAtCap = true
             StandardError.line(

@@ -69,7 +69,8 @@ enum MetricsChildren {
     static func series(count: Int, limit: Int) -> Int32 {
         let registry = PrometheusCollectorRegistry()
         do { try TKMetrics.setSamplingInterval(1) } catch { return 1 }
-        let exporter = TKMetricsExporter.start(interval: .seconds(3600), factory: PrometheusMetricsFactory(registry: registry), seriesLimit: limit)
+        let exporter = TKMetricsExporter.start(
+            interval: .seconds(3600), factory: PrometheusMetricsFactory(registry: registry), seriesLimit: limit)
         func run(_ names: Range<Int>) {
             let group = TKDispatchGroup()
             var queues: [TKDispatchQueue] = []

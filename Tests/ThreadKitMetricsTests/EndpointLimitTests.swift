@@ -111,7 +111,8 @@ final class EndpointLimitTests: XCTestCase {
         for i in 0..<20 {
             let extra = try TestConnection(port: endpoint.port)
             let response = String(decoding: extra.readToEnd() ?? [], as: UTF8.self)
-            XCTAssertTrue(response.hasPrefix("HTTP/1.1 503 Service Unavailable\r\n"), "connection \(i) past the cap got: \(response.prefix(80))")
+            XCTAssertTrue(
+                response.hasPrefix("HTTP/1.1 503 Service Unavailable\r\n"), "connection \(i) past the cap got: \(response.prefix(80))")
         }
         let scrape = try TestConnection(port: endpoint.port)
         scrape.sendRequest()
@@ -146,7 +147,9 @@ final class EndpointLimitTests: XCTestCase {
     /// newest one held instead of a third, until they go.
     func testPastTheBytesInFlightCapRequestsShareTheNewestRendering() throws {
         let calls = Atomic<Int>(0)
-        let limits = Limits(headerTimeout: .seconds(120), sendTimeout: .seconds(120), renderInterval: .zero, maxBytesInFlight: 2 << 20, socketSendBuffer: 65_536)
+        let limits = Limits(
+            headerTimeout: .seconds(120), sendTimeout: .seconds(120), renderInterval: .zero, maxBytesInFlight: 2 << 20,
+            socketSendBuffer: 65_536)
         let endpoint = try TKMetricsHTTPEndpoint(limits: limits) {
             let n = calls.add(1, ordering: .relaxed).newValue
             var page = Array("rendering \(n)\n".utf8)
