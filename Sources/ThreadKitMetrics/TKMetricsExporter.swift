@@ -2,12 +2,14 @@
 // Timed items go to swift-metrics Timers as they happen (the exporter is the core's
 // TKMetricsObserver, called on the thread that ran the item); counters, depths and the pool's
 // workers are polled from `TKMetrics.snapshot()` by a reporter thread every `interval`, or by
-// `report()`.
+// `report()`. Per-name series are capped at `seriesLimit` names; the rest are exported under
+// name="other" (SeriesTable).
 //
-// Threads: `start`, `stop`, `report` from any thread (the reporter state is guarded by `lock`);
-// `itemTimed` on any thread (it touches only the source's own exporter state, under the source's
-// lock, and the Timer handles, which are thread-safe). Lock order: `lock` → a source's lock → the
-// factory's locks.
+// Threads: `start`, `stop`, `report` from any thread (the reporter state and `rows` are guarded by
+// `lock`); `itemTimed` on any thread (it touches the source's own exporter state, under the
+// source's lock, the series table, under its mutex, never both at once, and the Timer handles,
+// which are thread-safe). Lock order: `lock` → a source's lock → the factory's locks, and `lock` →
+// the series table → the factory's locks.
 import CoreMetrics
 import Synchronization
 import ThreadKit
@@ -31,9 +33,15 @@ import ThreadKit
 ///   (FloatingPointCounter): contended waits of named locks and `sync` waits on queues;
 /// - `threadkit_pool_workers` (Gauge, labels `tier` and `state`: running, blocked, stalled, idle,
 ///   searching) and `threadkit_pool_threads` (Gauge, label `tier`).
+///
+/// The first ``seriesLimit`` distinct names (1,000 by default) are exported under their own
+/// `name`; later ones are added together under `name="other"` of their kind
+/// (``overflowLabel``), and the first of them is reported once on standard error. So a program
+/// that makes a queue per request cannot make the page, or the metrics backend, grow without
+/// bound.
 public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
-    // safety: @unchecked because of the reporter state below, guarded by `lock`; `factory`,
-    // `interval` and `names` are immutable.
+    // safety: @unchecked because of the reporter state and `rows` below, guarded by `lock`;
+    // `factory`, `interval`, `seriesLimit` and `series` are immutable (the table is thread-safe).
 
     /// The metric names, as listed in the type's overview.
     public enum Name {
@@ -64,28 +72,28 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
         .milliseconds(2500), .seconds(10),
     ]
 
+    /// How many distinct queue, loop and lock names get series of their own by default.
+    public static let defaultSeriesLimit = 1_000
+
+    /// The `name` label value that names past ``seriesLimit`` are added together under.
+    public static let overflowLabel = "other"
+
     /// The factory every metric is made with.
     public let factory: any MetricsFactory
     /// How often the reporter thread polls counters and gauges.
     public let interval: Duration
+    /// How many distinct (kind, name) pairs get series of their own; the rest are exported under
+    /// `name="other"` of their kind. Each per-name metric so has at most `seriesLimit` + 3 series.
+    public let seriesLimit: Int
 
-    /// One row's handles and the counts already exported.
-    private final class RowHandles {
-        let items: Counter
-        let depth: Gauge
-        let waits: Counter
-        let waitSeconds: FloatingPointCounter
+    /// One row's series (its own or its kind's `other`) and the counts already exported.
+    private final class RowState {
+        let series: SeriesTable.Counters
         var exportedItems = 0
         var exportedWaits = 0
         var exportedWait: Duration = .zero
 
-        init(_ row: TKMetricsSnapshot.Row, factory: any MetricsFactory) {
-            let dimensions = [("kind", row.kind.rawValue), ("name", row.name)]
-            items = Counter(label: Name.items, dimensions: dimensions, factory: factory)
-            depth = Gauge(label: Name.depth, dimensions: dimensions, factory: factory)
-            waits = Counter(label: Name.waits, dimensions: dimensions, factory: factory)
-            waitSeconds = FloatingPointCounter(label: Name.waitSeconds, dimensions: dimensions, factory: factory)
-        }
+        init(_ series: SeriesTable.Counters) { self.series = series }
     }
 
     /// Set by `stop`; the reporter thread ends when it sees it.
@@ -107,7 +115,8 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
     }
 
     private let lock = Mutex<Void>(())
-    private var rows: [String: RowHandles] = [:] // guarded by lock
+    private let series: SeriesTable
+    private var rows: [String: RowState] = [:] // guarded by lock
     private var workerGauges: [String: Gauge] = [:] // guarded by lock
     private var reporter: TKThread? // guarded by lock
     private var wake: TKDispatchSemaphore? // guarded by lock
@@ -115,16 +124,30 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
     private var enabledMetrics = false // guarded by lock
 
     /// An exporter that records into `factory` (the one `MetricsSystem` was bootstrapped with when
-    /// nil) and polls every `interval`. Nothing is exported until ``start()``.
-    public init(factory: (any MetricsFactory)? = nil, interval: Duration = .seconds(1)) {
+    /// nil), polls every `interval`, and gives the first `seriesLimit` distinct names series of
+    /// their own (0: every name goes to `other`). Nothing is exported until ``start()``. A
+    /// negative `seriesLimit` stops the process with a message.
+    public init(
+        factory: (any MetricsFactory)? = nil, interval: Duration = .seconds(1), seriesLimit: Int = TKMetricsExporter.defaultSeriesLimit
+    ) {
+        guard seriesLimit >= 0 else {
+            fatalError(
+                "ThreadKit misuse: TKMetricsExporter(seriesLimit: \(seriesLimit)): the limit on per-name series must be 0 or more. "
+                    + "Fix: pass the number of queue, loop and lock names to export on their own, or leave the default "
+                    + "(\(Self.defaultSeriesLimit)).")
+        }
         self.factory = factory ?? MetricsSystem.factory
         self.interval = interval
+        self.seriesLimit = seriesLimit
+        series = SeriesTable(limit: seriesLimit, factory: self.factory)
     }
 
     /// Makes an exporter and starts it (``start()``).
     @discardableResult
-    public static func start(interval: Duration = .seconds(1), factory: (any MetricsFactory)? = nil) -> TKMetricsExporter {
-        let exporter = TKMetricsExporter(factory: factory, interval: interval)
+    public static func start(
+        interval: Duration = .seconds(1), factory: (any MetricsFactory)? = nil, seriesLimit: Int = TKMetricsExporter.defaultSeriesLimit
+    ) -> TKMetricsExporter {
+        let exporter = TKMetricsExporter(factory: factory, interval: interval, seriesLimit: seriesLimit)
         exporter.start()
         return exporter
     }
@@ -181,25 +204,31 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
     /// grow by what the core counted since the last report, gauges take the current depth and
     /// worker counts. The reporter thread calls it every ``interval``; call it yourself before
     /// reading the factory's output to see the latest counts.
+    /// Names past ``seriesLimit`` add into their kind's `other` series: counters by their growth,
+    /// the depth gauge as the sum of their depths.
     public func report() {
         let snapshot = TKMetrics.snapshot()
         lock.withLock { _ in
+            // Depth per exported series: the sum over the rows exported under it.
+            var depths: [ObjectIdentifier: (gauge: Gauge, depth: Int)] = [:]
             for row in snapshot.rows {
                 let key = "\(row.kind.rawValue)\u{0}\(row.name)"
-                let handles = rows[key] ?? RowHandles(row, factory: factory)
-                rows[key] = handles
+                let state = rows[key] ?? RowState(series.counters(kind: row.kind.rawValue, name: row.name))
+                rows[key] = state
+                let handles = state.series
                 if row.kind != .lock {
-                    if row.items > handles.exportedItems { handles.items.increment(by: row.items - handles.exportedItems) }
-                    handles.exportedItems = max(handles.exportedItems, row.items)
-                    handles.depth.record(row.depth)
+                    if row.items > state.exportedItems { handles.items.increment(by: row.items - state.exportedItems) }
+                    state.exportedItems = max(state.exportedItems, row.items)
+                    depths[ObjectIdentifier(handles), default: (handles.depth, 0)].depth += row.depth
                 }
-                if row.waits > handles.exportedWaits { handles.waits.increment(by: row.waits - handles.exportedWaits) }
-                handles.exportedWaits = max(handles.exportedWaits, row.waits)
-                if row.totalWait > handles.exportedWait {
-                    handles.waitSeconds.increment(by: Self.seconds(row.totalWait - handles.exportedWait))
-                    handles.exportedWait = row.totalWait
+                if row.waits > state.exportedWaits { handles.waits.increment(by: row.waits - state.exportedWaits) }
+                state.exportedWaits = max(state.exportedWaits, row.waits)
+                if row.totalWait > state.exportedWait {
+                    handles.waitSeconds.increment(by: Self.seconds(row.totalWait - state.exportedWait))
+                    state.exportedWait = row.totalWait
                 }
             }
+            for (gauge, depth) in depths.values { gauge.record(depth) }
             for tier in snapshot.workers {
                 gauge(Name.threads, [("tier", tier.tier)]).record(tier.threads)
                 for (state, count) in tier.byState {
@@ -218,7 +247,8 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
         return gauge
     }
 
-    /// Records a timed item into the source's Timers (made on its first timed item). Called by
+    /// Records a timed item into the Timers of the source's series (its own, or its kind's `other`
+    /// past ``seriesLimit``; looked up on its first timed item and kept in the source). Called by
     /// ThreadKit on the thread that ran the item.
     public func itemTimed(_ source: TKMetricsSource, latency: Duration, runTime: Duration) {
         let me = ObjectIdentifier(self)
@@ -227,10 +257,8 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
         if let cached {
             timers = cached
         } else {
-            let dimensions = [("kind", source.kind.rawValue), ("name", source.name)]
-            timers = SourceTimers(
-                exporter: me, latency: Timer(label: Name.latency, dimensions: dimensions, factory: factory),
-                runTime: Timer(label: Name.runTime, dimensions: dimensions, factory: factory))
+            let made = series.timers(kind: source.kind.rawValue, name: source.name)
+            timers = SourceTimers(exporter: me, latency: made.latency, runTime: made.runTime)
             source.withExporterState { $0 = timers }
         }
         timers.latency.recordNanoseconds(Self.nanoseconds(latency))
