@@ -1,4 +1,7 @@
+import Synchronization
 import XCTest
+
+@testable import ThreadKit
 
 // A burst's memory comes back (issue 49, finding 5): 10^6 empty blocks through the global queue,
 // and into a suspended serial queue then drained, in a child process of their own
@@ -10,7 +13,7 @@ import XCTest
 // handful of them, and malloc's own arenas). The pool's rings go at a worker's idle timeout (2
 // s), the serial queue's one quiet second after its lane went idle: the child waits for that,
 // polling, up to 30 s. Not under ThreadSanitizer, whose shadow memory makes the resident set
-// meaningless.
+// meaningless. And in process, the serial queue's own rings judged by their capacities.
 final class DispatchMemoryTests: XCTestCase {
     private let blocks = 1_000_000
     private let boundMiB = 16
@@ -21,6 +24,49 @@ final class DispatchMemoryTests: XCTestCase {
 
     func testABurstIntoASuspendedSerialQueueGivesItsMemoryBack() throws {
         try burst("serial")
+    }
+
+    /// In process: a serial queue whose lane held 10,000 entries gives both its buffers back a quiet
+    /// second later (the manager thread's look), while small rounds keep running on it: they are
+    /// no need (at most an eighth of the buffer), and the look and the lane share the queue's
+    /// lock without a race (this runs under ThreadSanitizer in CI). Every block runs once, in
+    /// order, judged by a counter each block checks and advances.
+    func testASerialQueueGivesItsBurstBuffersBackWhileSmallRoundsRun() {
+        let queue = TKDispatchQueue(label: "tk.test.ring-look")
+        let next = Atomic<Int>(0)
+        let disorder = Atomic<Int>(0)
+        var submitted = 0
+        func submit(_ n: Int) {
+            for _ in 0..<n {
+                let expected = submitted
+                queue.async {
+                    if next.load(ordering: .relaxed) != expected { disorder.add(1, ordering: .relaxed) }
+                    next.store(expected + 1, ordering: .relaxed)
+                }
+                submitted += 1
+            }
+        }
+        let retained = JobRing<DispatchEntry>.retainedCapacity
+        queue.suspend()
+        submit(10_000)
+        queue.resume()
+        queue.sync {}
+        let grown = queue.ringCapacities
+        XCTAssertGreaterThan(max(grown.pending, grown.batch ?? 0), retained, "10,000 entries grew a buffer past \(retained)")
+        let deadline = ContinuousClock.now + .seconds(20)
+        var capacities = grown
+        while ContinuousClock.now < deadline {
+            submit(100)
+            queue.sync {}
+            capacities = queue.ringCapacities
+            if capacities.pending <= retained, let batch = capacities.batch, batch <= retained { break }
+            TKThread.sleep(for: .milliseconds(20))
+        }
+        XCTAssertLessThanOrEqual(capacities.pending, retained, "pending kept its burst buffer: \(capacities)")
+        XCTAssertLessThanOrEqual(capacities.batch ?? .max, retained, "batch kept its burst buffer: \(capacities)")
+        queue.sync {}
+        XCTAssertEqual(next.load(ordering: .relaxed), submitted)
+        XCTAssertEqual(disorder.load(ordering: .relaxed), 0)
     }
 
     private func burst(_ mode: String) throws {

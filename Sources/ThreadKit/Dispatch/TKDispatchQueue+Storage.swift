@@ -45,4 +45,9 @@ extension TKDispatchQueue {
         lock.unlock()
         if again { scheduleRingLook() }
     }
+
+    /// The capacities of `pending` and of `batch` (nil while a drainer holds it), for tests.
+    var ringCapacities: (pending: Int, batch: Int?) {
+        lock.withLock { (pending.currentCapacity, state.lane == .draining ? nil : batch.currentCapacity) }
+    }
 }
