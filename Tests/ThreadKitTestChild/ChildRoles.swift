@@ -23,7 +23,7 @@ enum ChildRoles {
         + RunLoopIORoles.all + PortHardeningRoles.all + ExtremeInputRoles.all + ThreadLimitRoles.all + DistributedLockUserRoles.all
         + TraceRoles.all + FlightRoles.all
         + DiagnosticsRoles.all + BlockingRoles.all
-        + DispatchPoolRoles.all + WaitGraphRoles.all + DeadlockRoles.all
+        + DispatchPoolRoles.all + DispatchMemoryRoles.all + WaitGraphRoles.all + DeadlockRoles.all
         + SharedChildRoles.all
 
     static func main(_ arguments: [String]) -> Int32 {

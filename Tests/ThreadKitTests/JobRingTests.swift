@@ -5,7 +5,8 @@ import XCTest
 // `prepend(contentsOf:)` (the pool's stage drain and give-back) judged against Swift arrays doing
 // the same, for every count and every position either ring's contents can wrap at: the smaller
 // side moving either way, into an empty ring, a full one (growth) and one with room; and growth
-// itself (doubling, eightfold past `JobRing.bulkCapacity`) wherever the contents wrap.
+// itself (doubling, eightfold past `JobRing.bulkCapacity`) wherever the contents wrap; and
+// `settle`'s rule for giving a burst's buffer back (issue 49), with times passed by hand.
 // Deterministic, no threads.
 @testable import ThreadKit
 
@@ -157,6 +158,140 @@ final class JobRingTests: XCTestCase {
             XCTAssertEqual(next, n)
         }
         XCTAssertEqual(freed.current, 100 + n)
+    }
+
+    // MARK: Giving a burst's buffer back (`settle`)
+
+    private let second = JobRing<Int>.quietNanoseconds
+
+    /// A ring of base 16 that held `burst` elements and was emptied again.
+    private func burstRing(_ burst: Int, base: Int = 16) -> JobRing<Int> {
+        let ring = JobRing<Int>(capacity: base)
+        for i in 0..<burst { ring.append(i) }
+        XCTAssertEqual(drain(ring), Array(0..<burst))
+        return ring
+    }
+
+    func testABurstsBufferGoesBackAQuietSecondAfterTheLastLookThatFoundItNeeded() {
+        let ring = burstRing(5_000) // past 4,096: 32,768
+        XCTAssertEqual(ring.currentCapacity, 32_768)
+        XCTAssertTrue(ring.isOversized)
+        let t0: UInt64 = 7_000_000_000
+        XCTAssertFalse(ring.settle(now: t0), "just needed: kept")
+        XCTAssertFalse(ring.settle(now: t0 + second - 1), "quiet for less than a second: kept")
+        XCTAssertEqual(ring.currentCapacity, 32_768)
+        XCTAssertTrue(ring.settle(now: t0 + second), "quiet for a second and empty: given back")
+        XCTAssertEqual(ring.currentCapacity, 16)
+        XCTAssertFalse(ring.isOversized)
+        XCTAssertFalse(ring.settle(now: t0 + 10 * second), "nothing more to give back")
+        // Still a FIFO, growing again as needed.
+        for i in 0..<40_000 { ring.append(i) }
+        XCTAssertEqual(ring.currentCapacity, 262_144)
+        XCTAssertEqual(drain(ring), Array(0..<40_000))
+    }
+
+    /// The hysteresis: a flood that fills more than an eighth of the buffer (more than the size
+    /// below would hold) between two looks keeps it however long it lasts; once the rounds are
+    /// small, the buffer goes a quiet second after the last large one.
+    func testAFloodKeepsItsBufferAndSmallRoundsLetItGoAfterAQuietSecond() {
+        let ring = burstRing(5_000)
+        var now: UInt64 = 1_000
+        for round in 0..<50 { // 50 rounds, 0.3 s apart: 15 s of flood
+            for i in 0..<4_097 { ring.append(i) } // one more than an eighth of 32,768
+            XCTAssertEqual(drain(ring).count, 4_097)
+            XCTAssertFalse(ring.settle(now: now), "round \(round)")
+            XCTAssertEqual(ring.currentCapacity, 32_768, "round \(round): never freed and regrown")
+            now += second * 3 / 10
+        }
+        let lastNeeded = now - second * 3 / 10
+        while now < lastNeeded + second { // small rounds: 4,096 (an eighth) is not a need
+            for i in 0..<4_096 { ring.append(i) }
+            XCTAssertEqual(drain(ring).count, 4_096)
+            XCTAssertFalse(ring.settle(now: now))
+            now += second / 10
+        }
+        XCTAssertTrue(ring.settle(now: lastNeeded + second))
+        XCTAssertEqual(ring.currentCapacity, 16)
+    }
+
+    /// A look with elements in the ring never frees it (the quiet second may have passed): the
+    /// first look that finds it empty does, and the elements all come out in order meanwhile.
+    func testARingIsGivenBackOnlyWhenEmpty() {
+        let ring = burstRing(5_000)
+        XCTAssertFalse(ring.settle(now: 10))
+        for i in 0..<3 { ring.append(i) }
+        XCTAssertFalse(ring.settle(now: 10 + 5 * second), "three elements in it")
+        XCTAssertEqual(ring.currentCapacity, 32_768)
+        XCTAssertEqual(drain(ring), [0, 1, 2])
+        XCTAssertTrue(ring.settle(now: 10 + 5 * second))
+        XCTAssertEqual(ring.currentCapacity, 16)
+    }
+
+    /// Buffers up to `retainedCapacity` (or the ring's base, if larger) are kept for good.
+    func testBuffersUpToTheRetainedCapacityOrTheBaseAreKept() {
+        let ring = burstRing(JobRing<Int>.retainedCapacity)
+        XCTAssertEqual(ring.currentCapacity, JobRing<Int>.retainedCapacity)
+        XCTAssertFalse(ring.isOversized)
+        XCTAssertFalse(ring.settle(now: 1))
+        XCTAssertFalse(ring.settle(now: 100 * second))
+        XCTAssertEqual(ring.currentCapacity, JobRing<Int>.retainedCapacity)
+        let big = JobRing<Int>(capacity: 65_536)
+        XCTAssertFalse(big.isOversized)
+        XCTAssertFalse(big.settle(now: 100 * second))
+        XCTAssertEqual(big.currentCapacity, 65_536)
+    }
+
+    /// What `settle` knows of a buffer moves with it when rings swap buffers (the stage's
+    /// rotation), and a ring shrinks back to its own base, not the other's.
+    func testSwappedBuffersCarryTheirHistoryAndEachRingShrinksToItsOwnBase() {
+        let burst = burstRing(5_000, base: 16)
+        XCTAssertFalse(burst.settle(now: 100)) // needed at 100
+        let spare = JobRing<Int>(capacity: 64)
+        spare.swapContents(with: burst)
+        XCTAssertEqual(spare.currentCapacity, 32_768)
+        XCTAssertEqual(burst.currentCapacity, 64)
+        XCTAssertFalse(burst.isOversized)
+        XCTAssertFalse(spare.settle(now: 100 + second - 1), "needed at 100, which moved with the buffer")
+        XCTAssertTrue(spare.settle(now: 100 + second))
+        XCTAssertEqual(spare.currentCapacity, 64)
+        // A buffer filled, then swapped away full: its fill counts where it lands.
+        let shard = JobRing<Int>(capacity: 16)
+        for i in 0..<5_000 { shard.append(i) }
+        XCTAssertFalse(shard.settle(now: 0)) // needed at 0, with 5,000 in it
+        let level = JobRing<Int>(capacity: 64)
+        level.swapContents(with: shard)
+        XCTAssertEqual(drain(level).count, 5_000)
+        XCTAssertFalse(level.settle(now: 10 * second), "it held 5,000 at the last look: needed now")
+        XCTAssertTrue(level.settle(now: 11 * second))
+    }
+
+    /// `keepingBuffers`: the other ring's elements move in whatever the counts, so a small ring
+    /// (a worker's local queue) never leaves with a large one's buffer; without it, the smaller
+    /// side moves and the buffers change hands.
+    func testJoiningWhileKeepingBuffersNeverHandsTheLargeBufferOver() {
+        for atFront in [false, true] {
+            let level = burstRing(5_000, base: 64)
+            level.append(-1)
+            let local = JobRing<Int>(capacity: 32)
+            for i in 0..<20 { local.append(i) }
+            if atFront {
+                level.prepend(contentsOf: local, keepingBuffers: true)
+            } else {
+                level.append(contentsOf: local, keepingBuffers: true)
+            }
+            XCTAssertEqual(level.currentCapacity, 32_768)
+            XCTAssertEqual(local.currentCapacity, 32)
+            XCTAssertTrue(local.isEmpty)
+            XCTAssertEqual(drain(level), atFront ? Array(0..<20) + [-1] : [-1] + Array(0..<20))
+            // Without it: the level's one element moves into the local's buffer, and they swap.
+            let other = burstRing(5_000, base: 64)
+            other.append(-1)
+            for i in 0..<20 { local.append(i) }
+            other.append(contentsOf: local)
+            XCTAssertEqual(other.currentCapacity, 32)
+            XCTAssertEqual(local.currentCapacity, 32_768)
+            XCTAssertEqual(drain(other), [-1] + Array(0..<20))
+        }
     }
 
     /// Every staged, queued and batched dispatch entry moves through rings like these: its fields

@@ -87,7 +87,9 @@ extension TKDispatchQueue {
         while true {
             guard state.lifecycle == .active, state.suspendCount == 0, !pending.isEmpty else {
                 state.lane = .idle
+                let look = settleRingsLocked()
                 lock.unlock()
+                if look { scheduleRingLook() }
                 return
             }
             if ran >= maxEntries {
@@ -182,7 +184,9 @@ extension TKDispatchQueue {
         lock.lock()
         if barrier { state.barrierRunning = false } else { state.inFlight -= 1 }
         let start = pending.isEmpty ? .nothing : pumpLocked()
+        let look = pending.isEmpty && ready.isEmpty && settleRingsLocked()
         lock.unlock()
         carryOut(start)
+        if look { scheduleRingLook() }
     }
 }

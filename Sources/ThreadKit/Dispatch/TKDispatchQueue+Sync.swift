@@ -205,8 +205,10 @@ extension TKDispatchQueue {
             }
             state.lane = .idle
             let start = planStartLocked()
+            let look = settleRingsLocked() // a lane handed to `sync` may end a burst's drain
             lock.unlock()
             carryOut(start)
+            if look { scheduleRingLook() }
         case .concurrent:
             finishConcurrent(barrier: barrier)
         case .root, .main:

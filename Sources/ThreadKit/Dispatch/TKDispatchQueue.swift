@@ -4,7 +4,8 @@
 // or tokens (concurrent) to their target; the main queue is drained by the main run loop.
 //
 // State: `lock` (a DispatchLock, a leaf) guards `state`, `pending`, `ready` and `specifics`.
-// `batch` belongs to the thread draining the lane while `state.lane == .draining`. `suspended`
+// `batch` belongs to the thread draining the lane while `state.lane == .draining` (at other times
+// it is touched only under `lock`, by TKDispatchQueue+Storage). `suspended`
 // mirrors `state.suspendCount` for the drainer's check between entries (relaxed: a stale read only
 // lets one more entry start, which libdispatch allows too). `kind`, `label`, `qos` are immutable
 // after init. `target` is written only while the queue is inactive (`setTarget(queue:)`, under
@@ -82,6 +83,8 @@ public final class TKDispatchQueue: @unchecked Sendable {
         var inFlight = 0
         /// Concurrent queues: a barrier is ready or running; nothing else starts meanwhile.
         var barrierRunning = false
+        /// A later look at the queue's rings is scheduled (TKDispatchQueue+Storage).
+        var ringLookScheduled = false
     }
 
     /// The name given at creation; it appears in ``debugDescription``, traces and misuse messages.

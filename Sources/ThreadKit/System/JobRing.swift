@@ -3,7 +3,10 @@
 // Not thread-safe: each ring is guarded by its owner's lock (a queue's ring by `queue.lock`, a
 // level of the run queues by `pool.lock`, a port's inbox by its mutex) or belongs to one thread
 // (a drainer's batch ring, a port's delivery batch). A class so a drainer can swap a queue's ring
-// with its own in O(1) under the lock.
+// with its own in O(1) under the lock. A ring that grew past `retainedCapacity` gives its buffer
+// back when its owner calls `settle` and finds its size unneeded for `quietNanoseconds` (see
+// `settle`); owners that never call it keep their buffers, as before.
+import Glibc
 
 final class JobRing<Element>: @unchecked Sendable {
     // Guarded by the owner (see above): the runtime's dynamic exclusivity checks are off for the
@@ -13,15 +16,23 @@ final class JobRing<Element>: @unchecked Sendable {
     @exclusivity(unchecked) private var capacity: Int
     @exclusivity(unchecked) private var head = 0
     @exclusivity(unchecked) private(set) var count = 0
+    /// The most elements the buffer held since the last `settle`. Belongs to the buffer: it moves
+    /// with it in `swapContents`.
+    @exclusivity(unchecked) private var highWater = 0
+    /// When (`settle`'s clock) the buffer's size was last found needed; belongs to the buffer.
+    @exclusivity(unchecked) private var neededAt: UInt64 = 0
+    /// The capacity the ring starts with, and shrinks back to (a power of two).
+    let baseCapacity: Int
 
     init(capacity: Int = 16) {
         self.capacity = capacity
+        baseCapacity = capacity
         buffer = .allocate(capacity: capacity)
     }
 
     deinit {
         removeAll()
-        buffer.deallocate()
+        Self.free(buffer, capacity: capacity)
     }
 
     var isEmpty: Bool { count == 0 }
@@ -31,6 +42,7 @@ final class JobRing<Element>: @unchecked Sendable {
         if count == capacity { grow() }
         (buffer + ((head &+ count) & (capacity &- 1))).initialize(to: element)
         count &+= 1
+        if count > highWater { highWater = count }
     }
 
     /// Makes room for one more element at the back and returns its slot, which the caller
@@ -40,6 +52,7 @@ final class JobRing<Element>: @unchecked Sendable {
         if count == capacity { grow() }
         let slot = buffer + ((head &+ count) & (capacity &- 1))
         count &+= 1
+        if count > highWater { highWater = count }
         return slot
     }
 
@@ -49,6 +62,7 @@ final class JobRing<Element>: @unchecked Sendable {
         head = (head &- 1) & (capacity &- 1)
         (buffer + head).initialize(to: element)
         count &+= 1
+        if count > highWater { highWater = count }
     }
 
     /// Emptied, the ring starts again at the front of its buffer: a burst touches only as much of
@@ -75,18 +89,26 @@ final class JobRing<Element>: @unchecked Sendable {
     var first: Element? { count > 0 ? buffer[head] : nil }
 
     /// Moves every element of `other`, in order, in front of this ring's elements, leaving `other`
-    /// empty (a worker's unstarted batch handed back to the front of its run queue).
-    func prepend(contentsOf other: JobRing<Element>) { join(other, atFront: true) }
+    /// empty (a batch handed back by a suspended drainer). `keepingBuffers`: this ring's elements
+    /// never move into `other`'s buffer, so neither ring changes buffers (see `join`).
+    func prepend(contentsOf other: JobRing<Element>, keepingBuffers: Bool = false) {
+        join(other, atFront: true, keepingBuffers: keepingBuffers)
+    }
 
     /// Moves every element of `other`, in order, behind this ring's elements, leaving `other`
-    /// empty (the pool's stage drain, a batch handed back behind its level).
-    func append(contentsOf other: JobRing<Element>) { join(other, atFront: false) }
+    /// empty (the pool's stage drain). `keepingBuffers`: as for `prepend(contentsOf:)`.
+    func append(contentsOf other: JobRing<Element>, keepingBuffers: Bool = false) {
+        join(other, atFront: false, keepingBuffers: keepingBuffers)
+    }
 
     /// The smaller side moves, in at most three bulk moves, and the buffers are swapped when that
     /// was this one: hundreds of staged jobs join a short run queue without being moved one by one.
-    private func join(_ other: JobRing<Element>, atFront: Bool) {
+    /// With `keepingBuffers`, `other`'s elements move whatever the sizes: a worker's local queue
+    /// (32 entries) handed back to an empty level would otherwise leave with the level's buffer —
+    /// possibly a burst's, which a local queue never gives back.
+    private func join(_ other: JobRing<Element>, atFront: Bool, keepingBuffers: Bool) {
         guard !other.isEmpty else { return }
-        if count <= other.count {
+        if count <= other.count && !keepingBuffers {
             other.moveAll(from: self, atFront: !atFront)
             swapContents(with: other)
         } else {
@@ -112,21 +134,28 @@ final class JobRing<Element>: @unchecked Sendable {
             moved &+= run
         }
         count &+= n
+        if count > highWater { highWater = count }
         source.head = 0
         source.count = 0
     }
 
     /// Exchanges the elements of the two rings (O(1)): a port's deliverer takes the whole inbox.
+    /// The buffers change hands with what `settle` knows of them; each ring keeps its base.
     func swapContents(with other: JobRing<Element>) {
         let (otherBuffer, otherCapacity, otherHead, otherCount) = (other.buffer, other.capacity, other.head, other.count)
+        let (otherHighWater, otherNeededAt) = (other.highWater, other.neededAt)
         other.buffer = buffer
         other.capacity = capacity
         other.head = head
         other.count = count
+        other.highWater = highWater
+        other.neededAt = neededAt
         buffer = otherBuffer
         capacity = otherCapacity
         head = otherHead
         count = otherCount
+        highWater = otherHighWater
+        neededAt = otherNeededAt
     }
 
     func removeAll() {
@@ -136,6 +165,69 @@ final class JobRing<Element>: @unchecked Sendable {
 
     /// Rings up to this many elements double when full; larger ones grow eightfold.
     static var bulkCapacity: Int { 4_096 }
+
+    /// A ring keeps a buffer of up to this many elements (or its base capacity, if larger) for
+    /// good: 128 KiB of 32-byte dispatch entries, which the doubling regime regrows in a few
+    /// microseconds. Larger buffers are given back by `settle`.
+    static var retainedCapacity: Int { bulkCapacity }
+
+    /// How long (in `settle`'s clock, nanoseconds) a buffer above `retainedCapacity` must go
+    /// unneeded before `settle` gives it back: 1 s.
+    static var quietNanoseconds: UInt64 { 1_000_000_000 }
+
+    /// Frees a buffer whose elements are gone. One above `retainedCapacity` first hands its whole
+    /// pages back to the kernel (MADV_DONTNEED): glibc serves such a buffer from a thread's arena
+    /// once its dynamic mmap threshold has risen (it does after the first large free), and a buffer
+    /// freed there merges into the arena's top, whose pages stay resident — malloc_trim trims
+    /// only the main arena's top. Measured: 8–16 MiB of a burst's stale entries stayed after every
+    /// ring had shrunk (issue 49).
+    private static func free(_ buffer: UnsafeMutablePointer<Element>, capacity: Int) {
+        if capacity > retainedCapacity {
+            let page = UInt(sysconf(Int32(_SC_PAGESIZE)))
+            let start = (UInt(bitPattern: buffer) + page - 1) & ~(page - 1)
+            let end = UInt(bitPattern: buffer + capacity) & ~(page - 1)
+            // safety: [start, end) lies inside the buffer's own `capacity` elements (page-rounded
+            // inwards), which hold no element any more and are not freed yet; malloc's headers lie
+            // outside it (the chunk's before the buffer, the next chunk's size field past its end),
+            // and whatever free() writes afterwards lands on fresh zero pages.
+            if end > start { _ = madvise(UnsafeMutableRawPointer(bitPattern: start), Int(end - start), Int32(MADV_DONTNEED)) }
+        }
+        buffer.deallocate()
+    }
+
+    /// Whether the buffer is one that `settle` may give back.
+    var isOversized: Bool { capacity > max(baseCapacity, Self.retainedCapacity) }
+
+    /// The capacity of the current buffer (tests, descriptions).
+    var currentCapacity: Int { capacity }
+
+    /// The owner's look at the ring (`now`: a monotonic clock in nanoseconds, the caller's; a
+    /// ring never reads a clock). Returns true when it gave its buffer back.
+    ///
+    /// The rule, for a buffer above `retainedCapacity` (smaller ones are kept for good): its size
+    /// counts as needed at a `settle` if the buffer held more than an eighth of its capacity since
+    /// the previous one (more than the next size down, `grow`'s step, would hold). Once it has gone
+    /// unneeded for `quietNanoseconds` since the last `settle` that found it needed, the first
+    /// `settle` that finds the ring empty frees it and the ring starts again at `baseCapacity`.
+    ///
+    /// The hysteresis: a flood that fills the buffer even once between two `settle`s keeps it, so
+    /// it is not freed and regrown every round; a burst's buffer goes one quiet second (or more:
+    /// the owner decides when it looks) after the burst. Owners call it where an oversized buffer
+    /// passes through their hands (a level emptied, a stage drain, a serial lane going idle) and
+    /// again once they have been quiet (a pool worker's idle timeout, a serial lane's timer).
+    @discardableResult
+    func settle(now: UInt64) -> Bool {
+        defer { highWater = count }
+        guard isOversized else { return false }
+        if highWater > capacity / 8 { neededAt = now }
+        guard count == 0, now &- neededAt >= Self.quietNanoseconds else { return false }
+        Self.free(buffer, capacity: capacity)
+        capacity = baseCapacity
+        buffer = .allocate(capacity: baseCapacity)
+        head = 0
+        neededAt = 0
+        return true
+    }
 
     /// A new buffer twice the size (eight times above `bulkCapacity`); the elements move to its
     /// front in at most two bulk moves (the stretch from the head to the buffer's end, then the
@@ -157,7 +249,7 @@ final class JobRing<Element>: @unchecked Sendable {
         let firstRun = min(count, capacity - head)
         newBuffer.moveInitialize(from: buffer + head, count: firstRun)
         (newBuffer + firstRun).moveInitialize(from: buffer, count: count - firstRun)
-        buffer.deallocate()
+        Self.free(buffer, capacity: capacity)
         buffer = newBuffer
         capacity = newCapacity
         head = 0

@@ -538,9 +538,17 @@ final class DispatchPool: @unchecked Sendable {
     }
 
     /// Called by an idle worker whose sleep ended without being woken (see
-    /// `PoolScheduler.IdleVerdict`). `idleSince`: a `RunQueues.stamp`.
+    /// `PoolScheduler.IdleVerdict`). `idleSince`: a `RunQueues.stamp`. The pool has been quiet for
+    /// this worker's idle time: the run queues and the stage give back the buffers a burst grew
+    /// and nothing has needed since (`JobRing.settle`; after a burst, a worker's idle timeout is
+    /// the last moment anyone looks at them).
     func idleTimedOut(_ worker: PoolWorker, idleSince: UInt64) -> Scheduler.IdleVerdict {
-        withPoolLock { scheduler.idleTimedOut(worker, idleSince: idleSince) }
+        withPoolLock {
+            let now = scheduler.runQueues.clock()
+            scheduler.runQueues.settleRings(now: now)
+            stage.settleRings(now: now)
+            return scheduler.idleTimedOut(worker, idleSince: idleSince)
+        }
     }
 
     /// `worker` is about to park inside a ThreadKit wait while running a job: another worker may

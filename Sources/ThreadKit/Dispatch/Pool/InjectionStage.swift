@@ -8,7 +8,9 @@
 // of the pool's lock drains. A shard's rings are guarded by the shard's lock; `pending` holds the
 // handshake flag of each tier (bit 0 normal, bit 1 background: a holder may drain one tier and
 // leave the other's jobs to that tier's busy workers); `spares` and `drainedTiers` are guarded by
-// the pool's lock.
+// the pool's lock. Buffers that a burst grew are given back once quiet (JobRing.settle): the
+// drainer looks at every such buffer that passes through its hands, and `settleRings` at all of
+// them once the pool has been idle.
 import CThreadKit
 import Synchronization
 
@@ -150,6 +152,12 @@ final class InjectionStage: @unchecked Sendable {
         guard raised != 0 else { return }
         let wanted = Self.levels(of: raised)
         stagedLevels.bitwiseAnd(~wanted, ordering: .sequentiallyConsistent)
+        // Read once, and only if a burst's buffer passes through (`settle`).
+        var now: UInt64 = 0
+        func stamp() -> UInt64 {
+            if now == 0 { now = runQueues.clock() }
+            return now
+        }
         for i in 0...mask {
             let levels = shards[i]._withUnsafeGuaranteedRef { shard -> UInt8 in
                 guard shard.hasJobs.load(ordering: .sequentiallyConsistent) & raised != 0 else { return 0 }
@@ -160,6 +168,8 @@ final class InjectionStage: @unchecked Sendable {
                         guard !ring.isEmpty else { return }
                         levels |= 1 << level
                         spares.withRing(level) { ring.swapContents(with: $0) }
+                        // The shard now has the spare's emptied buffer.
+                        if ring.isOversized { ring.settle(now: stamp()) }
                     }
                 }
                 let left = shard.hasJobs.load(ordering: .relaxed)
@@ -171,7 +181,25 @@ final class InjectionStage: @unchecked Sendable {
             if levels & RunQueues.backgroundMask != 0 { drainedTiers |= Tier.background.bit }
             if levels & RunQueues.normalMask != 0 { drainedTiers |= Tier.normal.bit }
             for level in 0..<RunQueues.levelCount where levels & (1 << level) != 0 {
-                spares.withRing(level) { runQueues.append(contentsOf: $0, level: level) }
+                spares.withRing(level) { spare in
+                    runQueues.append(contentsOf: spare, level: level)
+                    // Emptied, holding its own buffer or the level's former one.
+                    if spare.isOversized { spare.settle(now: stamp()) }
+                }
+            }
+        }
+    }
+
+    /// Gives back every buffer of the stage (the spares', and each shard's under its lock) that
+    /// held a burst and has been quiet since (`JobRing.settle`). Caller holds the pool's lock
+    /// (which guards the spares and orders it before the shard locks, as in `drain`).
+    func settleRings(now: UInt64) {
+        for level in 0..<RunQueues.levelCount { spares.withRing(level) { _ = $0.settle(now: now) } }
+        for i in 0...mask {
+            shards[i]._withUnsafeGuaranteedRef { shard in
+                shard.lock.lock()
+                for level in 0..<RunQueues.levelCount { shard.rings.withRing(level) { _ = $0.settle(now: now) } }
+                shard.lock.unlock()
             }
         }
     }

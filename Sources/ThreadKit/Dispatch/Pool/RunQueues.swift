@@ -1,7 +1,8 @@
 // RunQueues: the pool's FIFOs, one per QoS level, and the aging rule that picks the next job
 // (docs/DispatchPool.md, "QoS: order, aging, OS priority"). Part of the PoolScheduler value, guarded
 // by the pool's lock. Time comes from `clock` (the real one in the pool, a hand-moved one in the
-// scheduler's deterministic tests), read only when levels compete.
+// scheduler's deterministic tests), read only when levels compete and when a level holding a
+// burst's buffer empties (`settleEmptied`: its rings give such buffers back once quiet, JobRing.settle).
 import Glibc
 
 /// Levels are numbered by importance: 0 background (served by the background tier only),
@@ -123,7 +124,9 @@ struct RunQueues {
                 batch.append(entry)
                 n += 1
             }
-            return ring.isEmpty
+            guard ring.isEmpty else { return false }
+            settleEmptied(ring)
+            return true
         }
         if emptied { nonEmpty &= ~(UInt8(1) << level) }
         countPasses(below: level, jobs: n)
@@ -131,12 +134,32 @@ struct RunQueues {
 
     /// Puts a worker's unstarted local jobs back in `level`, in order: at the front (the worker
     /// blocked, stalled, or another level waits), or at the back (jobs of this level waited behind
-    /// its local ones).
+    /// its local ones). The local jobs move into the level's buffer (at most `localLimit` and a
+    /// few), never the other way: a local queue must not leave with a level's burst-sized buffer,
+    /// which it would keep for good.
     mutating func giveBack(_ batch: JobRing<DispatchEntry>, level: Int, atFront: Bool) {
-        guard atFront else { return append(contentsOf: batch, level: level) }
         guard !batch.isEmpty else { return }
         markNonEmpty(level)
-        withRing(level) { $0.prepend(contentsOf: batch) }
+        withRing(level) { ring in
+            if atFront {
+                ring.prepend(contentsOf: batch, keepingBuffers: true)
+            } else {
+                ring.append(contentsOf: batch, keepingBuffers: true)
+            }
+        }
+    }
+
+    /// Gives back the buffers of levels that held a burst and have been quiet since
+    /// (`JobRing.settle`): the pool's look once a worker has idled for its timeout. `now`: `clock`.
+    func settleRings(now: UInt64) {
+        for level in 0..<RunQueues.levelCount { withRing(level) { _ = $0.settle(now: now) } }
+    }
+
+    /// A level just emptied: if its buffer is a burst's, `JobRing.settle` notes whether it was
+    /// needed (or frees it, after a quiet second). One clock read, only for such a buffer.
+    @inline(__always)
+    private func settleEmptied(_ ring: JobRing<DispatchEntry>) {
+        if ring.isOversized { ring.settle(now: clock()) }
     }
 
     /// The next job for a normal worker: the highest non-empty level, unless a lower one has aged
@@ -221,7 +244,12 @@ struct RunQueues {
     }
 
     private mutating func pop(_ level: Int) -> DispatchEntry {
-        let (entry, emptied) = withRing(level) { ring in (ring.popFirst()!, ring.isEmpty) }
+        let (entry, emptied) = withRing(level) { ring in
+            let entry = ring.popFirst()!
+            guard ring.isEmpty else { return (entry, false) }
+            settleEmptied(ring)
+            return (entry, true)
+        }
         if emptied { nonEmpty &= ~(UInt8(1) << level) }
         // Just served: its clock restarts at the next competition, its passes now.
         waitingSince[level] = 0
