@@ -40,17 +40,7 @@ import Foundation
         /// The round-trip child: as ConcurrencyBenchmarks.mainActorChild, with the main thread in
         /// g_main_loop_run (`glib`) or TKRunLoop.main.run() (`tk`). Prints the nanoseconds.
         static func mainActorChild(_ kind: String, _ n: Int) -> Int32 {
-            Task.detached {
-                for _ in 0..<max(1, n / 10) { await MainActor.run {} }
-                let start = now()
-                for _ in 0..<n { await MainActor.run {} }
-                let elapsed = now() - start
-                await MainActor.run {
-                    print(elapsed)
-                    fflush(nil)
-                    exit(0)
-                }
-            }
+            ConcurrencyBenchmarks.startMainActorRoundTrips(n)
             if kind == "glib" {
                 let source = TKGLibRunLoopSource()
                 g_main_loop_run(g_main_loop_new(nil, 0))
