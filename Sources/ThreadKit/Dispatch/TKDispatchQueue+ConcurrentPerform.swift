@@ -1,4 +1,4 @@
-// TKDispatchQueue+ConcurrentPerform: dispatch_apply (docs/DispatchPool.md, "concurrentPerform").
+// TKDispatchQueue+ConcurrentPerform: dispatch_apply (docs/DispatchQueues.md, "concurrentPerform").
 // The caller and up to cores-1 helper jobs claim chunks of iterations from one shared counter; the
 // caller returns once every iteration has finished. Where the helpers run is dispatch_apply's queue
 // argument: the caller's level, a QoS, or a queue. Any thread may call it, workers included.

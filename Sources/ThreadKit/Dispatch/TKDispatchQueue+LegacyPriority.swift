@@ -1,6 +1,6 @@
 // TKDispatchQueue+LegacyPriority: Swift Dispatch's deprecated global queue priorities
 // (DISPATCH_QUEUE_PRIORITY_HIGH/DEFAULT/LOW/BACKGROUND) mapped to QoS classes as Apple documents
-// them (docs/DispatchPool.md, "QoS: order, aging, OS priority"). Immutable values; any thread.
+// them (docs/DispatchQueues.md, "Legacy priorities"). Immutable values; any thread.
 
 extension TKDispatchQueue {
     /// DispatchQueue.GlobalQueuePriority: the four priorities of the global queues before QoS.

@@ -1,4 +1,4 @@
-// TKDispatchQueue+Sync: `sync` (docs/DispatchPool.md, "Sync"): deadlock detection, the inline fast
+// TKDispatchQueue+Sync: `sync` (docs/DispatchQueues.md, "Sync"): deadlock detection, the inline fast
 // path on the caller's thread, and the slow path through a SyncWaiter entry: the drainer hands the
 // queue to the waiting caller, which runs its block on its own thread (the main queue excepted).
 

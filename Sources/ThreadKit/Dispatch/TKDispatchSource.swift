@@ -3,8 +3,7 @@
 // changes and memory pressure.
 // Thread-safe. Events are merged into `state.pendingData` by the manager thread (or `add(data:)`
 // callers); one delivery entry at a time runs the handlers on the target queue, so the event
-// handler never runs concurrently with itself (docs/DispatchPool.md, "Timers, sources and the
-// manager thread").
+// handler never runs concurrently with itself (docs/DispatchSources.md).
 //
 // State: `lock` (a DispatchLock) guards `state`. Lock order: source lock → manager lock (the
 // manager never holds its lock while calling a source); the source lock is never held while a
