@@ -1,0 +1,158 @@
+// TKPostgresOperationQueue across worker processes and through their failures: kill -9 of a worker
+// mid-operation (its lease expires, another worker reruns the operation with a higher token), and
+// a worker paused past its lease (SIGSTOP, as a long GC pause or a partition would) whose fenced
+// write and result are refused when it resumes. Judged by the append-only log the workers'
+// handlers write (PostgresQueueRoles.swift) and by psql, never by the library's own answers.
+#if Postgres
+    import Foundation
+    import ThreadKit
+    import ThreadKitPostgres
+    import XCTest
+
+    final class PostgresOperationQueueProcessTests: XCTestCase {
+        struct Work: Codable { var milliseconds: Int }
+
+        func uniqueName(_ function: String = #function) -> String { "\(function)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))" }
+
+        func temporaryLog() -> String {
+            FileManager.default.temporaryDirectory.appendingPathComponent("tk-pgqueue-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).log").path
+        }
+
+        /// The log's lines, split into words.
+        func lines(_ log: String) throws -> [[Substring]] {
+            try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        }
+
+        /// Polls psql until `sql` prints `expected` (or the deadline passes); what it printed last.
+        @discardableResult
+        func waitFor(_ sql: String, _ expected: String, seconds: Double = 120) throws -> String {
+            let deadline = Date().addingTimeInterval(seconds)
+            var last = ""
+            while Date() < deadline {
+                last = try PostgresTestServer.psql(sql)
+                if last == expected { return last }
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+            return last
+        }
+
+        /// The log's verdict: every operation has exactly one accepted settlement, which is `finished`
+        /// and carries the highest token any run of it had; that run's fenced write took effect; the
+        /// tokens of one operation's runs strictly increase in log order; and the fenced table holds
+        /// each operation's accepted token.
+        func judge(_ log: String, ids: [Int64]) throws -> (reruns: Int, refused: Int) {
+            var starts: [Int64: [Int64]] = [:]
+            var effects: [Int64: Set<Int64>] = [:]
+            var accepted: [Int64: [Int64]] = [:]
+            var refused = 0
+            for words in try lines(log) {
+                guard words.count >= 4, let id = Int64(words[1]), let token = Int64(words[2]) else { continue }
+                switch words[0] {
+                case "start":
+                    if let last = starts[id]?.last { XCTAssertGreaterThan(token, last, "operation \(id): token \(token) after \(last)") }
+                    starts[id, default: []].append(token)
+                case "effect": effects[id, default: []].insert(token)
+                case "refused": refused += 1
+                case "done" where words.count == 6:
+                    if words[4] == "yes" {
+                        XCTAssertEqual(words[5], "finished", "operation \(id)")
+                        accepted[id, default: []].append(token)
+                    } else {
+                        refused += 1
+                    }
+                default: break
+                }
+            }
+            var reruns = 0
+            for id in ids {
+                let tokens = accepted[id] ?? []
+                XCTAssertEqual(tokens.count, 1, "operation \(id): accepted settlements \(tokens)")
+                guard let token = tokens.first else { continue }
+                XCTAssertEqual(token, starts[id]?.max(), "operation \(id): accepted token is not its last run's")
+                XCTAssertTrue(effects[id]?.contains(token) == true, "operation \(id): the accepted run's effect is missing")
+                if (starts[id]?.count ?? 0) > 1 { reruns += 1 }
+            }
+            let fenced = try PostgresTestServer.psql(
+                "SELECT string_agg(resource || '=' || token, ',' ORDER BY resource) FROM threadkit_fenced WHERE resource = ANY(ARRAY["
+                    + ids.map { "'op-\($0)'" }.joined(separator: ",") + "])")
+            let expected = ids.sorted { "op-\($0)" < "op-\($1)" }.map { "op-\($0)=\(accepted[$0]?.first ?? -1)" }.joined(separator: ",")
+            XCTAssertEqual(fenced, expected)
+            return (reruns, refused)
+        }
+
+        /// Three worker processes; one is killed with SIGKILL while it runs operations. Their leases
+        /// expire, the others rerun them with higher tokens, and every operation ends exactly once.
+        func testKill9OfAWorkerMidOperationReRunsItWithAHigherToken() throws {
+            let url = try PostgresTestServer.info().url
+            let name = uniqueName()
+            let log = temporaryLog()
+            defer { try? FileManager.default.removeItem(atPath: log) }
+            let queue = try TKPostgresOperationQueue(name: name, url: url)
+            let operations = try (0..<40).map { _ in try TKPostgresOperation(kind: "work", payload: Work(milliseconds: 150)) }
+            try queue.addOperations(operations, waitUntilFinished: false)
+            let ids = operations.map { $0.id! }
+            let children = try (0..<3).map { _ in try PostgresChild("pgqueue-worker", [url, name, log, "1200", "3"]) }
+            defer { for child in children where child.process.isRunning { child.kill9() } }
+            for child in children { XCTAssertNotNil(child.waitForLine(startingWith: "ready"), "a worker did not start") }
+            // kill the first worker while it has runs started and not settled
+            let victim = String(children[0].process.processIdentifier)
+            let deadline = Date().addingTimeInterval(60)
+            var killed = false
+            while Date() < deadline && !killed {
+                let words = try lines(log)
+                let started = Set(words.filter { $0.first == "start" && $0[3] == victim }.map { $0[1] })
+                let done = Set(words.filter { $0.first == "done" && $0[3] == victim }.map { $0[1] })
+                if !started.subtracting(done).isEmpty && done.count >= 2 {
+                    children[0].kill9()
+                    killed = true
+                }
+                Thread.sleep(forTimeInterval: 0.002)
+            }
+            XCTAssertTrue(killed, "the victim never had a run in progress")
+            let idList = ids.map(String.init).joined(separator: ",")
+            XCTAssertEqual(
+                try waitFor("SELECT count(*) FROM threadkit_ops WHERE id IN (\(idList)) AND state = 'finished'", "40"), "40")
+            let verdict = try judge(log, ids: ids)
+            XCTAssertGreaterThanOrEqual(verdict.reruns, 1, "no operation was rerun after the kill")
+        }
+
+        /// A worker paused (SIGSTOP) past its lease while it runs an operation: another worker reruns
+        /// it with a higher token and finishes it; the paused one, resumed, has its fenced write and
+        /// its result refused.
+        func testAWorkerPausedPastItsLeaseHasItsFencedWriteAndResultRefused() throws {
+            let url = try PostgresTestServer.info().url
+            let name = uniqueName()
+            let log = temporaryLog()
+            defer { try? FileManager.default.removeItem(atPath: log) }
+            let queue = try TKPostgresOperationQueue(name: name, url: url)
+            let stale = try PostgresChild("pgqueue-worker", [url, name, log, "600", "1"])
+            defer { if stale.process.isRunning { stale.kill9() } }
+            XCTAssertNotNil(stale.waitForLine(startingWith: "ready"))
+            let operation = try TKPostgresOperation(kind: "work", payload: Work(milliseconds: 1500))
+            let id = try queue.addOperation(operation)
+            let pid = String(stale.process.processIdentifier)
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline, try !lines(log).contains(where: { $0.first == "start" && $0[3] == pid }) {
+                Thread.sleep(forTimeInterval: 0.002)
+            }
+            kill(stale.process.processIdentifier, SIGSTOP)
+            let fresh = try PostgresChild("pgqueue-worker", [url, name, log, "600", "1"])
+            defer { if fresh.process.isRunning { fresh.kill9() } }
+            XCTAssertEqual(try waitFor("SELECT state FROM threadkit_ops WHERE id = \(id)", "finished"), "finished")
+            kill(stale.process.processIdentifier, SIGCONT)
+            let freshPID = String(fresh.process.processIdentifier)
+            // the stale run's fenced write and its settlement are refused
+            let resumed = Date().addingTimeInterval(60)
+            while Date() < resumed, try !lines(log).contains(where: { $0.first == "done" && $0[3] == pid }) {
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+            let words = try lines(log)
+            XCTAssertTrue(words.contains { $0.first == "refused" && $0[3] == pid }, "the stale write was not refused: \(words)")
+            XCTAssertTrue(words.contains { $0.first == "done" && $0[3] == pid && $0[4] == "no" }, "\(words)")
+            XCTAssertTrue(words.contains { $0.first == "done" && $0[3] == freshPID && $0[4] == "yes" }, "\(words)")
+            let verdict = try judge(log, ids: [id])
+            XCTAssertEqual(verdict.reruns, 1)
+            XCTAssertEqual(verdict.refused, 2)
+        }
+    }
+#endif
