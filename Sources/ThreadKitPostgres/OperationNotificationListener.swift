@@ -9,6 +9,7 @@
     import PostgresNIO
     import ThreadKit
 
+    // safety: `session` and `closed` are guarded by `lock`; the rest is immutable after init.
     final class OperationNotificationListener: @unchecked Sendable {
         private let configuration: TKPostgresConfiguration
         private let owner: String
@@ -42,7 +43,8 @@
                         guard parts.count == 2, parts[1] == queue, let kind = parts[0].first else { return }
                         handler(kind)
                     }
-                    _ = try fresh.query("LISTEN \(unescaped: OperationQueueSchema.channel)", what: "listening for the queue's notifications")
+                    _ = try fresh.query(
+                        "LISTEN \(unescaped: OperationQueueSchema.channel)", what: "listening for the queue's notifications")
                     session = fresh
                     // Whatever happened while nobody listened: as if notified of everything.
                     handler("n")

@@ -39,7 +39,8 @@
             if try currentVersion(session) == version { return }
             do {
                 _ = try session.query("BEGIN", what: "migrating the operation queue's tables")
-                _ = try session.query("SELECT pg_advisory_xact_lock(\(LockSchema.namespace), 1)", what: "migrating the operation queue's tables")
+                _ = try session.query(
+                    "SELECT pg_advisory_xact_lock(\(LockSchema.namespace), 1)", what: "migrating the operation queue's tables")
                 _ = try session.query(
                     "CREATE TABLE IF NOT EXISTS threadkit_schema (component text PRIMARY KEY, version integer NOT NULL)",
                     what: "creating table threadkit_schema")
@@ -51,7 +52,9 @@
                             + "this library's \(version). Fix: upgrade ThreadKit in this process.")
                 }
                 if found < 1 {
-                    for statement in migration1 { _ = try session.query(PostgresQuery(unsafeSQL: statement), what: "migrating to version 1") }
+                    for statement in migration1 {
+                        _ = try session.query(PostgresQuery(unsafeSQL: statement), what: "migrating to version 1")
+                    }
                 }
                 _ = try session.query(
                     """
@@ -87,7 +90,8 @@
                 "INSERT INTO threadkit_queues (name) VALUES (\(name)) ON CONFLICT (name) DO NOTHING", what: "registering the queue's name")
             let rows = try session.query("SELECT id FROM threadkit_queues WHERE name = \(name)", what: "looking up the queue")
             guard let id = try rows.first?.decode(Int32.self) else {
-                throw TKError(.protocolViolation, "\(session.owner): the queue's row vanished. Fix: do not delete rows of threadkit_queues.")
+                throw TKError(
+                    .protocolViolation, "\(session.owner): the queue's row vanished. Fix: do not delete rows of threadkit_queues.")
             }
             return id
         }

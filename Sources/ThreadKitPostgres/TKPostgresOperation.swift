@@ -11,6 +11,7 @@
 
     /// An operation for a `TKPostgresOperationQueue`: a kind that every worker registered, and a
     /// payload that its handler decodes.
+    // safety: every mutable member is guarded by `lock`; `kind`, `payloadJSON`, `isBarrier` are immutable.
     public final class TKPostgresOperation: @unchecked Sendable {
         /// The handler's name, as registered with `TKPostgresOperationQueue.register`.
         public let kind: String
@@ -34,7 +35,8 @@
             let data: Data
             do { data = try JSONEncoder().encode(payload) } catch {
                 throw TKError(
-                    .invalidArgument, "TKPostgresOperation(kind: \"\(kind)\"): the payload does not encode as JSON: \(error). Fix: make it Codable.")
+                    .invalidArgument,
+                    "TKPostgresOperation(kind: \"\(kind)\"): the payload does not encode as JSON: \(error). Fix: make it Codable.")
             }
             self.init(kind: kind, payloadJSON: String(decoding: data, as: UTF8.self), barrier: false)
         }

@@ -9,6 +9,7 @@
     import ThreadKit
 
     /// The run a handler is in.
+    // safety: the flags are atomics; every other member is immutable; `effects` is a @Sendable closure.
     public final class TKPostgresOperationContext: @unchecked Sendable {
         /// The operation's id (the same on every host).
         public let operationID: Int64

@@ -13,6 +13,8 @@
     import ThreadKit
 
     /// An operation queue whose operations are rows in PostgreSQL, run by workers on any host.
+    // safety: `kinds` is guarded by `kindLock`, `session` by `callLock`, `watcher` by `watcherLock`; the
+    // rest is immutable after init.
     public final class TKPostgresOperationQueue: @unchecked Sendable {
         /// The queue's name in Unicode NFC (the lock's name rules: 1 to 1024 UTF-8 bytes, no NUL).
         public let name: String
@@ -78,7 +80,8 @@
             if name.utf8.contains(0) {
                 throw TKError(
                     .invalidArgument,
-                    "TKPostgresOperationQueue(name:): the name contains a NUL character, which PostgreSQL text cannot hold. Fix: remove it.")
+                    "TKPostgresOperationQueue(name:): the name contains a NUL character, which PostgreSQL text cannot hold. Fix: remove it."
+                )
             }
         }
 
@@ -97,7 +100,8 @@
                 let payload: Payload
                 do { payload = try JSONDecoder().decode(Payload.self, from: Data(json.utf8)) } catch {
                     throw TKError(
-                        .invalidArgument, "operation \(context.operationID) of kind \"\(kind)\": the payload does not decode as \(Payload.self): \(error)")
+                        .invalidArgument,
+                        "operation \(context.operationID) of kind \"\(kind)\": the payload does not decode as \(Payload.self): \(error)")
                 }
                 try handler(payload, context)
             }
@@ -129,7 +133,8 @@
         public func addBarrier(_ operation: TKPostgresOperation) throws -> Int64 {
             guard operation.isBarrier else {
                 throw TKError(
-                    .invalidArgument, "\(owner).addBarrier: the operation is not a barrier. Fix: create it with TKPostgresOperation.barrier(kind:payload:).")
+                    .invalidArgument,
+                    "\(owner).addBarrier: the operation is not a barrier. Fix: create it with TKPostgresOperation.barrier(kind:payload:).")
             }
             return try addOperation(operation)
         }
@@ -140,7 +145,8 @@
         /// operation neither added nor in this call, or an operation already added, throws
         /// `.invalidArgument` and adds nothing.
         @discardableResult
-        public func addOperations(_ operations: [TKPostgresOperation], waitUntilFinished wait: Bool) throws -> [TKPostgresOperationOutcome] {
+        public func addOperations(_ operations: [TKPostgresOperation], waitUntilFinished wait: Bool) throws -> [TKPostgresOperationOutcome]
+        {
             if operations.isEmpty { return [] }
             let ordered = try topologicalOrder(operations)
             var snapshots: [ObjectIdentifier: TKPostgresOperation.Description] = [:]
@@ -246,7 +252,8 @@
                 if let id = operation.id {
                     throw TKError(
                         .invalidArgument,
-                        "\(owner).addOperations: a \"\(operation.kind)\" operation was already added (id \(id)). Fix: create a new operation.")
+                        "\(owner).addOperations: a \"\(operation.kind)\" operation was already added (id \(id)). Fix: create a new operation."
+                    )
                 }
                 if !inBatch.insert(ObjectIdentifier(operation)).inserted {
                     throw TKError(.invalidArgument, "\(owner).addOperations: a \"\(operation.kind)\" operation appears twice in one call.")
@@ -384,7 +391,8 @@
                 let rows = try liveSession().query(
                     "SELECT id, state, last_error, attempt, token FROM threadkit_ops WHERE id = \(id)", what: "reading operation \(id)")
                 guard let row = rows.first else {
-                    throw TKError(.invalidArgument, "\(owner).outcome(of: \(id)): no such operation. Fix: pass an id that addOperation returned.")
+                    throw TKError(
+                        .invalidArgument, "\(owner).outcome(of: \(id)): no such operation. Fix: pass an id that addOperation returned.")
                 }
                 return try Self.outcome(row)
             }

@@ -23,6 +23,8 @@
     import ThreadKit
 
     /// A process's worker for one `TKPostgresOperationQueue`.
+    // safety: `state` is guarded by `lock`, `effectsSession` by `effectsLock`; `loopThread` and
+    // `beatThread` are written once in init before the threads start; the rest is immutable.
     public final class TKPostgresOperationWorker: @unchecked Sendable {
         /// How a run ended, as the database accepted it, for `onSettled`.
         public struct Settlement: Sendable {
@@ -112,7 +114,8 @@
             local.name = "TKPostgresOperationWorker(\(queue.name.prefix(32)))"
             let wake = self.wake
             let beatWake = self.beatWake
-            listener = OperationNotificationListener(configuration: queue.configuration, owner: queue.owner, queueID: queue.queueID) { kind in
+            listener = OperationNotificationListener(configuration: queue.configuration, owner: queue.owner, queueID: queue.queueID) {
+                kind in
                 if kind == "c" { beatWake.signal() } else { wake.signal() }
             }
             // Connect the loop's session before returning, so that a bad server fails the start.
@@ -261,7 +264,8 @@
                 let (id, kind, payload, token, attempt, priority, qos, cancelRequested) = try row.decode(
                     (Int64, String, String, Int64, Int32, Int32, Int32, Bool).self)
                 let context = TKPostgresOperationContext(
-                    operationID: id, token: token, attempt: Int(attempt), kind: kind, effects: { [weak self] in try self?.effects() ?? Self.gone() })
+                    operationID: id, token: token, attempt: Int(attempt), kind: kind,
+                    effects: { [weak self] in try self?.effects() ?? Self.gone() })
                 if cancelRequested { context.markCancelled() }
                 started.append((id, priority, qos, context, payload, kinds[kind]))
             }
@@ -370,7 +374,8 @@
             concurrency: Int = 8, lease: Duration = .seconds(30), pollInterval: Duration = .seconds(1),
             onSettled: (@Sendable (TKPostgresOperationWorker.Settlement) -> Void)? = nil
         ) throws -> TKPostgresOperationWorker {
-            try TKPostgresOperationWorker(queue: self, concurrency: concurrency, lease: lease, pollInterval: pollInterval, onSettled: onSettled)
+            try TKPostgresOperationWorker(
+                queue: self, concurrency: concurrency, lease: lease, pollInterval: pollInterval, onSettled: onSettled)
         }
     }
 #endif

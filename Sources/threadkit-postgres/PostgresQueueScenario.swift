@@ -72,7 +72,9 @@
                 try say.check(accepted[id]?.first == starts[id]?.max(), "operation \(id) finished with a stale token")
             }
             if let (id, tokens) = reruns.first {
-                say.say("operation \(id) ran \(tokens.count) times, tokens \(tokens.map(String.init).joined(separator: " < ")): the killed run's lease expired")
+                say.say(
+                    "operation \(id) ran \(tokens.count) times, tokens \(tokens.map(String.init).joined(separator: " < ")): the killed run's lease expired"
+                )
             }
             say.say("log: 60 operations, each finished once with its latest token; \(reruns.count) rerun after the kill")
             let final = try queue.statistics()
@@ -98,7 +100,9 @@
                     try context.fencedWrite("\(pid)", resource: "tour-op-\(context.operationID)")
                 }
                 _ = try queue.startWorker(concurrency: 2, lease: .seconds(1), pollInterval: .milliseconds(200)) { settled in
-                    append(log, "done \(settled.operationID) \(settled.token) \(pid) \(settled.accepted ? "yes" : "no") \(settled.state ?? "-")")
+                    append(
+                        log,
+                        "done \(settled.operationID) \(settled.token) \(pid) \(settled.accepted ? "yes" : "no") \(settled.state ?? "-")")
                 }
                 while true { TKThread.sleep(for: .seconds(3600)) }
             } catch {

@@ -45,7 +45,9 @@
                         concurrency: concurrency, lease: .milliseconds(leaseMilliseconds), pollInterval: .milliseconds(200)
                     ) { settled in
                         PostgresLockRoles.appendLine(
-                            log, "done \(settled.operationID) \(settled.token) \(pid) \(settled.accepted ? "yes" : "no") \(settled.state ?? "-")")
+                            log,
+                            "done \(settled.operationID) \(settled.token) \(pid) \(settled.accepted ? "yes" : "no") \(settled.state ?? "-")"
+                        )
                     }
                     Console.out("ready")
                     while true { TKThread.sleep(for: .seconds(3600)) }

@@ -15,7 +15,8 @@
         func uniqueName(_ function: String = #function) -> String { "\(function)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))" }
 
         func temporaryLog() -> String {
-            FileManager.default.temporaryDirectory.appendingPathComponent("tk-pgqueue-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).log").path
+            FileManager.default.temporaryDirectory.appendingPathComponent("tk-pgqueue-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).log")
+                .path
         }
 
         /// The log's lines, split into words.
@@ -114,6 +115,46 @@
                 try waitFor("SELECT count(*) FROM threadkit_ops WHERE id IN (\(idList)) AND state = 'finished'", "40"), "40")
             let verdict = try judge(log, ids: ids)
             XCTAssertGreaterThanOrEqual(verdict.reruns, 1, "no operation was rerun after the kill")
+        }
+
+        /// A server restart while two workers run: no committed operation is lost, none is accepted
+        /// twice, and the workers reconnect by themselves and finish the rest.
+        func testServerRestartLosesNoCommittedOperation() throws {
+            let url = try PostgresTestServer.info().url
+            let name = uniqueName()
+            let accepted = NSLock()
+            // safety: `acceptedRuns` is written and read under `accepted` only.
+            nonisolated(unsafe) var acceptedRuns: [Int64: Int] = [:]
+            let queues = try (0..<2).map { _ -> TKPostgresOperationQueue in
+                let queue = try TKPostgresOperationQueue(name: name, url: url)
+                try queue.register("work", payload: Work.self) { work, _ in
+                    Thread.sleep(forTimeInterval: Double(work.milliseconds) / 1000)
+                }
+                return queue
+            }
+            let workers = try queues.map {
+                try $0.startWorker(concurrency: 2, lease: .seconds(5), pollInterval: .milliseconds(100)) { settled in
+                    if settled.accepted { accepted.withLock { acceptedRuns[settled.operationID, default: 0] += 1 } }
+                }
+            }
+            defer { for worker in workers { worker.shutdown(before: .now + .seconds(10)) } }
+            let operations = try (0..<30).map { _ in try TKPostgresOperation(kind: "work", payload: Work(milliseconds: 40)) }
+            try queues[0].addOperations(operations, waitUntilFinished: false)
+            let idList = operations.map { String($0.id!) }.joined(separator: ",")
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline,
+                try Int(PostgresTestServer.psql("SELECT count(*) FROM threadkit_ops WHERE id IN (\(idList)) AND state = 'finished'")) ?? 0
+                    < 8
+            {
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+            try PostgresTestServer.restart()
+            XCTAssertEqual(try PostgresTestServer.psql("SELECT count(*) FROM threadkit_ops WHERE id IN (\(idList))"), "30")
+            XCTAssertEqual(
+                try waitFor("SELECT count(*) FROM threadkit_ops WHERE id IN (\(idList)) AND state = 'finished'", "30"), "30")
+            accepted.withLock {
+                for (id, count) in acceptedRuns { XCTAssertEqual(count, 1, "operation \(id) was accepted \(count) times") }
+            }
         }
 
         /// A worker paused (SIGSTOP) past its lease while it runs an operation: another worker reruns

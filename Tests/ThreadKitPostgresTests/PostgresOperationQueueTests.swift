@@ -11,6 +11,7 @@
     import XCTest
 
     /// What handlers record, in the order they record it (the tests' judge).
+    // safety: `events` is guarded by `lock`.
     final class EventLog: @unchecked Sendable {
         private let lock = NSLock()
         private var events: [(String, Int64, Date)] = [] // guarded by `lock`
@@ -135,7 +136,8 @@
                     let operation = try TKPostgresOperation(kind: "log", payload: Sleep(milliseconds: 0))
                     operation.queuePriority = priority
                     operation.qualityOfService = qos
-                    expected.append((priority.rawValue, [TKQualityOfService.background: 1, .utility: 2, .userInitiated: 4][qos]!, -index, operation))
+                    expected.append(
+                        (priority.rawValue, [TKQualityOfService.background: 1, .utility: 2, .userInitiated: 4][qos]!, -index, operation))
                     index += 1
                 }
             }
@@ -177,6 +179,7 @@
             let queue = try TKPostgresOperationQueue(name: name, url: url)
             let started = DispatchSemaphore(value: 0)
             let sawCancel = NSLock()
+            // safety: `seen` is written and read under `sawCancel` only.
             nonisolated(unsafe) var seen = false
             try queue.register("spin", payload: Empty.self) { _, context in
                 started.signal()
@@ -288,7 +291,8 @@
             XCTAssertEqual(started.wait(timeout: .now() + 60), .success)
             XCTAssertEqual(try queue.waitUntilFinished(quick.id!, before: .now + .seconds(30))?.state, .finished)
             XCTAssertEqual(worker.shutdown(before: .now + .milliseconds(200)), 1)
-            XCTAssertEqual(try PostgresTestServer.psql("SELECT state || ' ' || attempt FROM threadkit_ops WHERE id = \(long.id!)"), "pending 0")
+            XCTAssertEqual(
+                try PostgresTestServer.psql("SELECT state || ' ' || attempt FROM threadkit_ops WHERE id = \(long.id!)"), "pending 0")
             // another worker takes it up
             let next = try queue.startWorker(concurrency: 1)
             defer { next.shutdown(before: .now + .seconds(1)) }
@@ -318,7 +322,9 @@
 
         func testQueueNamesFollowTheLockNameRules() throws {
             let url = try PostgresTestServer.info().url
-            XCTAssertThrowsError(try TKPostgresOperationQueue(name: "", url: url)) { XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument) }
+            XCTAssertThrowsError(try TKPostgresOperationQueue(name: "", url: url)) {
+                XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument)
+            }
             XCTAssertThrowsError(try TKPostgresOperationQueue(name: "a\u{0}b", url: url)) {
                 XCTAssertEqual(($0 as? TKError)?.code, .invalidArgument)
             }
@@ -348,11 +354,17 @@
     }
 
     /// Counts handlers inside at once and remembers the most.
+    // safety: `inside` and `most` are guarded by `lock`.
     final class ManagedAtomicCounter: @unchecked Sendable {
         private let lock = NSLock()
         private var inside = 0 // guarded by `lock`
         private var most = 0 // guarded by `lock`
-        func enter() { lock.withLock { inside += 1; most = max(most, inside) } }
+        func enter() {
+            lock.withLock {
+                inside += 1
+                most = max(most, inside)
+            }
+        }
         func leave() { lock.withLock { inside -= 1 } }
         var maximum: Int { lock.withLock { most } }
     }
