@@ -157,6 +157,46 @@
             }
         }
 
+        /// A worker cut off from the server (its packets held by a proxy) past its lease while it runs
+        /// an operation: another worker reruns it with a higher token; when the partition heals, the
+        /// cut-off worker's fenced write and result are refused, so only one run finishes with effect.
+        func testAWorkerPartitionedPastItsLeaseCannotFinishTheLeaseWithEffect() throws {
+            let server = try PostgresTestServer.info()
+            let url = server.url
+            let name = uniqueName()
+            let log = temporaryLog()
+            defer { try? FileManager.default.removeItem(atPath: log) }
+            let proxy = try PausableProxy(upstreamPort: server.port)
+            defer { proxy.close() }
+            let proxied = url.replacingOccurrences(of: ":\(server.port)/", with: ":\(proxy.port)/")
+            let queue = try TKPostgresOperationQueue(name: name, url: url)
+            let cut = try PostgresChild("pgqueue-worker", [proxied, name, log, "600", "1"])
+            defer { if cut.process.isRunning { cut.kill9() } }
+            XCTAssertNotNil(cut.waitForLine(startingWith: "ready"))
+            let id = try queue.addOperation(try TKPostgresOperation(kind: "work", payload: Work(milliseconds: 1500)))
+            let pid = String(cut.process.processIdentifier)
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline, try !lines(log).contains(where: { $0.first == "start" && $0[3] == pid }) {
+                Thread.sleep(forTimeInterval: 0.002)
+            }
+            proxy.pause()
+            let other = try PostgresChild("pgqueue-worker", [url, name, log, "600", "1"])
+            defer { if other.process.isRunning { other.kill9() } }
+            XCTAssertEqual(try waitFor("SELECT state FROM threadkit_ops WHERE id = \(id)", "finished"), "finished")
+            // the cut-off handler has woken meanwhile; its fenced write waits in the proxy
+            proxy.resume()
+            let healed = Date().addingTimeInterval(60)
+            while Date() < healed, try !lines(log).contains(where: { $0.first == "done" && $0[3] == pid }) {
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+            let words = try lines(log)
+            XCTAssertTrue(words.contains { $0.first == "refused" && $0[3] == pid }, "the cut-off write was not refused: \(words)")
+            XCTAssertTrue(words.contains { $0.first == "done" && $0[3] == pid && $0[4] == "no" }, "\(words)")
+            let verdict = try judge(log, ids: [id])
+            XCTAssertEqual(verdict.reruns, 1)
+            XCTAssertEqual(verdict.refused, 2)
+        }
+
         /// A worker paused (SIGSTOP) past its lease while it runs an operation: another worker reruns
         /// it with a higher token and finishes it; the paused one, resumed, has its fenced write and
         /// its result refused.
