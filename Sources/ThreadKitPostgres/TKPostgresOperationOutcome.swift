@@ -11,6 +11,18 @@
             case cancelled
             /// Its attempts were spent (the handler threw, or its workers stopped renewing the lease).
             case dead
+
+            /// The state whose raw value (its spelling in threadkit_ops.state) is `rawValue`:
+            /// "finished", "cancelled" or "dead"; nil for the states that are not terminal. Written out
+            /// for its documentation; it is what the compiler would synthesize.
+            public init?(rawValue: String) {
+                switch rawValue {
+                case "finished": self = .finished
+                case "cancelled": self = .cancelled
+                case "dead": self = .dead
+                default: return nil
+                }
+            }
         }
 
         /// The operation's id.

@@ -369,7 +369,9 @@
     extension TKPostgresOperationQueue {
         /// Starts a worker in this process: it runs the kinds registered on this object, at most
         /// `concurrency` handlers at once, each claim a lease of `lease` renewed every third of it,
-        /// waiting for work by LISTEN/NOTIFY with `pollInterval` as the fallback.
+        /// waiting for work by LISTEN/NOTIFY with `pollInterval` as the fallback. It runs until
+        /// `shutdown(before:)` (its threads keep it alive); `onSettled` is called on its loop thread
+        /// for each run it settles.
         public func startWorker(
             concurrency: Int = 8, lease: Duration = .seconds(30), pollInterval: Duration = .seconds(1),
             onSettled: (@Sendable (TKPostgresOperationWorker.Settlement) -> Void)? = nil
