@@ -12,8 +12,9 @@
 //     state: pending → running → finished | cancelled | dead, or running → pending (a retry, an
 //     expired lease, a hand-back). Terminal states release dependents (deps_left - 1).
 //   threadkit_op_edges(depends_on, op)   op starts only after depends_on reached a terminal state.
-//     Every edge goes from a newer id to an older one (ids are allocated in topological order of a
-//     batch; existing operations never gain dependencies), so no cycle can be stored.
+//     An operation's dependencies are in its own batch (earlier in its topological order) or
+//     existed before the batch was added, and existing operations never gain dependencies, so no
+//     cycle can be stored.
 //   sequence threadkit_op_tokens   fencing tokens: each claim takes the next value, so the tokens
 //     of one operation's runs strictly increase.
 //
@@ -161,41 +162,59 @@
                 p_qos integer[], p_not_before_ms bigint[], p_delay_ms bigint[], p_max_attempts integer[],
                 p_backoff_ms integer[], p_barrier boolean[], p_edge_op bigint[], p_edge_dep bigint[]) RETURNS void
             LANGUAGE plpgsql AS $$
-            DECLARE v_missing bigint;
+            DECLARE v_missing bigint; v_batch_barriers bigint[]; v_open_barriers bigint[]; v_open_ops bigint[] := '{}';
             BEGIN
-                IF true = ANY(p_barrier) THEN
+                SELECT coalesce(array_agg(b.id), '{}') INTO v_batch_barriers FROM unnest(p_ids, p_barrier) AS b(id, is_barrier)
+                    WHERE b.is_barrier;
+                IF cardinality(v_batch_barriers) > 0 THEN
                     PERFORM pg_advisory_xact_lock(1414221905, p_queue);
                 ELSE
                     PERFORM pg_advisory_xact_lock_shared(1414221905, p_queue);
                 END IF;
-                SELECT d INTO v_missing FROM unnest(p_edge_dep) AS d
-                    WHERE d <> ALL(p_ids) AND NOT EXISTS (SELECT 1 FROM threadkit_ops o WHERE o.id = d) LIMIT 1;
-                IF v_missing IS NOT NULL THEN
-                    RAISE EXCEPTION 'dependency % is not an operation in this database', v_missing USING ERRCODE = 'TK001';
+                SELECT coalesce(array_agg(o.id), '{}') INTO v_open_barriers FROM threadkit_ops o
+                    WHERE o.queue_id = p_queue AND o.barrier AND o.state IN ('pending', 'running');
+                IF cardinality(v_batch_barriers) > 0 THEN
+                    SELECT coalesce(array_agg(o.id), '{}') INTO v_open_ops FROM threadkit_ops o
+                        WHERE o.queue_id = p_queue AND o.state IN ('pending', 'running');
                 END IF;
                 INSERT INTO threadkit_ops (id, queue_id, kind, payload, priority, qos, not_before, max_attempts, backoff_ms, barrier)
                     SELECT u.id, p_queue, u.kind, u.payload, u.priority, u.qos,
                         CASE WHEN u.nb >= 0 THEN to_timestamp(u.nb / 1000.0) ELSE now() + u.delay * interval '1 millisecond' END, u.attempts, u.backoff, u.barrier
                     FROM unnest(p_ids, p_kinds, p_payloads, p_priorities, p_qos, p_not_before_ms, p_delay_ms, p_max_attempts,
                         p_backoff_ms, p_barrier) AS u(id, kind, payload, priority, qos, nb, delay, attempts, backoff, barrier);
+                -- after the batch's own rows exist: every dependency must be a row (an index probe each)
+                SELECT e.d INTO v_missing FROM unnest(p_edge_dep) AS e(d)
+                    WHERE NOT EXISTS (SELECT 1 FROM threadkit_ops o WHERE o.id = e.d) LIMIT 1;
+                IF v_missing IS NOT NULL THEN
+                    RAISE EXCEPTION 'dependency % is not an operation in this database', v_missing USING ERRCODE = 'TK001';
+                END IF;
                 INSERT INTO threadkit_op_edges (depends_on, op)
                     SELECT e.dep, e.op FROM unnest(p_edge_op, p_edge_dep) AS e(op, dep) ON CONFLICT DO NOTHING;
-                -- a barrier waits for every open operation of its queue added before it
-                INSERT INTO threadkit_op_edges (depends_on, op)
-                    SELECT o.id, b.id FROM unnest(p_ids, p_barrier) AS b(id, is_barrier)
-                    JOIN threadkit_ops o ON o.queue_id = p_queue AND o.id < b.id AND o.state IN ('pending', 'running')
-                    WHERE b.is_barrier ON CONFLICT DO NOTHING;
-                -- an operation added after an open barrier waits for it
-                INSERT INTO threadkit_op_edges (depends_on, op)
-                    SELECT (SELECT max(o.id) FROM threadkit_ops o WHERE o.queue_id = p_queue AND o.barrier
-                            AND o.state IN ('pending', 'running') AND o.id < n.id), n.id
-                    FROM unnest(p_ids, p_barrier) AS n(id, is_barrier)
-                    WHERE NOT n.is_barrier AND EXISTS (SELECT 1 FROM threadkit_ops o WHERE o.queue_id = p_queue AND o.barrier
-                            AND o.state IN ('pending', 'running') AND o.id < n.id)
-                    ON CONFLICT DO NOTHING;
+                -- barriers, by order of commit (adds hold the queue's advisory lock): an operation waits for
+                -- every barrier of its queue open when it is added and for those before it in its batch; a
+                -- barrier waits for every operation of its queue open when it is added and for those before
+                -- it in its batch (v_open_ops and v_open_barriers were read before the batch's rows existed)
+                IF cardinality(v_batch_barriers) > 0 THEN
+                    INSERT INTO threadkit_op_edges (depends_on, op)
+                        SELECT o.id, b.id FROM unnest(v_batch_barriers) AS b(id) CROSS JOIN unnest(v_open_ops) AS o(id)
+                        ON CONFLICT DO NOTHING;
+                    INSERT INTO threadkit_op_edges (depends_on, op)
+                        SELECT n.id, b.id FROM unnest(v_batch_barriers) AS b(id) JOIN unnest(p_ids) AS n(id) ON n.id < b.id
+                        ON CONFLICT DO NOTHING;
+                    INSERT INTO threadkit_op_edges (depends_on, op)
+                        SELECT b.id, n.id FROM unnest(v_batch_barriers) AS b(id) JOIN unnest(p_ids, p_barrier) AS n(id, is_barrier)
+                            ON b.id < n.id AND NOT n.is_barrier
+                        ON CONFLICT DO NOTHING;
+                END IF;
+                IF cardinality(v_open_barriers) > 0 THEN
+                    INSERT INTO threadkit_op_edges (depends_on, op)
+                        SELECT b.id, n.id FROM unnest(v_open_barriers) AS b(id) CROSS JOIN unnest(p_ids, p_barrier) AS n(id, is_barrier)
+                        WHERE NOT n.is_barrier
+                        ON CONFLICT DO NOTHING;
+                END IF;
                 -- hold the dependencies still open (their terminal change waits for this commit), then count them
                 PERFORM 1 FROM threadkit_ops d
-                    WHERE d.id IN (SELECT e.depends_on FROM threadkit_op_edges e WHERE e.op = ANY(p_ids)) AND d.id <> ALL(p_ids)
+                    WHERE d.id IN (SELECT e.depends_on FROM threadkit_op_edges e WHERE e.op = ANY(p_ids))
                     ORDER BY d.id FOR SHARE;
                 UPDATE threadkit_ops o SET deps_left = c.n
                     FROM (SELECT e.op, count(*) AS n FROM threadkit_op_edges e JOIN threadkit_ops d ON d.id = e.depends_on

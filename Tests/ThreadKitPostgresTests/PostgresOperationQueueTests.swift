@@ -271,6 +271,15 @@
             let barrierEnd = try XCTUnwrap(log.index("end", barrier.id!))
             for operation in before { XCTAssertLessThan(try XCTUnwrap(log.index("end", operation.id!)), barrierStart) }
             for operation in after { XCTAssertGreaterThan(try XCTUnwrap(log.index("start", operation.id!)), barrierEnd) }
+            // one batch: operations, a barrier, operations
+            let first = try (0..<4).map { _ in try TKPostgresOperation(kind: "log", payload: Sleep(milliseconds: 20)) }
+            let middle = try TKPostgresOperation.barrier(kind: "log", payload: Sleep(milliseconds: 10))
+            let last = try (0..<4).map { _ in try TKPostgresOperation(kind: "log", payload: Sleep(milliseconds: 0)) }
+            try queue.addOperations(first + [middle] + last, waitUntilFinished: true)
+            let middleStart = try XCTUnwrap(log.index("start", middle.id!))
+            let middleEnd = try XCTUnwrap(log.index("end", middle.id!))
+            for operation in first { XCTAssertLessThan(try XCTUnwrap(log.index("end", operation.id!)), middleStart) }
+            for operation in last { XCTAssertGreaterThan(try XCTUnwrap(log.index("start", operation.id!)), middleEnd) }
             XCTAssertThrowsError(try queue.addBarrier(try TKPostgresOperation(kind: "log", payload: Sleep(milliseconds: 0))))
         }
 
