@@ -18,7 +18,8 @@
 //   sequence threadkit_op_tokens   fencing tokens: each claim takes the next value, so the tokens
 //     of one operation's runs strictly increase.
 //
-// The state changes are plpgsql functions (one round trip each, and each statement in them sees
+// The state changes are plpgsql functions (one round trip each; a worker's loop settles and claims
+// with threadkit_op_cycle, both in one, and each statement in them sees
 // what committed before it started: a dependents' release never misses an edge committed by an
 // insert that held the dependency row FOR SHARE). Notifications on channel `threadkit_ops`:
 // "n QUEUE" new or released work, "f QUEUE" operations reached a terminal state, "c QUEUE"
@@ -281,6 +282,28 @@
                 PERFORM pg_notify('threadkit_ops', 'f ' || q) FROM unnest(v_queues) AS q;
                 IF v_retry THEN PERFORM pg_notify('threadkit_ops', 'n ' || q) FROM unnest(v_queues) AS q; END IF;
                 RETURN QUERY SELECT * FROM unnest(v_ids, v_states);
+            END $$
+            """,
+            // Settles and claims in one round trip (a worker's loop): the settled runs first (settled =
+            // true: id and state), then the claimed ones (settled = false), which may include dependents
+            // the settlement just released.
+            """
+            CREATE OR REPLACE FUNCTION threadkit_op_cycle(p_ids bigint[], p_tokens bigint[], p_ok boolean[], p_errors text[],
+                p_queue integer, p_worker text, p_kinds text[], p_limit integer, p_lease_ms integer)
+            RETURNS TABLE(settled boolean, id bigint, state text, kind text, payload text, token bigint, attempt integer,
+                priority smallint, qos smallint, cancel_requested boolean)
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                IF cardinality(p_ids) > 0 THEN
+                    RETURN QUERY SELECT true, s.id, s.state, NULL::text, NULL::text, NULL::bigint, NULL::integer, NULL::smallint,
+                        NULL::smallint, NULL::boolean
+                        FROM threadkit_op_settle(p_ids, p_tokens, p_ok, p_errors) AS s;
+                END IF;
+                IF p_limit > 0 THEN
+                    RETURN QUERY SELECT false, c.id, 'running'::text, c.kind, c.payload, c.token, c.attempt, c.priority, c.qos,
+                        c.cancel_requested
+                        FROM threadkit_op_claim(p_queue, p_worker, p_kinds, p_limit, p_lease_ms) AS c;
+                END IF;
             END $$
             """,
             // Extends leases still held; says which were lost and which have a cancel request.

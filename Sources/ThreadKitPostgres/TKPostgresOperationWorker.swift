@@ -4,7 +4,8 @@
 // runs their handlers on a local TKOperationQueue (ThreadKit's pool) at the operation's priority
 // and QoS. Three threads of its own, each with its own session:
 //   loop       settles ended runs in batches (threadkit_op_settle, which refuses a run whose
-//              token is no longer the operation's), then claims up to the free local slots; with
+//              token is no longer the operation's) and claims up to the free local slots, both
+//              in one round trip (threadkit_op_cycle, one transaction); with
 //              nothing to do it waits for a notification ("n"/"f" of its queue), or the next
 //              scheduled operation, or `pollInterval` (the fallback when notifications are lost);
 //   heartbeat  every lease/3 renews the leases it holds (a lease not renewed is lost: its
@@ -196,27 +197,38 @@
                         session = try PostgresSession.connect(queue.configuration, owner: queue.owner + " (worker)")
                     }
                     let live = session!
-                    if !settles.isEmpty {
-                        try settle(settles, live)
+                    let limit: Int32 = !draining && !stopped && free > 0 ? Int32(min(free, 256)) : 0
+                    if settles.isEmpty && limit == 0 {
+                        if stopped { break }
+                        _ = wake.wait(until: .now + pollInterval)
                         continue
                     }
-                    if stopped { break }
-                    if !draining && free > 0 {
-                        let limit = Int32(min(free, 256))
-                        let rows = try live.query(
-                            """
-                            SELECT id, kind, payload, token, attempt, priority::integer, qos::integer, cancel_requested
-                            FROM threadkit_op_claim(\(queue.queueID), \(identity), \(kindList), \(limit), \(leaseMilliseconds))
-                            """, what: "claiming operations")
-                        if !rows.isEmpty {
-                            try start(rows)
-                            continue
+                    // One round trip: settle what ended, then claim up to the free slots.
+                    let rows = try live.query(
+                        """
+                        SELECT settled, id, state, kind, payload, token, attempt, priority::integer, qos::integer, cancel_requested
+                        FROM threadkit_op_cycle(\(settles.map(\.id)), \(settles.map(\.token)), \(settles.map(\.ok)), \(settles.map(\.error)),
+                            \(queue.queueID), \(identity), \(kindList), \(limit), \(leaseMilliseconds))
+                        """, what: "settling \(settles.count) run(s) and claiming up to \(limit)")
+                    var accepted: [Int64: String] = [:]
+                    var claimed: [Claim] = []
+                    for row in rows {
+                        let (settled, id, state, kind, payload, token, attempt, priority, qos, cancelRequested) = try row.decode(
+                            (Bool, Int64, String, String?, String?, Int64?, Int32?, Int32?, Int32?, Bool?).self)
+                        if settled {
+                            accepted[id] = state
+                        } else {
+                            claimed.append(
+                                Claim(
+                                    id: id, kind: kind ?? "", payload: payload ?? "null", token: token ?? 0, attempt: attempt ?? 1,
+                                    priority: priority ?? 0, qos: qos ?? 0, cancelRequested: cancelRequested ?? false))
                         }
-                        let wait = try nextDue(live)
-                        _ = wake.wait(until: .now + wait)
-                    } else {
-                        _ = wake.wait(until: .now + pollInterval)
                     }
+                    report(settles, accepted)
+                    if !claimed.isEmpty { start(claimed) }
+                    if !claimed.isEmpty || !settles.isEmpty { continue }
+                    if stopped { break }
+                    _ = wake.wait(until: .now + (try nextDue(live)))
                 } catch {
                     // The server is unreachable or refused: keep what must be settled, retry shortly.
                     lock.withLock { state.settles.insert(contentsOf: settles, at: 0) }
@@ -239,18 +251,8 @@
             return min(pollInterval, .microseconds(max(1000, micros)))
         }
 
-        private func settle(_ settles: [Settle], _ session: PostgresSession) throws {
-            let ids = settles.map(\.id)
-            let tokens = settles.map(\.token)
-            let oks = settles.map(\.ok)
-            let errors = settles.map(\.error)
-            let rows = try session.query(
-                "SELECT id, state FROM threadkit_op_settle(\(ids), \(tokens), \(oks), \(errors))", what: "settling \(settles.count) run(s)")
-            var accepted: [Int64: String] = [:]
-            for row in rows {
-                let (id, state) = try row.decode((Int64, String).self)
-                accepted[id] = state
-            }
+        /// Tells `onSettled` how each run ended: accepted (with the state after it) or refused.
+        private func report(_ settles: [Settle], _ accepted: [Int64: String]) {
             guard let onSettled else { return }
             for settle in settles {
                 let state = accepted[settle.id]
@@ -258,16 +260,26 @@
             }
         }
 
-        private func start(_ rows: [PostgresRow]) throws {
+        /// One claimed run, as threadkit_op_cycle returned it.
+        struct Claim {
+            let id: Int64
+            let kind: String
+            let payload: String
+            let token: Int64
+            let attempt: Int32
+            let priority: Int32
+            let qos: Int32
+            let cancelRequested: Bool
+        }
+
+        private func start(_ claims: [Claim]) {
             var started: [(Int64, Int32, Int32, TKPostgresOperationContext, String, TKPostgresOperationQueue.Runner?)] = []
-            for row in rows {
-                let (id, kind, payload, token, attempt, priority, qos, cancelRequested) = try row.decode(
-                    (Int64, String, String, Int64, Int32, Int32, Int32, Bool).self)
+            for claim in claims {
                 let context = TKPostgresOperationContext(
-                    operationID: id, token: token, attempt: Int(attempt), kind: kind,
+                    operationID: claim.id, token: claim.token, attempt: Int(claim.attempt), kind: claim.kind,
                     effects: { [weak self] in try self?.effects() ?? Self.gone() })
-                if cancelRequested { context.markCancelled() }
-                started.append((id, priority, qos, context, payload, kinds[kind]))
+                if claim.cancelRequested { context.markCancelled() }
+                started.append((claim.id, claim.priority, claim.qos, context, claim.payload, kinds[claim.kind]))
             }
             lock.withLock {
                 for (id, _, _, context, _, _) in started { state.running[id] = Run(token: context.token, context: context) }
