@@ -201,11 +201,13 @@
                     barriers.append(operation.isBarrier)
                 }
                 do {
-                    _ = try session.query(
-                        """
-                        SELECT threadkit_op_add(\(queueID), \(ids), \(kinds), \(payloads), \(priorities), \(qos), \(notBefore), \(delays),
-                            \(attempts), \(backoffs), \(barriers), \(edgeOp), \(edgeDep))
-                        """, what: "adding \(ordered.count) operation(s)")
+                    _ = try Self.retryingDeadlocks {
+                        try session.query(
+                            """
+                            SELECT threadkit_op_add(\(queueID), \(ids), \(kinds), \(payloads), \(priorities), \(qos), \(notBefore), \(delays),
+                                \(attempts), \(backoffs), \(barriers), \(edgeOp), \(edgeDep))
+                            """, what: "adding \(ordered.count) operation(s)")
+                    }
                 } catch let error as TKError where error.message.contains("(TK001:") || error.message.contains("is not an operation") {
                     throw TKError(
                         .invalidArgument,
@@ -219,6 +221,20 @@
                     throw TKError(.systemCall, "\(owner).addOperations: the wait ended without an outcome.", errno: ETIMEDOUT)
                 }
                 return outcome
+            }
+        }
+
+        /// Runs `body` again (at most 5 times) when the server aborted it as a deadlock victim (40P01):
+        /// an add holds its dependencies FOR SHARE while a settlement, a cancel or a rescue of one of
+        /// them may hold it and wait for a dependent; both lock in id order, but each takes two sets in
+        /// turn, so the server can still find a cycle and abort one side. The aborted statement changed
+        /// nothing, so running it again is safe.
+        static func retryingDeadlocks<T>(_ body: () throws -> T) throws -> T {
+            var attempt = 0
+            while true {
+                do { return try body() } catch let error as TKError where error.message.contains("(40P01:") && attempt < 4 {
+                    attempt += 1
+                }
             }
         }
 
@@ -296,7 +312,10 @@
         @discardableResult
         public func cancel(_ id: Int64) throws -> Bool {
             try callLock.withLock {
-                let rows = try liveSession().query("SELECT threadkit_op_cancel(\(queueID), \([id]))", what: "cancelling operation \(id)")
+                let session = try liveSession()
+                let rows = try Self.retryingDeadlocks {
+                    try session.query("SELECT threadkit_op_cancel(\(queueID), \([id]))", what: "cancelling operation \(id)")
+                }
                 return try (rows.first?.decode(Int32.self) ?? 0) > 0
             }
         }
@@ -305,7 +324,10 @@
         @discardableResult
         public func cancelAllOperations() throws -> Int {
             try callLock.withLock {
-                let rows = try liveSession().query("SELECT threadkit_op_cancel(\(queueID), NULL)", what: "cancelling every operation")
+                let session = try liveSession()
+                let rows = try Self.retryingDeadlocks {
+                    try session.query("SELECT threadkit_op_cancel(\(queueID), NULL)", what: "cancelling every operation")
+                }
                 return Int(try rows.first?.decode(Int32.self) ?? 0)
             }
         }

@@ -230,10 +230,13 @@
                     if stopped { break }
                     _ = wake.wait(until: .now + (try nextDue(live)))
                 } catch {
-                    // The server is unreachable or refused: keep what must be settled, retry shortly.
+                    // The server is unreachable, or refused (a deadlock victim, 40P01: nothing changed):
+                    // keep what must be settled, retry shortly; a lost session is replaced.
                     lock.withLock { state.settles.insert(contentsOf: settles, at: 0) }
-                    session?.close()
-                    session = nil
+                    if (error as? TKError)?.code != .protocolViolation || session?.isClosed == true {
+                        session?.close()
+                        session = nil
+                    }
                     _ = wake.wait(until: .now + .milliseconds(100))
                 }
             }
