@@ -1,11 +1,14 @@
-// threadkit-postgres: the tour's PostgreSQL scenario, apart from `threadkit` so that the main tour
-// builds ThreadKit only (issue 27). Links ThreadKitPostgres (and so PostgresNIO).
-//   threadkit-postgres tour        run distributed-lock-postgres (PostgresLockScenario.swift)
-//                                  against TK_POSTGRES_URL; without it, say how to start a server
-//   threadkit-postgres tour --list the scenario's name
-// Hidden: `threadkit-postgres tour --child pglock-hold URL NAME`, the scenario's holder process
+// threadkit-postgres: the tour's PostgreSQL scenarios, apart from `threadkit` so that the main tour
+// builds ThreadKit only (issue 27), and a queue listing. Links ThreadKitPostgres (and so PostgresNIO).
+//   threadkit-postgres tour [NAME]   run distributed-lock-postgres (PostgresLockScenario.swift) and
+//                                    operation-queue-postgres (PostgresQueueScenario.swift), or the one
+//                                    named, against TK_POSTGRES_URL; without it, say how to start a server
+//   threadkit-postgres tour --list   the scenarios' names
+//   threadkit-postgres queue NAME    a TKPostgresOperationQueue's statistics and operations (QueueListing.swift)
+// Hidden: `threadkit-postgres tour --child pglock-hold URL NAME`, the lock scenario's holder process
 // (take the lock, print that it holds it, hold it until killed; ThreadKitPostgresTests judge their own
-// copy, Tests/ThreadKitPostgresTestChild). Runs on the main thread.
+// copy, Tests/ThreadKitPostgresTestChild), and `--child pgqueue-worker URL QUEUE LOG`, the queue
+// scenario's worker. Runs on the main thread.
 #if Postgres
     import ChildProcessRoles
     import Glibc
@@ -33,20 +36,45 @@
         if arguments.first == "--child" && arguments.dropFirst().first == "pglock-hold" {
             return holdLock(Array(arguments.dropFirst(2)))
         }
-        return TourRunner.tourOfOne(PostgresLockScenario.scenario, arguments: arguments)
+        if arguments.first == "--child" && arguments.dropFirst().first == "pgqueue-worker" {
+            return PostgresQueueScenario.workerRole(Array(arguments.dropFirst(2)))
+        }
+        let scenarios = [PostgresLockScenario.scenario, PostgresQueueScenario.scenario]
+        switch arguments.first {
+        case "--list":
+            for scenario in scenarios { Console.out("\(scenario.name) \(scenario.title)") }
+            return 0
+        case nil:
+            let failed = scenarios.enumerated().filter { !TourRunner.run($0.element, runsFirst: $0.offset == 0) }.map(\.element.name)
+            Console.out(
+                "tour: \(scenarios.count - failed.count) of \(scenarios.count) scenarios passed"
+                    + (failed.isEmpty ? "" : "; failed: \(failed.joined(separator: ", "))"))
+            return failed.isEmpty ? 0 : 1
+        default:
+            guard let scenario = scenarios.first(where: { $0.name == arguments.first }) else {
+                return TourRunner.tourOfOne(scenarios[0], arguments: arguments) // says the argument is unknown
+            }
+            return TourRunner.tourOfOne(scenario, arguments: [])
+        }
     }
 
     let arguments = Array(CommandLine.arguments.dropFirst())
     switch arguments.first {
     case "tour":
         exit(tour(Array(arguments.dropFirst())))
+    case "queue":
+        exit(QueueListing.run(Array(arguments.dropFirst())))
     case "--help", "-h", "help", nil:
         Console.out(
             """
-            usage: threadkit-postgres tour [--list]
-              tour            run the tour's PostgreSQL scenario (distributed-lock-postgres) against the server
-                              TK_POSTGRES_URL names; without it, say how to start a throwaway one
-              tour --list     the scenario's name
+            usage: threadkit-postgres tour [--list | NAME]
+                   threadkit-postgres queue NAME [--state STATES] [--limit N]
+              tour            run the tour's PostgreSQL scenarios (distributed-lock-postgres, operation-queue-postgres)
+                              against the server TK_POSTGRES_URL names; without it, say how to start a throwaway one
+              tour NAME       run one of them
+              tour --list     the scenarios' names
+              queue NAME      a TKPostgresOperationQueue's statistics and operations (oldest first; --state
+                              pending,running,finished,cancelled,dead filters, --limit N caps, default 50)
             The rest of the tour: `swift run threadkit tour`.
             """)
         exit(0)

@@ -8,7 +8,7 @@
 
     exit(
         ChildRole.main(
-            PostgresLockRoles.all, Array(CommandLine.arguments.dropFirst()),
+            PostgresLockRoles.all + PostgresQueueRoles.all, Array(CommandLine.arguments.dropFirst()),
             header: "usage: ThreadKitPostgresTestChild ROLE [ARGUMENT...] (a test helper, started by ThreadKitPostgresTests). Roles:"))
 #else
     // Built without the Postgres trait (Package.swift): nothing here links PostgresNIO.

@@ -52,6 +52,9 @@ if arguments.contains("--help") || arguments.first == "help" {
         tkbench stress [--seconds N] [--producers P]
                                             the pool's stress workloads for N s (default 60), exact counts,
                                             per-queue order, a 5 s wedge watchdog; exit 0 only if all match
+        tkbench pgqueue [throughput|latency|dag] [--rounds N] [--operations N]
+                                            TKPostgresOperationQueue vs a plain SKIP LOCKED loop, 4 worker
+                                            processes (needs TK_POSTGRES_URL)
         tkbench --list                      the groups
         """)
     exit(0)
@@ -64,6 +67,9 @@ if arguments.first == "scaling-child", arguments.count == 4, let cpus = Int(argu
 if arguments.first == "interactive-samples" { exit(DispatchBenchmarks.interactiveSamples(Array(arguments.dropFirst()))) }
 // A contending process of the postgres group.
 if arguments.first == "pglock-child" { exit(PostgresBenchmarks.child(Array(arguments.dropFirst()))) }
+// TKPostgresOperationQueue against a plain SKIP LOCKED loop, and its worker processes.
+if arguments.first == "pgqueue-child" { exit(PostgresQueueBenchmarks.child(Array(arguments.dropFirst()))) }
+if arguments.first == "pgqueue" { exit(PostgresQueueBenchmarks.main(Array(arguments.dropFirst()))) }
 if arguments.contains("--list") {
     for (name, _) in groups { print(name) }
     print("scaling")
