@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "CThreadKit.h"
 #include <errno.h>
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -42,7 +43,15 @@ int tk_thread_set_name(pthread_t thread, const char *name) {
 
 int tk_backtrace(void **buffer, int size) { return backtrace(buffer, size); }
 
-char **tk_backtrace_symbols(void *const *buffer, int size) { return backtrace_symbols(buffer, size); }
+int tk_dladdr(const void *address, const char **image, void **base, const char **symbol, void **symbol_address) {
+    Dl_info info;
+    if (dladdr(address, &info) == 0) return 0;
+    *image = info.dli_fname;
+    *base = info.dli_fbase;
+    *symbol = info.dli_sname;
+    *symbol_address = info.dli_saddr;
+    return 1;
+}
 
 size_t tk_current_stack_size(void) {
     pthread_attr_t attr;
