@@ -6,6 +6,7 @@
 // when a report was made, 1 when none came within 30 s.
 import ChildProcessRoles
 import Glibc
+import Synchronization
 import ThreadKit
 
 enum SymbolicationRoles {
@@ -131,14 +132,20 @@ enum SymbolicationRoles {
     }
 }
 
+/// Each function below adds its own constant: bodies that differ are never merged into one
+/// function by the optimizer (two identical ones were, and a report named the other's name).
+let releaseChildMarks = Atomic<Int>(0)
+
 @inline(never)
 func blockInATaskInReleaseChild(_ lock: TKLock) {
+    releaseChildMarks.add(2, ordering: .relaxed)
     lock.lock()
     lock.unlock()
 }
 
 @inline(never)
 func takeAThenBInReleaseChild(_ a: TKLock, _ b: TKLock) {
+    releaseChildMarks.add(3, ordering: .relaxed)
     a.lock()
     b.lock()
     b.unlock()
@@ -147,6 +154,7 @@ func takeAThenBInReleaseChild(_ a: TKLock, _ b: TKLock) {
 
 @inline(never)
 func takeBThenAInReleaseChild(_ a: TKLock, _ b: TKLock) {
+    releaseChildMarks.add(4, ordering: .relaxed)
     b.lock()
     a.lock()
     a.unlock()
@@ -155,6 +163,7 @@ func takeBThenAInReleaseChild(_ a: TKLock, _ b: TKLock) {
 
 @inline(never)
 func spinUntilReportedInReleaseChild(_ reported: TKDispatchSemaphore) {
+    releaseChildMarks.add(5, ordering: .relaxed)
     let end = ContinuousClock.now + .seconds(30)
     var spins = 0
     // Busy, as a long computation would be, until the watchdog has reported it (or 30 s).
@@ -165,6 +174,7 @@ func spinUntilReportedInReleaseChild(_ reported: TKDispatchSemaphore) {
 
 @inline(never)
 func deadlockLeftInReleaseChild(_ left: TKLock, _ right: TKLock, _ bothHeld: TKDispatchGroup) {
+    releaseChildMarks.add(6, ordering: .relaxed)
     left.lock()
     bothHeld.leave()
     bothHeld.wait()
@@ -173,6 +183,7 @@ func deadlockLeftInReleaseChild(_ left: TKLock, _ right: TKLock, _ bothHeld: TKD
 
 @inline(never)
 func deadlockRightInReleaseChild(_ left: TKLock, _ right: TKLock, _ bothHeld: TKDispatchGroup) {
+    releaseChildMarks.add(7, ordering: .relaxed)
     right.lock()
     bothHeld.leave()
     bothHeld.wait()
@@ -181,11 +192,13 @@ func deadlockRightInReleaseChild(_ left: TKLock, _ right: TKLock, _ bothHeld: TK
 
 @inline(never)
 func waitForTheLockInReleaseChild(_ lock: TKLock) {
+    releaseChildMarks.add(8, ordering: .relaxed)
     lock.lock()
     lock.unlock()
 }
 
 @inline(never)
 func callStackInReleaseChild() -> [String] {
+    releaseChildMarks.add(9, ordering: .relaxed)
     TKThread.callStackSymbols
 }

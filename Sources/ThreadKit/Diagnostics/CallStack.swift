@@ -74,7 +74,12 @@ struct CallStack: Sendable {
             var line = frames[site].text + "  <- call site"
             if site > 0 && folding {
                 let called = frames[site - 1].function.isEmpty ? frames[site - 1].text : frames[site - 1].function
-                line += ", in \(called)" + (site > 1 ? " (\(site - 1) more ThreadKit/system frames folded)" : "")
+                line += ", in \(called)"
+                if site > 1 {
+                    // Where inside ThreadKit it is: its innermost frame (Parking.park for a wait).
+                    let inside = frames[..<(site - 1)].first { $0.owner == .threadKit }.map { ", down to \($0.function)" } ?? ""
+                    line += " (\(site - 1) more frames folded\(inside))"
+                }
             } else if site > 0 {
                 lines = frames[..<site].map(\.text)
             }
