@@ -200,5 +200,5 @@ func waitForTheLockInReleaseChild(_ lock: TKLock) {
 @inline(never)
 func callStackInReleaseChild() -> [String] {
     releaseChildMarks.add(9, ordering: .relaxed)
-    TKThread.callStackSymbols
+    return TKThread.callStackSymbols
 }

@@ -72,7 +72,9 @@ int tk_thread_set_name(pthread_t thread, const char *name);
 /// The calling thread's stack size in bytes, from pthread_getattr_np; 0 if unknown.
 size_t tk_current_stack_size(void);
 
-/// backtrace(3) from <execinfo.h>: the capture of every diagnostics report (CallStack.swift).
+/// backtrace(3) from <execinfo.h>, without this function's own frame: buffer[0] is the return
+/// address into the caller. At most 128 frames. The capture of every diagnostics report
+/// (CallStack.swift).
 int tk_backtrace(void **buffer, int size);
 
 /// dladdr(3): the image holding `address` (its path and base) and the exported symbol nearest

@@ -1,6 +1,6 @@
 // CallStack: the one way reports capture a stack, and how they print one (docs/Diagnostics.md
-// §7). Captured where the report is made — return addresses only, `backtrace()` into a buffer on
-// the caller's stack (the hang sampler's signal handler captures into its own static buffer,
+// §7). Captured where the report is made — return addresses only, `backtrace()` (tk_backtrace) into
+// a buffer of 64 (the hang sampler's signal handler captures into its own static buffer,
 // CThreadKitLockOrder.h) — and symbolicated (Symbolicator) only when a report is read or printed,
 // on the thread that reads it. Printed with the call site first: the first frame of the caller's
 // code above ThreadKit's and the system's frames, then the frames above it, ThreadKit's own runs
@@ -22,11 +22,13 @@ struct CallStack: Sendable {
     /// The caller's stack, without this function and `skipping` more frames.
     @inline(never)
     static func capture(skipping: Int) -> CallStack {
-        withUnsafeTemporaryAllocation(of: UnsafeMutableRawPointer?.self, capacity: captureLimit) { buffer in
-            let n = Int(tk_backtrace(buffer.baseAddress, Int32(captureLimit)))
-            let start = min(n, skipping + 1)
-            return CallStack(addresses: buffer[start..<n].map { UInt(bitPattern: $0) })
-        }
+        // Called here, not in a closure, so that frame 0 is this function's in every build.
+        let buffer = UnsafeMutablePointer<UnsafeMutableRawPointer?>.allocate(capacity: captureLimit)
+        defer { buffer.deallocate() }
+        let n = Int(tk_backtrace(buffer, Int32(captureLimit)))
+        let start = min(n, skipping + 1)
+        // safety: tk_backtrace wrote n ≤ captureLimit entries.
+        return CallStack(addresses: (start..<n).map { UInt(bitPattern: buffer[$0]) })
     }
 
     /// Every frame, innermost first, inlined frames expanded.
@@ -76,8 +78,11 @@ struct CallStack: Sendable {
                 let called = frames[site - 1].function.isEmpty ? frames[site - 1].text : frames[site - 1].function
                 line += ", in \(called)"
                 if site > 1 {
-                    // Where inside ThreadKit it is: its innermost frame (Parking.park for a wait).
-                    let inside = frames[..<(site - 1)].first { $0.owner == .threadKit }.map { ", down to \($0.function)" } ?? ""
+                    // Where inside ThreadKit it is: its innermost Swift frame (Parking.park for a wait).
+                    let innermost = frames[..<(site - 1)].first {
+                        $0.owner == .threadKit && $0.rawName.hasPrefix("$s") && !isHook($0)
+                    }
+                    let inside = innermost.map { ", down to \($0.function)" } ?? ""
                     line += " (\(site - 1) more frames folded\(inside))"
                 }
             } else if site > 0 {
@@ -101,6 +106,11 @@ struct CallStack: Sendable {
         }
         if next < frames.count { lines.append("… \(frames.count - next) more frames") }
         return lines
+    }
+
+    /// A frame of the diagnostics that captured the stack (not where the thread is).
+    private static func isHook(_ frame: SymbolicatedFrame) -> Bool {
+        ["BlockingChecker.", "LockOrder.", "Contention.", "CallStack.", "ThreadDumper."].contains { frame.function.contains($0) }
     }
 
     static let foldsFrames = Atomic<Bool>(true)

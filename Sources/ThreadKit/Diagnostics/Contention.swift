@@ -77,7 +77,7 @@ final class Contention: @unchecked Sendable {
             counters.addWait(waited)
         }
         guard record else { return }
-        let stack = CallStack.capture(skipping: 2)
+        let stack = CallStack.capture(skipping: 0)
         let waitedFor = Duration.nanoseconds(Int64(clamping: waited))
         mutex.withLock {
             if rows[row]?.maxWait == waitedFor { rows[row]?.maxWaitStack = stack }
