@@ -76,10 +76,14 @@ enum SymbolicationRoles {
         TKDiagnostics.printsReports = false
         TKDiagnostics.hangThreshold = .milliseconds(100)
         let reported = TKDispatchSemaphore(value: 0)
-        TKDiagnostics.setHangHandler { _ in reported.signal() }
+        let stop = TKDispatchSemaphore(value: 0) // the spinner's own: it and this thread never race for one signal
+        TKDiagnostics.setHangHandler { _ in
+            reported.signal()
+            stop.signal()
+        }
         TKDiagnostics.enable(.hangs)
         let queue = TKDispatchQueue(label: "spinner")
-        queue.async { spinUntilReportedInReleaseChild(reported) }
+        queue.async { spinUntilReportedInReleaseChild(stop) }
         _ = reported.wait(until: .now + .seconds(30))
         queue.sync {}
         guard let report = TKDiagnostics.hangReports.first else { return 1 }
@@ -168,7 +172,6 @@ func spinUntilReportedInReleaseChild(_ reported: TKDispatchSemaphore) {
     var spins = 0
     // Busy, as a long computation would be, until the watchdog has reported it (or 30 s).
     while ContinuousClock.now < end && reported.wait(until: .now) != .success { spins &+= 1 }
-    reported.signal()
     if spins == -1 { print(spins) }
 }
 

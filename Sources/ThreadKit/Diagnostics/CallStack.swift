@@ -39,7 +39,7 @@ struct CallStack: Sendable {
     static func merged(_ frames: [SymbolicatedFrame]) -> [SymbolicatedFrame] {
         var kept: [SymbolicatedFrame] = []
         for frame in frames {
-            if let last = kept.last, last.address == frame.address, !frame.function.isEmpty,
+            if let last = kept.last, last.address == frame.address || frame.inlined, !frame.function.isEmpty,
                 last.function.hasSuffix(frame.function) || frame.function.hasSuffix(last.function)
             {
                 continue
