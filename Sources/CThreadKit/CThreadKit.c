@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "CThreadKit.h"
 #include <errno.h>
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -10,6 +11,7 @@
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <string.h>
 #include <unistd.h>
 
 __thread uint32_t tk_tid_cache __attribute__((tls_model("initial-exec"))) = 0;
@@ -40,9 +42,26 @@ int tk_thread_set_name(pthread_t thread, const char *name) {
     return pthread_setname_np(thread, name);
 }
 
-int tk_backtrace(void **buffer, int size) { return backtrace(buffer, size); }
+int tk_backtrace(void **buffer, int size) {
+    // Into a buffer of its own, then copied without this function's frame: a plain
+    // `return backtrace(...)` may be a tail call in an optimized build and a frame in a debug one.
+    void *frames[129];
+    if (size > 128) size = 128;
+    int n = backtrace(frames, size + 1);
+    if (n <= 1) return 0;
+    memcpy(buffer, frames + 1, (size_t)(n - 1) * sizeof(void *));
+    return n - 1;
+}
 
-char **tk_backtrace_symbols(void *const *buffer, int size) { return backtrace_symbols(buffer, size); }
+int tk_dladdr(const void *address, const char **image, void **base, const char **symbol, void **symbol_address) {
+    Dl_info info;
+    if (dladdr(address, &info) == 0) return 0;
+    *image = info.dli_fname;
+    *base = info.dli_fbase;
+    *symbol = info.dli_sname;
+    *symbol_address = info.dli_saddr;
+    return 1;
+}
 
 size_t tk_current_stack_size(void) {
     pthread_attr_t attr;

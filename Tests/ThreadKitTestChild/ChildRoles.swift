@@ -22,7 +22,7 @@ enum ChildRoles {
         + DispatchSurfaceRoles.all + DispatchTargetRoles.all + DispatchSourceKindRoles.all + DispatchDataRoles.all
         + RunLoopIORoles.all + PortHardeningRoles.all + ExtremeInputRoles.all + ThreadLimitRoles.all + DistributedLockUserRoles.all
         + TraceRoles.all + FlightRoles.all
-        + DiagnosticsRoles.all + BlockingRoles.all
+        + DiagnosticsRoles.all + BlockingRoles.all + SymbolicationRoles.all
         + DispatchPoolRoles.all + DispatchMemoryRoles.all + WaitGraphRoles.all + DeadlockRoles.all
         + SharedChildRoles.all
 

@@ -72,10 +72,15 @@ int tk_thread_set_name(pthread_t thread, const char *name);
 /// The calling thread's stack size in bytes, from pthread_getattr_np; 0 if unknown.
 size_t tk_current_stack_size(void);
 
-/// backtrace(3) and backtrace_symbols(3) from <execinfo.h>. The symbols array is one malloc
-/// block the caller frees.
+/// backtrace(3) from <execinfo.h>, without this function's own frame: buffer[0] is the return
+/// address into the caller. At most 128 frames. The capture of every diagnostics report
+/// (CallStack.swift).
 int tk_backtrace(void **buffer, int size);
-char **tk_backtrace_symbols(void *const *buffer, int size);
+
+/// dladdr(3): the image holding `address` (its path and base) and the exported symbol nearest
+/// below it (NULL name and address when none). 0 when no image holds it. The strings belong to
+/// the loader.
+int tk_dladdr(const void *address, const char **image, void **base, const char **symbol, void **symbol_address);
 
 /// The per-thread parking observer (an opaque, unretained pointer set by the thread pool for its
 /// workers; NULL elsewhere). Read and written only by its own thread.

@@ -8,8 +8,9 @@
 // executor; (b) it is the main thread and `TKRunLoop.main` runs there; (c) it is the thread of a
 // running loop that actors use as their SerialExecutor (the loop's executor book has counted jobs).
 // Each call site — the first two return addresses of the caller's code above ThreadKit's own frames
-// (told apart by their symbols, dladdr) — is reported once; `blocking:fatal` stops the process at
-// the first one instead.
+// (told apart by their symbols: CallStack.callSite, docs/Diagnostics.md §7) — is reported once;
+// `blocking:fatal` stops the process at the first one instead. A stack is symbolicated the first
+// time it is seen only (its key is its leading addresses), on the thread about to park anyway.
 //
 // Threads: the hooks run on the waiting thread (park) or the monitor thread; `state` is guarded by
 // its Mutex, Synchronization's, which waits on a futex of its own and never re-enters `Parking`
@@ -23,6 +24,8 @@ enum BlockingChecker {
     private struct State {
         /// Call-site keys already reported (forgotten by `TKDiagnostics.resetReports`).
         var seen: Set<UInt64> = []
+        /// Whole stacks already looked at (`stackKey`; forgotten with `seen`).
+        var stacksSeen: Set<UInt64> = []
         /// The last 100 reports.
         var reports: [TKBlockingReport] = []
         var handler: (@Sendable (TKBlockingReport) -> Void)?
@@ -46,13 +49,16 @@ enum BlockingChecker {
     @inline(never)
     static func willPark() {
         guard let (place, starves) = placeOfCurrentThread() else { return }
-        var buffer = [UnsafeMutableRawPointer?](repeating: nil, count: 48)
-        let n = Int(buffer.withUnsafeMutableBufferPointer { tk_backtrace($0.baseAddress, 48) })
-        let addresses = buffer.prefix(n).map { UInt(bitPattern: $0) }
-        let site = callSite(in: FrameSymbol.of(addresses))
+        let stack = CallStack.capture(skipping: 0)
+        // A stack seen before was reported (or its call site was): no symbolication.
+        let fresh = state.withLock { state -> Bool in
+            if state.stacksSeen.count >= 4_096 { state.stacksSeen.removeAll() } // `seen` still holds the sites
+            return state.stacksSeen.insert(stackKey(stack.addresses)).inserted
+        }
+        guard fresh else { return }
         report(
             place: place, starves: starves, noticedBy: "a ThreadKit wait that parked in the kernel",
-            thread: LockOrderThread.current(), addresses: addresses, site: site)
+            thread: LockOrderThread.current(), stack: stack, frames: stack.frames)
     }
 
     /// The pool's monitor counted these workers stalled: blocked outside ThreadKit (a read(2), a
@@ -61,17 +67,17 @@ enum BlockingChecker {
     /// Swift concurrency job (`swift_job_run` on its stack) is reported.
     static func poolNoticedBlockedWorkers(_ threadIDs: [UInt32]) {
         for tid in threadIDs {
-            let frames = HangWatchdog.sampleStack(of: tid)
-            let symbols = FrameSymbol.of(frames)
+            let stack = CallStack(addresses: HangWatchdog.sampleStack(of: tid))
+            let frames = stack.frames
             // swift_job_run, or its task-executor variants (swift_job_run_on_task_executor, …).
-            guard symbols.contains(where: { $0.name.hasPrefix("swift_job_run") }) else { continue }
+            guard frames.contains(where: { $0.rawName.hasPrefix("swift_job_run") }) else { continue }
             let thread = LockOrderThread(tid: tid, name: LockOrderThread.name(of: tid))
             report(
                 place: .swiftConcurrencyJob,
                 starves: "a Swift concurrency job on a ThreadKit pool worker (the pool counts it stalled and may "
                     + "start another worker in its place, up to its limit)",
-                noticedBy: "the dispatch pool's monitor: blocked outside ThreadKit", thread: thread,
-                addresses: frames, site: callSite(in: symbols))
+                noticedBy: "the dispatch pool's monitor: blocked outside ThreadKit", thread: thread, stack: stack,
+                frames: frames)
         }
     }
 
@@ -111,28 +117,20 @@ enum BlockingChecker {
 
     // MARK: Call sites
 
-    /// Index of the call site in `addresses`: the first frame of other code than ThreadKit's and the
-    /// system libraries'. ThreadKit's private helpers have no exported name, but each lies under a
-    /// named ThreadKit frame, and a public entry point always has a name: so the first unnamed
-    /// frame after the last named ThreadKit (or system) frame is the caller's own (a private
-    /// function of it), and otherwise the first named frame of other code is. Without exported
-    /// names at all that is frame 0, and the key covers the whole leading stack.
-    static func callSite(in symbols: [FrameSymbol]) -> Int {
-        var unnamedRun: Int?
-        for (index, symbol) in symbols.prefix(24).enumerated() {
-            switch symbol.owner {
-            case .threadKit, .system: unnamedRun = nil
-            case .unnamed: if unnamedRun == nil { unnamedRun = index }
-            case .caller: return unnamedRun ?? index
-            }
+    /// The key of a whole stack (its leading 16 addresses, FNV-1a): a wait from a stack seen
+    /// before is not symbolicated again.
+    static func stackKey(_ addresses: [UInt]) -> UInt64 { hash(addresses.prefix(16)) }
+
+    /// The key of a call site (CallStack.callSite): its address and the one above it; the whole
+    /// leading stack when no call site was found.
+    static func siteKey(of frames: [SymbolicatedFrame], _ addresses: [UInt]) -> UInt64 {
+        guard let site = CallStack.callSite(in: frames), let index = addresses.firstIndex(of: frames[site].address) else {
+            return hash(addresses.prefix(12))
         }
-        return unnamedRun ?? 0
+        return hash(addresses.dropFirst(index).prefix(2))
     }
 
-    /// The key of a call site: its address and the one above it (FNV-1a); the whole leading stack
-    /// when no ThreadKit frame was named.
-    static func key(of addresses: [UInt], site: Int) -> UInt64 {
-        let part = site > 0 ? addresses.dropFirst(site).prefix(2) : addresses.prefix(12)
+    private static func hash(_ part: ArraySlice<UInt>) -> UInt64 {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for address in part { hash = (hash ^ UInt64(address)) &* 0x0000_0100_0000_01b3 }
         return hash
@@ -141,13 +139,12 @@ enum BlockingChecker {
     // MARK: Reports
 
     private static func report(
-        place: TKBlockingReport.Place, starves: String, noticedBy: String, thread: LockOrderThread, addresses: [UInt],
-        site: Int
+        place: TKBlockingReport.Place, starves: String, noticedBy: String, thread: LockOrderThread, stack: CallStack,
+        frames: [SymbolicatedFrame]
     ) {
-        let key = key(of: addresses, site: site)
+        let key = siteKey(of: frames, stack.addresses)
         guard state.withLock({ $0.seen.insert(key).inserted }) else { return }
-        let report = TKBlockingReport(
-            place: place, starves: starves, noticedBy: noticedBy, thread: thread, addresses: addresses, siteIndex: site)
+        let report = TKBlockingReport(place: place, starves: starves, noticedBy: noticedBy, thread: thread, stack: stack)
         if DiagnosticsSwitch.isOn(.blockingFatal) {
             misuse(
                 "\(report.description)\n(TK_DIAGNOSTICS=blocking:fatal stops the process at the first blocking wait in "
@@ -173,59 +170,7 @@ enum BlockingChecker {
         state.withLock {
             $0.reports.removeAll()
             $0.seen.removeAll()
+            $0.stacksSeen.removeAll()
         }
-    }
-}
-
-/// One return address's image and exported symbol (backtrace_symbols, i.e. dladdr: exported names
-/// only), and whose code it is, for finding call sites.
-struct FrameSymbol {
-    enum Owner { case threadKit, system, unnamed, caller }
-
-    /// The mangled (or C) symbol name; empty when the address has no exported name.
-    let name: String
-    let owner: Owner
-
-    /// The frames' symbols, one per address (one backtrace_symbols call).
-    static func of(_ addresses: [UInt]) -> [FrameSymbol] {
-        var frames = addresses.map { UnsafeMutableRawPointer(bitPattern: $0) }
-        let count = Int32(frames.count)
-        guard count > 0, let lines = frames.withUnsafeMutableBufferPointer({ tk_backtrace_symbols($0.baseAddress, count) })
-        else { return addresses.map { _ in FrameSymbol(name: "", owner: .unnamed) } }
-        defer { free(lines) }
-        return (0..<frames.count).map { lines[$0].map { FrameSymbol(line: String(cString: $0)) } ?? FrameSymbol(name: "", owner: .unnamed) }
-    }
-
-    init(name: String, owner: Owner) {
-        self.name = name
-        self.owner = owner
-    }
-
-    /// From glibc's `image(symbol+0xoffset) [0xaddress]` (`image(+0xoffset)` without a name).
-    init(line: String) {
-        let open = line.firstIndex(of: "(")
-        let image = open.map { String(line[..<$0]) } ?? ""
-        var name = ""
-        if let open, let end = line[open...].firstIndex(where: { $0 == "+" || $0 == ")" }) {
-            name = String(line[line.index(after: open)..<end])
-        }
-        self.name = name
-        if name.hasPrefix("$s9ThreadKit") || name.hasPrefix("tk_") {
-            owner = .threadKit
-        } else if FrameSymbol.isSystemImage(image) {
-            owner = .system
-        } else {
-            owner = name.isEmpty ? .unnamed : .caller
-        }
-    }
-
-    /// libc, the dynamic loader, the Swift runtime and core libraries: never the call site.
-    private static func isSystemImage(_ path: String) -> Bool {
-        let file = path.split(separator: "/").last.map(String.init) ?? path
-        let system = [
-            "libc.", "libc-", "libpthread", "ld-linux", "linux-vdso", "libgcc_s", "libstdc++", "libm.", "libswift",
-            "libFoundation", "libdispatch", "libBlocksRuntime",
-        ]
-        return system.contains { file.hasPrefix($0) }
     }
 }

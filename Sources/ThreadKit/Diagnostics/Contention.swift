@@ -3,6 +3,8 @@
 // a `sync` that had to wait, and wrap each `async` block with `timedBlock` to time its start. The uncontended paths
 // never reach this file. Counters are kept per name (`TKLock "cache"`, `queue "com.app.io"`;
 // unnamed locks of one kind share one row) in `rows`, guarded by `mutex` (a RawMutex leaf).
+// The longest wait of each row keeps its call stack (captured when a wait breaks the row's record),
+// so the row names where it waited (docs/Diagnostics.md §3, §7).
 // The same waits feed the metrics (docs/Metrics.md) while `.metrics` is on: `start` times a wait
 // when either feature is on, and each is recorded by the features on (Metrics.swift).
 import Glibc
@@ -37,7 +39,7 @@ final class Contention: @unchecked Sendable {
     static func queueWaited(_ label: String, since start: UInt64) {
         guard start != 0 else { return }
         let waited = now() &- start
-        if DiagnosticsSwitch.isOn(.contention) { shared.update(queueRow(label)) { $0.addWait(waited) } }
+        if DiagnosticsSwitch.isOn(.contention) { shared.addWait(waited, row: queueRow(label)) }
         if DiagnosticsSwitch.isOn(.metrics) { Metrics.queueWaited(label, nanoseconds: waited) }
     }
 
@@ -61,7 +63,25 @@ final class Contention: @unchecked Sendable {
         if DiagnosticsSwitch.isOn(.metrics) { Metrics.lockWaited(lock, nanoseconds: waited) }
         guard DiagnosticsSwitch.isOn(.contention) else { return }
         let row = lock.name.map { "\(kind) \"\($0)\"" } ?? "\(kind) (unnamed)"
-        update(row) { $0.addWait(waited) }
+        addWait(waited, row: row)
+    }
+
+    /// Counts a wait; one longer than the row's longest so far also has its stack captured (here,
+    /// outside the mutex, and kept if it is still the longest): a row's record is broken about
+    /// ln(waits) times, so capturing costs nothing on waits that set no record.
+    @inline(never)
+    private func addWait(_ waited: UInt64, row: String) {
+        var record = false
+        update(row) { counters in
+            record = counters.waits == 0 || Duration.nanoseconds(Int64(clamping: waited)) > counters.maxWait
+            counters.addWait(waited)
+        }
+        guard record else { return }
+        let stack = CallStack.capture(skipping: 0)
+        let waitedFor = Duration.nanoseconds(Int64(clamping: waited))
+        mutex.withLock {
+            if rows[row]?.maxWait == waitedFor { rows[row]?.maxWaitStack = stack }
+        }
     }
 
     private func update(_ row: String, _ change: (inout TKContentionCounters) -> Void) {

@@ -63,7 +63,7 @@ enum LockOrder {
         }
         let missing = LockOrderGraph.shared.missingEdges(from: uncached, to: id)
         if missing.isEmpty { return }
-        let stack = LockOrderStack.capture(skipping: 2)
+        let stack = CallStack.capture(skipping: 0)
         let thread = LockOrderThread.current()
         var reports: [TKLockOrderReport] = []
         for held in missing {

@@ -48,7 +48,7 @@ final class LockOrderGraph: @unchecked Sendable {
     }
 
     struct Edge {
-        let stack: LockOrderStack
+        let stack: CallStack
         let thread: LockOrderThread
     }
 
@@ -171,7 +171,7 @@ final class LockOrderGraph: @unchecked Sendable {
     /// Adds `from → to` if new and returns the report of the cycle it closes, if any and not
     /// reported before. The edge enters the C cache (under the mutex) only after the graph has it,
     /// so a thread that finds it cached never skips a cycle search that has not happened.
-    func addEdge(from: UInt32, to: UInt32, stack: LockOrderStack, thread: LockOrderThread) -> TKLockOrderReport? {
+    func addEdge(from: UInt32, to: UInt32, stack: CallStack, thread: LockOrderThread) -> TKLockOrderReport? {
         // The cycle's locks are described after the mutex is released: reading a weak LockName
         // makes a strong reference, and if that is the last one, the LockName's deinit (which
         // takes this mutex) must not run under it.

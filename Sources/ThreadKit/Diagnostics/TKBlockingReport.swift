@@ -31,35 +31,30 @@ public struct TKBlockingReport: Sendable, CustomStringConvertible {
     public let thread: String
     /// The kernel thread id of the thread that blocked.
     public let threadID: UInt32
-    /// The return addresses: from the wait's innermost ThreadKit frame (or the outside call that
-    /// blocked) outwards; `siteIndex` is the call site's.
-    let addresses: [UInt]
-    let siteIndex: Int
+    /// The stack from the wait's innermost frame (or the outside call that blocked) outwards.
+    let stack: CallStack
 
-    init(
-        place: Place, starves: String, noticedBy: String, thread: LockOrderThread, addresses: [UInt], siteIndex: Int
-    ) {
+    init(place: Place, starves: String, noticedBy: String, thread: LockOrderThread, stack: CallStack) {
         self.place = place
         self.starves = starves
         self.noticedBy = noticedBy
         self.thread = thread.description
         self.threadID = thread.tid
-        self.addresses = addresses
-        self.siteIndex = siteIndex
+        self.stack = stack
     }
 
-    /// The call site: the first frame of the caller's code above ThreadKit's own frames,
-    /// symbolized (`image symbol+offset`, or `image(+0xoffset)` without exported symbols).
+    /// The call site: the first frame of the caller's code above ThreadKit's own frames and the
+    /// system's, symbolized (`function + 0xoffset at File.swift:LINE (image)`; `image +0xoffset`
+    /// for a stripped binary; docs/Diagnostics.md §7).
     public var callSite: String {
-        guard siteIndex < addresses.count else { return "an unknown call site (no frames)" }
-        return LockOrderStack.symbolize([addresses[siteIndex]], dropLeadingThreadKitFrames: false).first ?? "?"
+        let frames = stack.frames
+        guard !frames.isEmpty else { return "an unknown call site (no frames)" }
+        return frames[CallStack.callSite(in: frames) ?? 0].text
     }
 
-    /// The call stack, innermost first: the ThreadKit call that waited (or the outside call that
-    /// blocked), the call site, and the frames above it.
-    public var callStack: [String] {
-        LockOrderStack.symbolize(Array(addresses[max(0, siteIndex - 1)...]), dropLeadingThreadKitFrames: false)
-    }
+    /// The call stack: the call site first (with the ThreadKit call that waited), then the frames
+    /// above it, ThreadKit's own folded (`TKDiagnostics.foldsThreadKitFrames`).
+    public var callStack: [String] { stack.lines }
 
     /// The report as printed: the thread, what it starves, the call site, the stack and the fix.
     public var description: String {

@@ -12,6 +12,14 @@ public struct TKContentionCounters: Sendable, CustomStringConvertible {
     public internal(set) var totalWait: Duration = .zero
     /// The longest of those waits.
     public internal(set) var maxWait: Duration = .zero
+    /// Where the longest wait was made: its call stack, captured as it ended.
+    var maxWaitStack: CallStack?
+    /// The call site of the longest wait: the caller's frame that called into ThreadKit
+    /// (docs/Diagnostics.md §7); nil when no wait was counted.
+    public var maxWaitCallSite: String? {
+        guard let frames = maxWaitStack?.frames, !frames.isEmpty else { return nil }
+        return frames[CallStack.callSite(in: frames) ?? 0].text
+    }
     /// Queue items whose enqueue-to-start latency was measured.
     public internal(set) var starts = 0
     /// Enqueue-to-start latency of those items, all together.
@@ -35,10 +43,14 @@ public struct TKContentionCounters: Sendable, CustomStringConvertible {
         maxLatency = max(maxLatency, d)
     }
 
-    /// One line: the name, then waits (count, total, max) and latency (items, total, max) when any.
+    /// One line: the name, then waits (count, total, max and where the longest was made) and
+    /// latency (items, total, max) when any.
     public var description: String {
         var parts: [String] = []
-        if waits > 0 { parts.append("waits \(waits), total \(Self.format(totalWait)), max \(Self.format(maxWait))") }
+        if waits > 0 {
+            let site = maxWaitCallSite.map { " at \($0)" } ?? ""
+            parts.append("waits \(waits), total \(Self.format(totalWait)), max \(Self.format(maxWait))\(site)")
+        }
         if starts > 0 {
             let mean = totalLatency / starts
             parts.append("started \(starts), latency mean \(Self.format(mean)), max \(Self.format(maxLatency))")

@@ -16,8 +16,10 @@ public struct TKHangReport: Sendable, CustomStringConvertible {
     /// knows, what each waits for and who holds it, and any deadlock among them.
     public let threadDump: String
 
-    /// The stuck thread's call stack, innermost first (empty if the thread could not be sampled).
-    public var callStack: [String] { LockOrderStack.symbolize(addresses, dropLeadingThreadKitFrames: false) }
+    /// The stuck thread's call stack, symbolized on demand (empty if the thread could not be
+    /// sampled): the call site first — the innermost frame of the caller's code — then the frames
+    /// above it, ThreadKit's own folded (`TKDiagnostics.foldsThreadKitFrames`; docs/Diagnostics.md §7).
+    public var callStack: [String] { CallStack(addresses: addresses).lines }
 
     /// The report as the watchdog prints it: the thread, the activity and how long it has run,
     /// the call stack one frame a line, and the fix.

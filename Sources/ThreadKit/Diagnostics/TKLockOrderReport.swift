@@ -14,17 +14,18 @@ public struct TKLockOrderReport: Sendable, CustomStringConvertible {
         public let acquired: String
         /// The thread that first took them in this order: `thread TID "name"`.
         public let thread: String
-        let stack: LockOrderStack
+        let stack: CallStack
 
-        init(held: String, acquired: String, thread: String, stack: LockOrderStack) {
+        init(held: String, acquired: String, thread: String, stack: CallStack) {
             self.held = held
             self.acquired = acquired
             self.thread = thread
             self.stack = stack
         }
 
-        /// The call stack of the acquisition, innermost first, symbolized on demand.
-        public var callStack: [String] { stack.symbols }
+        /// The call stack of the acquisition, symbolized on demand: the call site first, ThreadKit's own
+        /// frames folded (`TKDiagnostics.foldsThreadKitFrames`; docs/Diagnostics.md §7).
+        public var callStack: [String] { stack.lines }
     }
 
     /// The locks of the cycle, in order: each is held while the next is acquired, and the last is

@@ -56,7 +56,8 @@ public struct TKThreadDump: Sendable, CustomStringConvertible {
         public let wait: Wait?
         /// What the thread runs: `an item of TKDispatchQueue "db"`, `operation TKBlockOperation "x"`.
         public let running: [String]
-        /// The thread's call stack, innermost first (empty when not sampled).
+        /// The thread's call stack (empty when not sampled): its call site first, ThreadKit's own
+        /// frames folded (docs/Diagnostics.md §7).
         public let callStack: [String]
 
         /// `thread 12 "writer"`.
@@ -214,8 +215,8 @@ enum ThreadDumper {
             }
             var frames: [String] = []
             if sample {
-                let addresses = tid == me ? LockOrderStack.capture(skipping: 0).addresses : HangWatchdog.sampleStack(of: tid)
-                frames = LockOrderStack.symbolize(addresses, dropLeadingThreadKitFrames: tid == me)
+                let stack = tid == me ? CallStack.capture(skipping: 0) : CallStack(addresses: HangWatchdog.sampleStack(of: tid))
+                frames = stack.lines
             }
             infos[tid] = TKThreadDump.ThreadInfo(
                 threadID: tid, name: names[tid] ?? "", qualityOfService: qualityOfService(of: tid, read?.record.thread),

@@ -3,6 +3,7 @@
 // the other way round. The threads never overlap, so nothing deadlocks, yet the order graph now
 // has a cycle, and the lock-order checker reports it at B's second acquisition.
 import ChildProcessRoles
+import Synchronization
 import ThreadKit
 
 enum DiagnosticsScenarios {
@@ -52,6 +53,11 @@ enum DiagnosticsScenarios {
         let names = found[0].locks.joined(separator: " ")
         try say.check(names.contains("\"accounts\"") && names.contains("\"audit log\""), "the report does not name both locks: \(names)")
         try say.check(found[0].edges.count == 2, "the cycle should have two edges")
+        // Each edge's call site is the function that took the locks, in a release build too
+        // (docs/Diagnostics.md §7).
+        let sites = found[0].edges.map { $0.callStack.first ?? "" }
+        try say.check(sites[0].contains("auditThenAdjust"), "the closing edge's call site is not auditThenAdjust: \(sites[0])")
+        try say.check(sites[1].contains("transferThenLog"), "the earlier edge's call site is not transferThenLog: \(sites[1])")
         return "the cycle accounts → audit log → accounts was reported at thread B's second lock(), before any deadlock"
     }
 
@@ -60,15 +66,22 @@ enum DiagnosticsScenarios {
     static func transferThenLog(_ accounts: TKLock, _ auditLog: TKLock) {
         accounts.lock()
         auditLog.lock()
+        transfers.add(1, ordering: .relaxed)
         auditLog.unlock()
         accounts.unlock()
     }
+
+    /// What each function counts: their bodies differ, so an optimized build does not merge the
+    /// two into one function (which a report would then name for both).
+    static let transfers = Atomic<Int>(0)
+    static let audits = Atomic<Int>(0)
 
     /// Thread B's work: an audit under `auditLog` that adjusts a balance under `accounts`.
     @inline(never)
     static func auditThenAdjust(_ auditLog: TKLock, _ accounts: TKLock) {
         auditLog.lock()
         accounts.lock()
+        audits.add(1, ordering: .relaxed)
         accounts.unlock()
         auditLog.unlock()
     }
