@@ -81,8 +81,7 @@ let package = Package(
     targets: [
         .target(name: "CThreadKit"),
         .target(name: "ThreadKit", dependencies: ["CThreadKit"]),
-        // Exported symbols let backtrace_symbols name the frames of diagnostics reports
-        // (docs/Diagnostics.md §1, caveats).
+        // Exported symbols let dladdr name frames when the binary is stripped (docs/Diagnostics.md §7).
         .executableTarget(name: "threadkit", dependencies: ["ThreadKit", "ChildProcessRoles"], linkerSettings: exportSymbols),
         // The child-process roles (and their small helpers) that the tour and the tests both start;
         // a library target named by no product (Sources/ChildProcessRoles/ChildRole.swift).
