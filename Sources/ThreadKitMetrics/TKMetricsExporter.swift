@@ -127,9 +127,7 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
     /// nil), polls every `interval`, and gives the first `seriesLimit` distinct names series of
     /// their own (0: every name goes to `other`). Nothing is exported until ``start()``. A
     /// negative `seriesLimit` stops the process with a message.
-    public init(
-        factory: (any MetricsFactory)? = nil, interval: Duration = .seconds(1), seriesLimit: Int = TKMetricsExporter.defaultSeriesLimit
-    ) {
+    public init(factory: (any MetricsFactory)? = nil, interval: Duration = .seconds(1), seriesLimit: Int) {
         guard seriesLimit >= 0 else {
             fatalError(
                 "ThreadKit misuse: TKMetricsExporter(seriesLimit: \(seriesLimit)): the limit on per-name series must be 0 or more. "
@@ -142,10 +140,23 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
         series = SeriesTable(limit: seriesLimit, factory: self.factory)
     }
 
-    /// Makes an exporter and starts it (``start()``).
+    /// An exporter that records into `factory` (the one `MetricsSystem` was bootstrapped with when
+    /// nil) and polls every `interval`, with the default limit on per-name series
+    /// (``defaultSeriesLimit``). Nothing is exported until ``start()``.
+    public convenience init(factory: (any MetricsFactory)? = nil, interval: Duration = .seconds(1)) {
+        self.init(factory: factory, interval: interval, seriesLimit: TKMetricsExporter.defaultSeriesLimit)
+    }
+
+    /// Makes an exporter and starts it (``start()``), with the default limit on per-name series.
+    @discardableResult
+    public static func start(interval: Duration = .seconds(1), factory: (any MetricsFactory)? = nil) -> TKMetricsExporter {
+        start(interval: interval, factory: factory, seriesLimit: defaultSeriesLimit)
+    }
+
+    /// Makes an exporter with `seriesLimit` (see ``init(factory:interval:seriesLimit:)``) and starts it.
     @discardableResult
     public static func start(
-        interval: Duration = .seconds(1), factory: (any MetricsFactory)? = nil, seriesLimit: Int = TKMetricsExporter.defaultSeriesLimit
+        interval: Duration = .seconds(1), factory: (any MetricsFactory)? = nil, seriesLimit: Int
     ) -> TKMetricsExporter {
         let exporter = TKMetricsExporter(factory: factory, interval: interval, seriesLimit: seriesLimit)
         exporter.start()

@@ -66,9 +66,22 @@ public final class TKMetricsHTTPEndpoint: @unchecked Sendable {
     ///
     /// - Throws: `TKError(.invalidArgument)` for limits out of range, and `TKError` when the
     ///   address cannot be listened on (see `TKSocketListener`).
+    public convenience init(
+        host: String = "127.0.0.1", port: UInt16 = 0, path: String = "/metrics",
+        contentType: String = "text/plain; version=0.0.4; charset=utf-8",
+        body: @escaping @Sendable () -> [UInt8]
+    ) throws(TKError) {
+        try self.init(host: host, port: port, path: path, contentType: contentType, limits: Limits(), body: body)
+    }
+
+    /// As ``init(host:port:path:contentType:body:)``, with `limits` on connections, time and memory
+    /// (``Limits``).
+    ///
+    /// - Throws: `TKError(.invalidArgument)` for limits out of range, and `TKError` when the
+    ///   address cannot be listened on (see `TKSocketListener`).
     public init(
         host: String = "127.0.0.1", port: UInt16 = 0, path: String = "/metrics",
-        contentType: String = "text/plain; version=0.0.4; charset=utf-8", limits: Limits = Limits(),
+        contentType: String = "text/plain; version=0.0.4; charset=utf-8", limits: Limits,
         body: @escaping @Sendable () -> [UInt8]
     ) throws(TKError) {
         try limits.validate()
