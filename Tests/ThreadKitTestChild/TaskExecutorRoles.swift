@@ -112,8 +112,22 @@ private func nonisolatedSteps(_ n: Int) async -> Int {
 }
 
 /// What the tasks saw, under a mutex.
+/// Counts kept under a TKLock: ThreadSanitizer sees its futex, not Synchronization.Mutex's lock
+/// path (a Mutex here was reported as a race when this role ran under TSan).
+private final class Locked<Value>: @unchecked Sendable {
+    // safety: `value` is read and written only inside `withLock`, under `lock`.
+    private let lock = TKLock()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func withLock<R>(_ body: (inout Value) -> R) -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&value)
+    }
+}
+
 private final class Tally: Sendable {
-    private let state = Mutex((onLoop: 0, finished: 0, offLoop: 0))
+    private let state = Locked((onLoop: 0, finished: 0, offLoop: 0))
     func started(onLoop: Bool) { state.withLock { $0.onLoop += onLoop ? 1 : 0 } }
     func finished(offLoop: Bool) {
         state.withLock {
@@ -126,7 +140,7 @@ private final class Tally: Sendable {
 
 /// Tasks wait in `pass()` until `open()` resumes them all (from the thread that calls it).
 private final class Gate: Sendable {
-    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let state = Locked<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     var waiting: Int { state.withLock { $0.waiters.count } }
 
