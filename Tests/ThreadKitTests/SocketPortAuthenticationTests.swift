@@ -256,7 +256,7 @@ final class SocketPortAuthenticationTests: XCTestCase {
             defer { listener.finish() }
             listener.port.authenticator = hook.authenticator
             let number = try XCTUnwrap(listener.port.localPort)
-            // Two senders, 6 messages of 2 MiB each: two at once would need 4.5 MiB.
+            // Two senders, 6 messages of 2 MiB each, beside a stalled third: two at once need 4.5 MiB.
             let perSender = 6
             let sentTrue = Atomic<Int>(0)
             var senders: [TKThread] = []
@@ -276,23 +276,41 @@ final class SocketPortAuthenticationTests: XCTestCase {
                 senders.append(sender)
             }
             defer { for remote in remotes { remote.invalidate() } }
+            // A third key holder sends half of a 2 MiB message first and stalls, so the senders
+            // start against a budget that cannot take another message beside it: they overlap
+            // with it by construction, whatever the scheduler does.
+            let stalled = try PortWireFormat.encode(
+                .init(msgid: 900, reply: nil, components: [.data([UInt8](repeating: 9, count: 2 << 20))]),
+                sign: hook.authenticator.sign
+            ).get()
+            let staller = RawClient.connect(tcpPort: number)
+            defer { close(staller) }
+            RawClient.write(staller, Array(stalled[0..<(1 << 20)]))
+            XCTAssertTrue(
+                waitUntil(.now + .seconds(30)) { TKSocketPort.unfinishedFrameBytes >= 2 << 20 }, "the stalled message was not admitted")
             let waitsBefore = UnfinishedFrameBudget.waits
             for sender in senders { sender.start() }
             var maxHeld = 0
+            XCTAssertTrue(
+                waitUntil(.now + .seconds(30)) {
+                    maxHeld = max(maxHeld, TKSocketPort.unfinishedFrameBytes)
+                    return UnfinishedFrameBudget.waits > waitsBefore
+                }, "no sender waited for the budget")
+            RawClient.write(staller, Array(stalled[(1 << 20)...]))
             let arrived = waitUntil(.now + .seconds(60)) {
                 maxHeld = max(maxHeld, TKSocketPort.unfinishedFrameBytes)
-                return listener.collector.count >= 2 * perSender
+                return listener.collector.count >= 2 * perSender + 1
             }
             for sender in senders { sender.join() }
-            XCTAssertTrue(arrived, "received \(listener.collector.count) of \(2 * perSender)")
+            XCTAssertTrue(arrived, "received \(listener.collector.count) of \(2 * perSender + 1)")
             XCTAssertEqual(sentTrue.load(ordering: .relaxed), 2 * perSender)
-            XCTAssertEqual(listener.collector.count, 2 * perSender)
+            XCTAssertEqual(listener.collector.count, 2 * perSender + 1)
             let ids = listener.collector.ids
+            XCTAssertEqual(ids.filter { $0 == 900 }, [900], "the stalled message arrived once")
             for s in 0..<2 {
                 XCTAssertEqual(ids.filter { $0 / 100 == UInt32(s) }, (0..<perSender).map { UInt32(s * 100 + $0) }, "sender \(s) in order")
             }
             XCTAssertEqual(listener.refusals.withLock { $0 }, [], "a connection was closed instead of waiting")
-            XCTAssertGreaterThan(UnfinishedFrameBudget.waits, waitsBefore, "the senders never overlapped")
             XCTAssertLessThanOrEqual(maxHeld, (3 << 20) + (64 << 10), "held over the budget (beyond malloc's rounding)")
         }
     }
