@@ -61,6 +61,10 @@ final class DispatchPoolCrowdTests: XCTestCase {
         XCTAssertFalse(PidsBudget.allowsOneMore([(200, 150)]))
         XCTAssertFalse(PidsBudget.allowsOneMore([(nil, 0), (20, 12)]), "at least 8 stay free")
         XCTAssertTrue(PidsBudget.allowsOneMore([(nil, 0), (20, 11)]))
+        XCTAssertEqual(PidsBudget.headroom([]), Int.max)
+        XCTAssertEqual(PidsBudget.headroom([(nil, 10_000)]), Int.max)
+        XCTAssertEqual(PidsBudget.headroom([(200, 100), (1_000, 990)]), 0, "the tightest level decides")
+        XCTAssertEqual(PidsBudget.headroom([(200, 100), (1_000, 700)]), 50)
         XCTAssertEqual(PidsBudget.parseLimit("max\n"), nil)
         XCTAssertEqual(PidsBudget.parseLimit("200\n"), 200)
     }

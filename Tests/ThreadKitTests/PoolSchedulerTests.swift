@@ -343,7 +343,7 @@ final class PoolSchedulerTests: XCTestCase {
             width: 2, threadCap: 255, idleTimeout: 2_000_000_000, clock: { clock.now },
             roomForReplacement: {
                 asked.withLock { $0 += 1 }
-                return room.withLock { $0 }
+                return room.withLock { $0 } ? Int.max : 0
             })
         XCTAssertTrue(startAndBlock(&s, "a"))
         XCTAssertTrue(startAndBlock(&s, "b"))
@@ -358,6 +358,33 @@ final class PoolSchedulerTests: XCTestCase {
         clock.advance(milliseconds: Scheduler.crowdInterval / 1_000_000)
         XCTAssertTrue(s.crowdStartDue(.normal, now: clock.now))
         XCTAssertTrue(isStart(s.offer(.normal)), "room again: the replacement starts")
+        assertCounters(s, .normal)
+    }
+
+    /// The OS's room is read at most once per crowd interval (the reading is file reads under the
+    /// pool's lock); between readings each replacement counts against it.
+    func testThePidsRoomIsReadOncePerIntervalAndCountedDownBetween() {
+        let clock = ManualClock()
+        let asked = Protected(0)
+        var s = Scheduler(
+            width: 2, threadCap: 255, idleTimeout: 2_000_000_000, clock: { clock.now },
+            roomForReplacement: {
+                asked.withLock { $0 += 1 }
+                return 2
+            })
+        XCTAssertTrue(startAndBlock(&s, "a"))
+        XCTAssertTrue(startAndBlock(&s, "b"))
+        XCTAssertTrue(startAndBlock(&s, "c"), "room 2: the first replacement")
+        XCTAssertTrue(startAndBlock(&s, "d"), "room 1: the second")
+        XCTAssertEqual(asked.withLock { $0 }, 1, "one reading for both")
+        s.submit(job(), level: 2)
+        XCTAssertTrue(s.offer(.normal).isNone, "the reading's room is used up")
+        XCTAssertEqual(asked.withLock { $0 }, 1, "not read again within the interval")
+        XCTAssertTrue(s.pidsReserveReached)
+        clock.advance(milliseconds: Scheduler.crowdInterval / 1_000_000)
+        XCTAssertTrue(s.crowdStartDue(.normal, now: clock.now))
+        XCTAssertTrue(isStart(s.offer(.normal)), "read afresh after the interval")
+        XCTAssertEqual(asked.withLock { $0 }, 2)
         assertCounters(s, .normal)
     }
 

@@ -6,7 +6,8 @@
 // controller's own mount), is read, up to the root: the tightest level decides.
 //
 // The pool asks only before starting a thread beyond its width (one that replaces blocked
-// workers): a few small reads then, none on any other path. Where no limit is set or readable,
+// workers), and then at most once per 100 ms (`PoolScheduler.takePidsRoom` counts its own starts
+// against the last reading): a few small reads then, none on any other path. Where no limit is set or readable,
 // every start is allowed. Stateless apart from the cgroup directories, found once. Any thread.
 import Glibc
 
@@ -16,21 +17,32 @@ enum PidsBudget {
 
     /// Whether one more task leaves each level's reserve free. `levels` are (limit, current) pairs;
     /// nil limits ("max") do not bind. Pure: the rule the tests drive.
-    static func allowsOneMore(_ levels: [(limit: Int?, current: Int)]) -> Bool {
-        levels.allSatisfy { level in
-            guard let limit = level.limit else { return true }
-            return level.current + 1 + reserve(limit: limit) <= limit
+    static func allowsOneMore(_ levels: [(limit: Int?, current: Int)]) -> Bool { headroom(levels) >= 1 }
+
+    /// How many more tasks this process may start and leave every level its reserve: the least
+    /// over the levels with a limit, never below 0; `Int.max` when no limit binds.
+    static func headroom(_ levels: [(limit: Int?, current: Int)]) -> Int {
+        levels.reduce(Int.max) { room, level in
+            guard let limit = level.limit else { return room }
+            return min(room, max(0, limit - reserve(limit: limit) - level.current))
+        }
+    }
+
+    /// `headroom` of the pids cgroups around this process, read now.
+    static func headroom() -> Int { headroom(readLevels()) }
+
+    static func readLevels() -> [(limit: Int?, current: Int)] {
+        directories.map { dir -> (limit: Int?, current: Int) in
+            let limit = SystemCall.readSmallFile(dir + "/pids.max", limit: 64).flatMap(parseLimit)
+            let current = SystemCall.readSmallFile(dir + "/pids.current", limit: 64).flatMap(parseCount) ?? 0
+            return (limit, current)
         }
     }
 
     /// Whether this process may start one more thread and leave every pids cgroup around it its
     /// reserve; with the tightest level, for a message.
     static func check() -> (allowed: Bool, limit: Int?, current: Int) {
-        let levels = directories.map { dir -> (limit: Int?, current: Int) in
-            let limit = SystemCall.readSmallFile(dir + "/pids.max", limit: 64).flatMap(parseLimit)
-            let current = SystemCall.readSmallFile(dir + "/pids.current", limit: 64).flatMap(parseCount) ?? 0
-            return (limit, current)
-        }
+        let levels = readLevels()
         let tightest = levels.filter { $0.limit != nil }.min { ($0.limit! - $0.current) < ($1.limit! - $1.current) }
         return (allowsOneMore(levels), tightest?.limit, tightest?.current ?? 0)
     }

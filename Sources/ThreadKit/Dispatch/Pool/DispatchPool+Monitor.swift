@@ -224,39 +224,37 @@ extension DispatchPool {
             case .keep:
                 worker.monitorWindow = window
             case .stall:
-                guard scheduler.saturatedWithWork(tier),
-                    worker.activity.compareExchange(
-                        expected: word, desired: word | 1,
-                        ordering: .acquiringAndReleasing
-                    ).exchanged
-                else {
+                guard scheduler.saturatedWithWork(tier) else {
                     worker.monitorWindow = nil
                     continue
                 }
-                worker.monitorWindow = window
-                worker.monitorSeen = word | 1 // the word the next tick compares with
+                guard flipStallBit(worker, from: word, to: word | 1, window: window) else { continue }
                 scheduler.stall(tier)
                 stalledIn |= tier.bit
                 if DiagnosticsSwitch.isOn(.blocking) { stalledNow.append(worker.threadID.load(ordering: .relaxed)) }
             case .unstall:
-                guard
-                    worker.activity.compareExchange(
-                        expected: word, desired: word & ~1,
-                        ordering: .acquiringAndReleasing
-                    ).exchanged
-                else {
-                    worker.monitorWindow = nil
-                    continue
-                }
                 // Runnable again inside the same job: it counts as running (the tier may be over
                 // width until a worker reaches a job boundary).
-                worker.monitorWindow = window
-                worker.monitorSeen = word & ~1
+                guard flipStallBit(worker, from: word, to: word & ~1, window: window) else { continue }
                 scheduler.unstall(tier)
             }
         }
         // A stalled worker left room in its tier: admit the work that waits.
         for tier in Tier.allCases where stalledIn & tier.bit != 0 { offerWorkLocked(tier, &actions) }
+    }
+
+    /// Moves `worker`'s stall bit (bit 0 of `activity`) from the word the monitor judged to
+    /// `desired`, only if the worker is still in that job and state; the window goes on with the
+    /// new word. When the word moved on meanwhile the window is dropped and nothing changes.
+    /// Caller holds lock.
+    private func flipStallBit(_ worker: PoolWorker, from word: UInt64, to desired: UInt64, window: RunnableWindow) -> Bool {
+        guard worker.activity.compareExchange(expected: word, desired: desired, ordering: .acquiringAndReleasing).exchanged else {
+            worker.monitorWindow = nil
+            return false
+        }
+        worker.monitorWindow = window
+        worker.monitorSeen = desired // the word the next tick compares with
+        return true
     }
 
     /// Reads thread `tid`'s state and its runnable time (three small /proc reads, ~10 µs each).

@@ -146,7 +146,7 @@ final class DispatchPool: @unchecked Sendable {
             to: Scheduler(
                 width: width, threadCap: threadCap,
                 idleTimeout: DispatchPool.idleTimeoutNanoseconds,
-                roomForReplacement: { PidsBudget.check().allowed }))
+                roomForReplacement: { PidsBudget.headroom() }))
         monitor = .allocate(capacity: 1)
         monitor.initialize(to: MonitorState())
     }

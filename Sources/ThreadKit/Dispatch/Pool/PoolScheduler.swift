@@ -167,9 +167,15 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// Blocked and stalled workers a tier may have before a thread that replaces one more is paced
     /// to one per `crowdInterval` (`crowdLimit(width:)`).
     let crowdLimit: Int
-    /// Whether the OS leaves room for one more thread beyond the width (the pool: the pids
-    /// cgroups' reserve, `PidsBudget`); asked only before a start that replaces a blocked worker.
-    let roomForReplacement: () -> Bool
+    /// How many more threads beyond the width the OS leaves room for (the pool: the pids cgroups'
+    /// reserve, `PidsBudget.headroom`; `Int.max` where no limit binds). Read only before a start
+    /// that replaces a blocked worker, and then at most once per `crowdInterval`: the reading is a
+    /// few small file reads, and the scheduler runs under the pool's lock.
+    let roomForReplacement: () -> Int
+    /// The last reading of `roomForReplacement`, less the replacements started since, and when it
+    /// was read (0: never).
+    private var pidsRoom = 0
+    private var pidsReadAt: UInt64 = 0
     /// Set when a replacement was refused for want of room (the pool reports it once); cleared by
     /// the pool.
     var pidsReserveReached = false
@@ -198,7 +204,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
 
     init(
         width: Int, threadCap: Int, idleTimeout: UInt64, clock: @escaping () -> UInt64 = RunQueues.stamp,
-        roomForReplacement: @escaping () -> Bool = { true }
+        roomForReplacement: @escaping () -> Int = { Int.max }
     ) {
         precondition(width >= 1 && threadCap >= width, "PoolScheduler: width \(width), cap \(threadCap)")
         self.width = width
@@ -305,14 +311,28 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
             self[tier].crowdWaiting = true
             return false
         }
-        guard roomForReplacement() else {
+        let at = now == 0 ? runQueues.clock() : now
+        guard takePidsRoom(at) else {
             pidsReserveReached = true
             self[tier].crowdWaiting = true
-            self[tier].nextCrowdStart = (now == 0 ? runQueues.clock() : now) &+ Self.crowdInterval
+            self[tier].nextCrowdStart = at &+ Self.crowdInterval
             return false
         }
         self[tier].crowdWaiting = false
-        if crowd >= crowdLimit { self[tier].nextCrowdStart = now &+ Self.crowdInterval }
+        if crowd >= crowdLimit { self[tier].nextCrowdStart = at &+ Self.crowdInterval }
+        return true
+    }
+
+    /// Takes one thread of the OS's room, reading it afresh when the last reading is
+    /// `crowdInterval` old (so a refused replacement, offered again after that interval, sees
+    /// threads that ended meanwhile). Between readings each start counts against the last one.
+    private mutating func takePidsRoom(_ now: UInt64) -> Bool {
+        if pidsReadAt == 0 || now &- pidsReadAt >= Self.crowdInterval {
+            pidsRoom = roomForReplacement()
+            pidsReadAt = now
+        }
+        guard pidsRoom > 0 else { return false }
+        pidsRoom -= 1
         return true
     }
 
