@@ -132,25 +132,11 @@ final class DiagnosticsConfigurationTests: XCTestCase {
     /// by the signal it sends itself.
     func testARefusedShutdownSignalStillStopsTheProcess() throws {
         for (item, signo) in [("dump:SIGTERM", SIGTERM), ("dump:sigint", SIGINT), ("dump:HUP", SIGHUP)] {
-            let process = Process()
-            process.executableURL = ChildProcess.executable
-            process.arguments = ["signal-self", "\(signo)"]
-            var environment = ProcessInfo.processInfo.environment
-            environment["TK_DIAGNOSTICS"] = item
-            environment["SWIFT_BACKTRACE"] = "enable=no"
-            process.environment = environment
-            let out = Pipe()
-            let err = Pipe()
-            process.standardOutput = out
-            process.standardError = err
-            try process.run()
-            let stdout = DrainedPipe(out)
-            let stderr = DrainedPipe(err)
-            process.waitUntilExit()
-            let output = stdout.text()
-            let errors = stderr.text()
-            XCTAssertEqual(process.terminationReason, .uncaughtSignal, "\(item): the process survived: \(output) \(errors)")
-            XCTAssertEqual(process.terminationStatus, signo, "\(item): \(output) \(errors)")
+            let result = try ChildProcess.run("signal-self", ["\(signo)"], environment: ["TK_DIAGNOSTICS": item])
+            let output = result.standardOutput
+            let errors = result.standardError
+            XCTAssertTrue(result.signalled, "\(item): the process survived: \(output) \(errors)")
+            XCTAssertEqual(result.status, signo, "\(item): \(output) \(errors)")
             XCTAssertFalse(output.contains("survived"), "\(item): \(output)")
             XCTAssertFalse(errors.contains("ThreadKit thread dump"), "\(item): the signal was taken for a dump: \(errors)")
             let lines = errors.split(separator: "\n").filter { $0.contains("TK_DIAGNOSTICS") }
@@ -172,24 +158,11 @@ final class DiagnosticsConfigurationTests: XCTestCase {
 
     /// A child process started with the variable: the switch it got and what it said on stderr.
     func testAChildProcessNamesEachRejectedItemOnceAndEnablesNothingOfIt() throws {
-        let process = Process()
-        process.executableURL = ChildProcess.executable
-        process.arguments = ["diagnostics-config"]
-        var environment = ProcessInfo.processInfo.environment
-        environment["TK_DIAGNOSTICS"] = " Hangs:100ms , CONTENTION,lockorder:f, trace:x"
-        environment["SWIFT_BACKTRACE"] = "enable=no"
-        process.environment = environment
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let stdout = DrainedPipe(out)
-        let stderr = DrainedPipe(err)
-        process.waitUntilExit()
-        let output = stdout.text()
-        let errors = stderr.text()
-        XCTAssertEqual(process.terminationStatus, 0, output + errors)
+        let result = try ChildProcess.run(
+            "diagnostics-config", environment: ["TK_DIAGNOSTICS": " Hangs:100ms , CONTENTION,lockorder:f, trace:x"])
+        let output = result.standardOutput
+        let errors = result.standardError
+        XCTAssertEqual(result.status, 0, output + errors)
 
         let features = output.split(separator: "\n").first { $0.hasPrefix("ThreadKit diagnostics: ") } ?? ""
         XCTAssertTrue(features.contains("hangs"), output)

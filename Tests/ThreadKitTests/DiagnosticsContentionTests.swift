@@ -93,21 +93,8 @@ final class DiagnosticsContentionTests: XCTestCase {
 
     /// Runs `ThreadKitTestChild diagnostics-config` with TK_DIAGNOSTICS set; returns its output.
     private func configuration(_ value: String) throws -> (status: Int32, stdout: String, stderr: String) {
-        let process = Process()
-        process.executableURL = ChildProcess.executable
-        process.arguments = ["diagnostics-config"]
-        var environment = ProcessInfo.processInfo.environment
-        environment["TK_DIAGNOSTICS"] = value
-        process.environment = environment
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let outText = DrainedPipe(out)
-        let errText = DrainedPipe(err)
-        process.waitUntilExit()
-        return (process.terminationStatus, outText.text(), errText.text())
+        let result = try ChildProcess.run("diagnostics-config", environment: ["TK_DIAGNOSTICS": value])
+        return (result.status, result.standardOutput, result.standardError)
     }
 
     /// TK_DIAGNOSTICS as a child process starts with it: features, threshold, unknown names.

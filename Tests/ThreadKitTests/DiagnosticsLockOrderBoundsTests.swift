@@ -9,31 +9,9 @@ import XCTest
 
 @testable import ThreadKit
 
-final class DiagnosticsLockOrderBoundsTests: XCTestCase {
-    private var collector = ReportCollector()
-    private var featuresBefore: TKDiagnosticsFeature = []
-
-    override func setUp() {
-        featuresBefore = TKDiagnostics.features
-        TKDiagnostics.enable(.lockOrder)
-        collector = ReportCollector()
-        collector.install()
-    }
-
-    override func tearDown() {
-        collector.stop()
-        if !featuresBefore.contains(.lockOrder) { TKDiagnostics.disable(.lockOrder) }
-    }
+final class DiagnosticsLockOrderBoundsTests: LockOrderTestCase {
 
     private func id(_ lock: TKLock) -> UInt32 { lock.label.orderID.load(ordering: .relaxed) }
-
-    /// Nests `first` then `second` on the calling thread.
-    private static func nest(_ first: TKLock, _ second: TKLock) {
-        first.lock()
-        second.lock()
-        second.unlock()
-        first.unlock()
-    }
 
     func testShortLivedLocksLeaveNoEdgesBehindAndNewPairsStillTakeTheFastPath() {
         let graphBefore = LockOrderGraph.shared.size

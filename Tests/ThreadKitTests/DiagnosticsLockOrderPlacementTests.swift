@@ -12,29 +12,7 @@ import XCTest
 
 @testable import ThreadKit
 
-final class DiagnosticsLockOrderPlacementTests: XCTestCase {
-    private var collector = ReportCollector()
-    private var featuresBefore: TKDiagnosticsFeature = []
-
-    override func setUp() {
-        featuresBefore = TKDiagnostics.features
-        TKDiagnostics.enable(.lockOrder)
-        collector = ReportCollector()
-        collector.install()
-    }
-
-    override func tearDown() {
-        collector.stop()
-        if !featuresBefore.contains(.lockOrder) { TKDiagnostics.disable(.lockOrder) }
-    }
-
-    /// Nests `first` then `second` on the calling thread.
-    private static func nest(_ first: TKLock, _ second: TKLock) {
-        first.lock()
-        second.lock()
-        second.unlock()
-        first.unlock()
-    }
+final class DiagnosticsLockOrderPlacementTests: LockOrderTestCase {
 
     func testEdgesThatFollowTheOrderNeedNoSearchAmongManyLiveLocks() {
         let budget = LockOrderGraph.defaultSearchBudget

@@ -49,8 +49,10 @@ func onNewThread(_ body: @escaping @Sendable () -> Void, file: StaticString = #f
     XCTAssertEqual(done.wait(timeout: .now() + 30), .success, "the thread did not finish (deadlocked?)", file: file, line: line)
 }
 
-final class DiagnosticsLockOrderTests: XCTestCase {
-    private var collector = ReportCollector()
+/// A test case with lock-order checking on and its reports collected (`collector`); the feature
+/// is left as it was found.
+class LockOrderTestCase: XCTestCase {
+    var collector = ReportCollector()
     private var featuresBefore: TKDiagnosticsFeature = []
 
     override func setUp() {
@@ -64,6 +66,17 @@ final class DiagnosticsLockOrderTests: XCTestCase {
         collector.stop()
         if !featuresBefore.contains(.lockOrder) { TKDiagnostics.disable(.lockOrder) }
     }
+
+    /// Nests `first` then `second` on the calling thread.
+    static func nest(_ first: TKLock, _ second: TKLock) {
+        first.lock()
+        second.lock()
+        second.unlock()
+        first.unlock()
+    }
+}
+
+final class DiagnosticsLockOrderTests: LockOrderTestCase {
 
     private func named(_ count: Int, _ prefix: String) -> [TKLock] {
         (0..<count).map { i in

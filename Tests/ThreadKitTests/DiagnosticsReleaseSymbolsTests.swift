@@ -30,29 +30,9 @@ final class DiagnosticsReleaseSymbolsTests: XCTestCase {
                 "no release build of ThreadKitTestChild: run `swift build -c release --product ThreadKitTestChild` first "
                     + "(or set TK_RELEASE_TEST_CHILD to its path)")
         }
-        let process = Process()
-        process.executableURL = child
-        process.arguments = [role]
-        var environment = ProcessInfo.processInfo.environment
-        environment["SWIFT_BACKTRACE"] = "enable=no"
-        environment["TK_DIAGNOSTICS"] = "off"
-        process.environment = environment
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let output = DrainedPipe(out)
-        let errors = DrainedPipe(err)
-        let deadline = ContinuousClock.now + .seconds(60)
-        while process.isRunning && ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
-        if process.isRunning {
-            process.terminate()
-            XCTFail("\(role) did not finish within 60 s", file: file, line: line)
-        }
-        process.waitUntilExit()
-        let text = output.text() + errors.text()
-        XCTAssertEqual(process.terminationStatus, 0, "\(role) made no report:\n\(text)", file: file, line: line)
+        let result = try ChildProcess.run(role, environment: ["TK_DIAGNOSTICS": "off"], child: child)
+        let text = result.standardOutput + result.standardError
+        XCTAssertEqual(result.status, 0, "\(role) made no report:\n\(text)", file: file, line: line)
         let sites = text.split(separator: "\n").filter { $0.hasPrefix("CALL SITE: ") }.map { String($0.dropFirst(11)) }
         return (sites, text)
     }

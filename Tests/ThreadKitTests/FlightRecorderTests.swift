@@ -236,31 +236,9 @@ final class FlightRecorderTests: XCTestCase {
     /// Runs `ThreadKitTestChild role` with TK_DIAGNOSTICS=`diagnostics` and TK_FLIGHT_DIR set to
     /// this test's directory; at most 120 s.
     private func runChild(_ role: String, _ arguments: [String] = [], diagnostics: String) throws -> ChildResult {
-        let process = Process()
-        process.executableURL = ChildProcess.executable
-        process.arguments = [role] + arguments
-        var environment = ProcessInfo.processInfo.environment
-        environment["TK_DIAGNOSTICS"] = diagnostics
-        environment["TK_FLIGHT_DIR"] = directory.path
-        environment["SWIFT_BACKTRACE"] = "enable=no"
-        process.environment = environment
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        let outData = DrainedPipe(out)
-        let errData = DrainedPipe(err)
-        try process.run()
-        let deadline = Date() + 120
-        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
-        if process.isRunning {
-            process.terminate()
-            XCTFail("\(role) did not finish within 120 s")
-        }
-        process.waitUntilExit()
-        return ChildResult(
-            status: process.terminationStatus, signalled: process.terminationReason == .uncaughtSignal,
-            standardOutput: outData.text(), standardError: errData.text())
+        try ChildProcess.run(
+            role, arguments, environment: ["TK_DIAGNOSTICS": diagnostics, "TK_FLIGHT_DIR": directory.path],
+            timeout: .seconds(120))
     }
 
     /// The paths of the child's "dumped JSON HTML" line.

@@ -25,12 +25,13 @@ enum ChildProcess {
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent(name)
     }
 
-    /// Starts `ThreadKitTestChild role arguments…` without waiting for it.
+    /// Starts `ThreadKitTestChild role arguments…` without waiting for it, with `environment`
+    /// added to this process's.
     static func start(
-        _ role: String, _ arguments: [String] = [],
+        _ role: String, _ arguments: [String] = [], environment: [String: String] = [:],
         stdout: Pipe = Pipe(), stderr: Pipe = Pipe()
     ) throws -> Process {
-        try launch(executable, [role] + arguments, stdout: stdout, stderr: stderr)
+        try launch(executable, [role] + arguments, environment: environment, stdout: stdout, stderr: stderr)
     }
 
     /// Starts `threadkit arguments…`. Unless `backtracer`, the Swift backtracer is off: a crashing
@@ -44,7 +45,7 @@ enum ChildProcess {
     }
 
     private static func launch(
-        _ tool: URL, _ arguments: [String], backtracer: Bool = false,
+        _ tool: URL, _ arguments: [String], backtracer: Bool = false, environment added: [String: String] = [:],
         stdout: Pipe, stderr: Pipe
     ) throws -> Process {
         let process = Process()
@@ -52,6 +53,7 @@ enum ChildProcess {
         process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         environment["SWIFT_BACKTRACE"] = backtracer ? nil : "enable=no"
+        environment.merge(added) { _, new in new }
         process.environment = environment
         process.standardOutput = stdout
         process.standardError = stderr
@@ -59,10 +61,14 @@ enum ChildProcess {
         return process
     }
 
-    /// Runs the role (`ThreadKitTestChild role arguments…`) to completion (at most `timeout`) and
-    /// returns its status and output.
-    static func run(_ role: String, _ arguments: [String] = [], timeout: Duration = .seconds(60)) throws -> ChildResult {
-        try runToCompletion(executable, [role] + arguments, backtracer: false, timeout: timeout)
+    /// Runs the role (`ThreadKitTestChild role arguments…`, or another build of the child) with
+    /// `environment` added to this process's, to completion (at most `timeout`), and returns its
+    /// status and output.
+    static func run(
+        _ role: String, _ arguments: [String] = [], environment: [String: String] = [:], child: URL? = nil,
+        timeout: Duration = .seconds(60)
+    ) throws -> ChildResult {
+        try runToCompletion(child ?? executable, [role] + arguments, environment: environment, timeout: timeout)
     }
 
     /// Runs `threadkit arguments…` to completion (at most `timeout`) and returns its status and output.
@@ -70,10 +76,13 @@ enum ChildProcess {
         try runToCompletion(commandLineTool, arguments, backtracer: backtracer, timeout: timeout)
     }
 
-    private static func runToCompletion(_ tool: URL, _ arguments: [String], backtracer: Bool, timeout: Duration) throws -> ChildResult {
+    private static func runToCompletion(
+        _ tool: URL, _ arguments: [String], backtracer: Bool = false, environment: [String: String] = [:],
+        timeout: Duration
+    ) throws -> ChildResult {
         let out = Pipe()
         let err = Pipe()
-        let process = try launch(tool, arguments, backtracer: backtracer, stdout: out, stderr: err)
+        let process = try launch(tool, arguments, backtracer: backtracer, environment: environment, stdout: out, stderr: err)
         // Drain both pipes on other threads so a chatty child never blocks on a full pipe.
         let outData = DrainedPipe(out)
         let errData = DrainedPipe(err)
