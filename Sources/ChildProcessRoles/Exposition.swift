@@ -14,19 +14,8 @@ package struct ExpositionSample {
 package enum Exposition {
     /// Sends `method path` (GET by default) to 127.0.0.1:`port`; returns the status code and the body.
     package static func get(port: UInt16, path: String, method: String = "GET") throws -> (status: Int, body: String) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw ExpositionError("socket() failed: errno \(errno)") }
+        let fd = try connect(port: port, receiveTimeout: 10)
         defer { close(fd) }
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else { throw ExpositionError("connect to 127.0.0.1:\(port) failed: errno \(errno)") }
         let request = Array("\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\r\n".utf8)
         var sent = 0
         while sent < request.count {
@@ -49,6 +38,30 @@ package enum Exposition {
         let parts = statusLine.split(separator: " ")
         guard parts.count >= 2, let status = Int(parts[1]) else { throw ExpositionError("bad status line: \(statusLine)") }
         return (status, String(decoding: response[(split + 4)...], as: UTF8.self))
+    }
+
+    /// A blocking TCP socket connected to 127.0.0.1:`port`, whose reads time out after
+    /// `receiveTimeout` seconds; `receiveBuffer` (bytes), when given, caps what the kernel takes
+    /// for it before it reads. The caller closes it.
+    package static func connect(port: UInt16, receiveTimeout: Int, receiveBuffer: Int32? = nil) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw ExpositionError("socket() failed: errno \(errno)") }
+        if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) }
+        var timeout = timeval(tv_sec: receiveTimeout, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            let e = errno
+            close(fd)
+            throw ExpositionError("connect to 127.0.0.1:\(port) failed: errno \(e)")
+        }
+        return fd
     }
 
     /// The sample lines of a text page (comments and blank lines skipped).

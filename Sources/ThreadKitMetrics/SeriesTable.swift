@@ -10,6 +10,7 @@
 // `report`) or alone (in `itemTimed`), never with a source's lock, and is held while the factory
 // makes handles (order: exporter lock → table → the factory's locks).
 import CoreMetrics
+import ThreadKit
 import Synchronization
 
 final class SeriesTable: Sendable {
@@ -117,7 +118,7 @@ final class SeriesTable: Sendable {
     }
 
     private func warnOnce(_ kind: String) {
-        StandardError.line(
+        SystemCall.report(
             "ThreadKitMetrics: more than \(limit) queue, loop and lock names; the names past the first \(limit) "
                 + "(from this \(kind) on) are exported as name=\"\(TKMetricsExporter.overflowLabel)\" "
                 + "(TKMetricsExporter seriesLimit; docs/Metrics.md §3); said once")

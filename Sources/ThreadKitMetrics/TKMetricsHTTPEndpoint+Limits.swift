@@ -43,12 +43,8 @@ extension TKMetricsHTTPEndpoint {
             maxConnections: Int = 64, headerTimeout: Duration = .seconds(10), sendTimeout: Duration = .seconds(30),
             renderInterval: Duration = .seconds(1), maxBytesInFlight: Int = 64 << 20, socketSendBuffer: Int? = 256 << 10
         ) {
-            self.maxConnections = maxConnections
-            self.headerTimeout = headerTimeout
-            self.sendTimeout = sendTimeout
-            self.renderInterval = renderInterval
-            self.maxBytesInFlight = maxBytesInFlight
-            self.socketSendBuffer = socketSendBuffer
+            (self.maxConnections, self.headerTimeout, self.sendTimeout) = (maxConnections, headerTimeout, sendTimeout)
+            (self.renderInterval, self.maxBytesInFlight, self.socketSendBuffer) = (renderInterval, maxBytesInFlight, socketSendBuffer)
         }
 
         /// Throws `TKError(.invalidArgument)` naming the first limit out of range.

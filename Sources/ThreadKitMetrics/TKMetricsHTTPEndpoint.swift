@@ -186,7 +186,7 @@ public final class TKMetricsHTTPEndpoint: @unchecked Sendable {
         close(fd)
         if !warnedAtCap {
             warnedAtCap = true
-            StandardError.line(
+            SystemCall.report(
                 "ThreadKitMetrics: TKMetricsHTTPEndpoint on port \(port) has \(limits.maxConnections) connections open "
                     + "(Limits.maxConnections) and refuses more with 503 until some close; said once (docs/Metrics.md §3)")
         }

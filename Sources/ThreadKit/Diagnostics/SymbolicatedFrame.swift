@@ -24,13 +24,8 @@ struct SymbolicatedFrame: Sendable {
     let owner: Owner
 
     init(address: UInt, function: String, rawName: String, image: String, offset: UInt, location: String?, inlined: Bool) {
-        self.address = address
-        self.function = function
-        self.rawName = rawName
-        self.image = image
-        self.offset = offset
-        self.location = location
-        self.inlined = inlined
+        (self.address, self.function, self.rawName, self.image) = (address, function, rawName, image)
+        (self.offset, self.location, self.inlined) = (offset, location, inlined)
         owner = SymbolicatedFrame.owner(rawName: rawName, function: function, image: image)
     }
 

@@ -9,7 +9,7 @@ import Glibc
 import Synchronization
 
 @usableFromInline
-enum SystemCall {
+package enum SystemCall {
     /// The result of a futex wait, each errno of FUTEX_WAIT named.
     enum FutexWaitResult {
         case woken // 0: woken by FUTEX_WAKE, or spuriously: callers re-check their word
@@ -78,8 +78,9 @@ enum SystemCall {
         return "\(symbols[code] ?? "errno \(code)") (\(errorName(code)))"
     }
 
-    /// Writes one line to standard error (ThreadKit's reports of trouble it works around).
-    static func report(_ line: String) {
+    /// Writes one line to standard error in one write(2), so lines from several threads do not
+    /// interleave (ThreadKit's and ThreadKitMetrics' reports of trouble they work around).
+    package static func report(_ line: String) {
         var text = line + "\n"
         text.withUTF8 { bytes in
             var offset = 0

@@ -3,6 +3,7 @@
 // whole response, and waiting for the server to close a connection the client never reads, seen
 // with poll(2) (POLLRDHUP for a FIN, POLLHUP/POLLERR for a reset) without reading a byte. Any
 // thread; each connection is used by one thread.
+import ChildProcessRoles
 import Glibc
 import XCTest
 
@@ -17,23 +18,11 @@ final class TestConnection {
     /// Connects to 127.0.0.1:`port`; `receiveBuffer` (bytes) caps what the kernel takes for this
     /// client before it reads, so that a client that does not read holds the server up.
     init(port: UInt16, receiveBuffer: Int32? = nil) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw TestClientError("socket: errno \(errno)") }
-        if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) }
-        var timeout = timeval(tv_sec: 20, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
         connectedAt = .now
-        let r = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard r == 0 else {
-            let e = errno
-            close(fd)
-            throw TestClientError("connect to \(port): errno \(e)")
+        do {
+            fd = try Exposition.connect(port: port, receiveTimeout: 20, receiveBuffer: receiveBuffer)
+        } catch {
+            throw TestClientError("\(error)")
         }
     }
 
