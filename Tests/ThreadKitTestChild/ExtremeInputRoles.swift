@@ -2,8 +2,9 @@
 // Int.min, Duration overflowing 64-bit seconds, deadlines far in the past or future, zero and
 // negative counts) in a process of its own, so a trap in ThreadKit's arithmetic shows as a crash
 // of that child only. Each case prints "ok CASE: what happened" and exits 0 when ThreadKit
-// behaved (a result, a thrown TKError, or nothing); the misuse cases stop the process with a
-// "ThreadKit misuse:" message instead. `ThreadKitTestChild extreme list` prints the case names.
+// behaved (a result, a thrown TKError, or nothing); `ThreadKitTestChild extreme list` prints the
+// case names. (The one extreme input that is a misuse, a semaphore signalled past Int.max units,
+// is an exit test: ExtremeInputTests.)
 import ChildProcessRoles
 import Glibc
 import ThreadKit

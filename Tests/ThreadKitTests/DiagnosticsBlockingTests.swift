@@ -8,6 +8,7 @@
 // symbol names in the stack.
 import Foundation
 import Synchronization
+import Testing
 import XCTest
 
 @testable import ThreadKit
@@ -285,9 +286,22 @@ final class DiagnosticsBlockingTests: XCTestCase {
         XCTAssertTrue(result.standardOutput.contains("blockTheMainLoopOnALock"), "the call site: \(result.standardOutput)")
         XCTAssertTrue(result.standardError.contains("the main thread's run loop"), result.standardError)
     }
+}
 
-    func testBlockingFatalStopsTheProcessNamingTheCallSite() throws {
-        try assertMisuse(
-            "blocking-fatal", mentions: ["ThreadKit blocking", "waitInATaskUnderBlockingFatal", "blocking:fatal", "Fix:"])
+/// blocking:fatal, an exit test (Support/MisuseAssertions.swift).
+@Suite struct DiagnosticsBlockingExitTests {
+    @Test func blockingFatalStopsTheProcessNamingTheCallSite() async {
+        // The exit test's body runs in a Swift task: a wait there is in the wrong place.
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKDiagnostics.enable([.blocking, .blockingFatal])
+            waitInATaskUnderBlockingFatal(TKDispatchSemaphore(value: 0))
+        }
+        expectMisuse(result, mentions: ["ThreadKit blocking", "waitInATaskUnderBlockingFatal", "blocking:fatal", "Fix:"])
     }
+}
+
+/// The call site the fatal message must name.
+@inline(never)
+func waitInATaskUnderBlockingFatal(_ semaphore: TKDispatchSemaphore) {
+    semaphore.wait()
 }

@@ -6,6 +6,7 @@
 import Dispatch
 import Foundation
 import Synchronization
+import Testing
 import ThreadKit
 import XCTest
 
@@ -173,18 +174,36 @@ final class DispatchSourceFileTests: XCTestCase {
     }
 
     // MARK: Descriptors that are not open (child processes)
+}
 
-    func testAReadSourceOnFDMinusOneIsRefusedWithAMessage() throws {
-        try assertMisuse("dispatch-read-source-bad-fd", mentions: ["makeReadSource(fileDescriptor: -1)", "not open", "Fix:"])
+/// Descriptors that are not open, each an exit test (Support/MisuseAssertions.swift).
+@Suite struct DispatchSourceFileExitTests {
+    @Test func aReadSourceOnFDMinusOneIsRefusedWithAMessage() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKDispatchSource.makeReadSource(fileDescriptor: -1, queue: .global()).activate()
+        }
+        expectMisuse(result, mentions: ["makeReadSource(fileDescriptor: -1)", "not open", "Fix:"])
     }
 
-    func testAWriteSourceOnAClosedDescriptorIsRefusedWithAMessage() throws {
-        try assertMisuse("dispatch-write-source-closed-fd", mentions: ["makeWriteSource(fileDescriptor:", "not open", "Fix:"])
+    @Test func aWriteSourceOnAClosedDescriptorIsRefusedWithAMessage() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let fd = open("/dev/null", O_WRONLY)
+            close(fd)
+            TKDispatchSource.makeWriteSource(fileDescriptor: fd, queue: .global()).activate()
+        }
+        expectMisuse(result, mentions: ["makeWriteSource(fileDescriptor:", "not open", "Fix:"])
     }
 
-    func testADescriptorClosedBeforeActivationIsReportedAtActivate() throws {
-        try assertMisuse(
-            "dispatch-read-source-closed-before-activate",
-            mentions: ["TKDispatchSource (read fd", "activate()", "closed", "Fix:"])
+    @Test func aDescriptorClosedBeforeActivationIsReportedAtActivate() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            var fds: [Int32] = [0, 0]
+            _ = pipe(&fds)
+            // A high number, so the descriptors ThreadKit opens meanwhile do not take it again.
+            let fd = dup2(fds[0], 200)
+            let source = TKDispatchSource.makeReadSource(fileDescriptor: fd, queue: .global())
+            close(fd)
+            source.activate()
+        }
+        expectMisuse(result, mentions: ["TKDispatchSource (read fd", "activate()", "closed", "Fix:"])
     }
 }
