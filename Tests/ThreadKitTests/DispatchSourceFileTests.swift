@@ -187,7 +187,11 @@ final class DispatchSourceFileTests: XCTestCase {
 
     @Test func aWriteSourceOnAClosedDescriptorIsRefusedWithAMessage() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let fd = open("/dev/null", O_WRONLY)
+            // A high number, closed: the descriptors opened meanwhile by this process's other
+            // threads take the lowest free numbers, never this one.
+            let opened = open("/dev/null", O_WRONLY)
+            let fd = dup2(opened, 201)
+            close(opened)
             close(fd)
             TKDispatchSource.makeWriteSource(fileDescriptor: fd, queue: .global()).activate()
         }

@@ -145,19 +145,19 @@ final class FileDescriptorSourceReuseTests: XCTestCase {
 private func reenableAStaleSource() {
     let loop = TKRunLoop.current
     let heard = HeardBy()
+    // A high number: the descriptors this process's other threads open meanwhile take the lowest
+    // free numbers, so only dup2 reuses this one.
+    let number: Int32 = 202
     var fds: [Int32] = [0, 0]
-    precondition(pipe(&fds) == 0, "pipe failed")
-    let number = fds[0]
+    precondition(pipe(&fds) == 0 && dup2(fds[0], number) == number, "pipe failed")
+    close(fds[0])
     let old = TKFileDescriptorSource(fileDescriptor: number) { _, _ in heard.source = 1 }
     loop.add(old, forMode: .default)
     old.enableCallBacks(.read)
     close(number) // under the source
     var second: [Int32] = [0, 0]
-    precondition(pipe(&second) == 0, "pipe failed")
-    if second[0] != number { // the kernel usually hands out the freed number itself
-        precondition(dup2(second[0], number) == number, "dup2 failed")
-        close(second[0])
-    }
+    precondition(pipe(&second) == 0 && dup2(second[0], number) == number, "pipe failed")
+    close(second[0])
     let new = TKFileDescriptorSource(fileDescriptor: number) { _, _ in heard.source = 2 }
     loop.add(new, forMode: .default)
     new.enableCallBacks(.read)
