@@ -85,9 +85,14 @@ enum ConcurrencyRoles {
 // (global-executor and global-executor-too-late, which the tour also runs, are in
 // Sources/ChildProcessRoles, SharedChildRoles.)
 
-// MARK: Executor misuse
+// MARK: Executor stall
 
-/// An actor whose executor is given at creation: a run loop, a loop's mode executor or a queue.
+// The executor misuses (a concurrent queue as an actor's executor, a job for a finished thread's
+// loop or left on its loop when the thread ends, assumeIsolated off the loop) are exit tests in
+// Tests/ThreadKitTests/ExecutorTests.swift. What stays here sets TK_EXECUTOR_STALL_MS before the
+// process's first job.
+
+/// An actor whose executor is given at creation: a run loop.
 actor PinnedCounter {
     private let executor: UnownedSerialExecutor
     private(set) var count = 0

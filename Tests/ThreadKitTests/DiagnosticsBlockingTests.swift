@@ -2,8 +2,8 @@
 // TKLock, waits on a TKDispatchSemaphore or calls `sync` on a busy queue is reported once per call
 // site, with the call site's function in the stack; so is an actor pinned to a run loop that
 // waits, and a task on ThreadKit's pool blocked outside ThreadKit (the pool's monitor). The same
-// waits on plain threads are not reported. The main loop blocked in a timer callback, and
-// `blocking:fatal`, are shown in child processes. Judges outside ThreadKit: the kernel's view of
+// waits on plain threads are not reported. The main loop blocked in a timer callback is shown in
+// a child process, `blocking:fatal` in an exit test. Judges outside ThreadKit: the kernel's view of
 // the waiting thread (asleep in a futex wait, /proc), Foundation semaphores for the hand-offs,
 // symbol names in the stack.
 import Foundation

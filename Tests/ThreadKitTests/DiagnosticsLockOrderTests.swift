@@ -1,6 +1,6 @@
 // Lock-order checking (docs/Diagnostics.md §1): seeded inversions over 2, 3 and 5 locks and
 // threads are reported before any deadlock; consistent orders, recursive re-entry and try-locks
-// never are; a queue `sync` orders like a lock; the process-stopping mode stops a child process.
+// never are; a queue `sync` orders like a lock; the process-stopping mode stops an exit test's child.
 // Reports are collected by a handler into an array guarded by Foundation's NSLock (the judge).
 import Foundation
 import Testing

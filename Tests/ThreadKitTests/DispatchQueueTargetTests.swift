@@ -1,7 +1,7 @@
 // Retargeting an inactive queue (`setTarget(queue:)`), queue context with a finalizer, and the
 // `debugDescription`s of queues, groups and sources (issue 14, "Dispatch surface"). Judged by
 // Foundation's semaphores, a pthread-mutex record of overlaps and order, and weak references;
-// misuse (retargeting an active or global queue, a loop) in child processes.
+// misuse (retargeting an active or global queue, a loop) in exit tests.
 import Dispatch
 import Foundation
 import Synchronization

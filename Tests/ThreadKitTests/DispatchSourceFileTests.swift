@@ -1,8 +1,8 @@
 // Read and write sources on descriptors epoll refuses (issue 15 item 5, issue 14's "Dispatch
 // surface"): a regular file, /dev/null. libdispatch treats them as always ready: a read source on
 // a regular file delivers the bytes left from the file offset to its end, again after each handler
-// run, and a write source fires. A descriptor that is not open is refused with a message (child
-// processes). Judged by Foundation's semaphores and by reading the file back with `pread`.
+// run, and a write source fires. A descriptor that is not open is refused with a message (exit
+// tests). Judged by Foundation's semaphores and by reading the file back with `pread`.
 import Dispatch
 import Foundation
 import Synchronization
@@ -172,8 +172,6 @@ final class DispatchSourceFileTests: XCTestCase {
         file.cancel()
         XCTAssertEqual(cancelled.wait(timeout: .now() + 30), .success)
     }
-
-    // MARK: Descriptors that are not open (child processes)
 }
 
 /// Descriptors that are not open, each an exit test (Support/MisuseAssertions.swift).
