@@ -45,9 +45,3 @@ func blockTheMainLoopOnALock(_ lock: TKLock) {
     lock.lock()
     lock.unlock()
 }
-
-/// The call site the fatal message must name.
-@inline(never)
-func waitInATaskUnderBlockingFatal(_ semaphore: TKDispatchSemaphore) {
-    semaphore.wait()
-}

@@ -10,8 +10,8 @@
 // ThreadKitTests depends on it, and it links ThreadKit (and CThreadKit) only. The PostgreSQL roles
 // live in Tests/ThreadKitPostgresTestChild; the tour's own children in
 // Sources/threadkit/Tour/TourChildren.swift (`threadkit tour --child ROLE`). Roles the tour also
-// runs (joinable-save, dlock-hold, port-echo, dispatch-sync-current, global-executor,
-// global-executor-too-late) are in Sources/ChildProcessRoles, a library target both link.
+// runs (joinable-save, dlock-hold, port-echo, global-executor, global-executor-too-late) are in
+// Sources/ChildProcessRoles, a library target both link.
 import ChildProcessRoles
 import Glibc
 import ThreadKit

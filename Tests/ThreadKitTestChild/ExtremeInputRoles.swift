@@ -4,7 +4,7 @@
 // of that child only. Each case prints "ok CASE: what happened" and exits 0 when ThreadKit
 // behaved (a result, a thrown TKError, or nothing); `ThreadKitTestChild extreme list` prints the
 // case names. (The one extreme input that is a misuse, a semaphore signalled past Int.max units,
-// is an exit test: ExtremeInputTests.)
+// is an exit test: ExtremeInputTests.swift.)
 import ChildProcessRoles
 import Glibc
 import ThreadKit
