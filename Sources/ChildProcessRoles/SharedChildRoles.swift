@@ -1,9 +1,8 @@
 // SharedChildRoles: the child-process roles both the tour (`threadkit tour --child ROLE`) and the
 // tests (`ThreadKitTestChild ROLE`) start, kept once here: joinable-save (ThreadTests and the
 // detached-pitfall scenario), dlock-hold (DistributedLockTests, the distributed-lock scenario),
-// port-echo (SocketPortTests, socket-ports), dispatch-sync-current (DispatchMisuseTests,
-// gcd-sync-deadlock), global-executor and global-executor-too-late (ExecutorTests,
-// global-executor). Each role runs on its process's main thread, which owns the main run loop, and
+// port-echo (SocketPortTests, socket-ports), global-executor and global-executor-too-late
+// (ExecutorTests, global-executor). Each role runs on its process's main thread, which owns the main run loop, and
 // prints what it did on standard output.
 import Glibc
 import Synchronization
@@ -44,12 +43,6 @@ package enum SharedChildRoles {
                 _ = loop.run(mode: .default, before: .now + .seconds(3600))
             }
             port.invalidate()
-            return 0
-        },
-        ChildRole(name: "dispatch-sync-current", usage: "(sync onto the serial queue the caller runs on: ThreadKit stops the process)") {
-            _ in
-            let queue = TKDispatchQueue(label: "photos")
-            queue.sync { queue.sync {} }
             return 0
         },
         ChildRole(

@@ -1,6 +1,6 @@
 // BlockingRoles: child processes for the blocking checker (docs/Diagnostics.md §5): the main
 // thread's run loop blocked in a timer callback (only a child can run TKRunLoop.main: XCTest owns
-// the test process's main thread), and `blocking:fatal`, which must stop the process.
+// the test process's main thread). `blocking:fatal` is an exit test (DiagnosticsBlockingTests).
 import ChildProcessRoles
 import Glibc
 import ThreadKit
@@ -35,15 +35,7 @@ enum BlockingRoles {
             Console.out("blocking reports: \(reports.count)")
             for report in reports { Console.out("place \(report.place) site \(report.callSite)") }
             return reports.count == 1 && reports[0].place == .mainRunLoop ? 0 : 1
-        },
-        ChildRole(name: "blocking-fatal", usage: "(blocking:fatal; a Swift task waits on a semaphore: must stop the process)") { _ in
-            TKDiagnostics.enable([.blocking, .blockingFatal])
-            let semaphore = TKDispatchSemaphore(value: 0)
-            Task.detached { waitInATaskUnderBlockingFatal(semaphore) }
-            TKThread.sleep(for: .seconds(30)) // the main thread, no loop running: not a wrong place
-            Console.out("still running after 30 s: blocking:fatal did not stop the process")
-            return 0
-        },
+        }
     ]
 }
 
@@ -52,10 +44,4 @@ enum BlockingRoles {
 func blockTheMainLoopOnALock(_ lock: TKLock) {
     lock.lock()
     lock.unlock()
-}
-
-/// The call site the fatal message must name.
-@inline(never)
-func waitInATaskUnderBlockingFatal(_ semaphore: TKDispatchSemaphore) {
-    semaphore.wait()
 }

@@ -85,9 +85,14 @@ enum ConcurrencyRoles {
 // (global-executor and global-executor-too-late, which the tour also runs, are in
 // Sources/ChildProcessRoles, SharedChildRoles.)
 
-// MARK: Executor misuse
+// MARK: Executor stall
 
-/// An actor whose executor is given at creation: a run loop, a loop's mode executor or a queue.
+// The executor misuses (a concurrent queue as an actor's executor, a job for a finished thread's
+// loop or left on its loop when the thread ends, assumeIsolated off the loop) are exit tests in
+// Tests/ThreadKitTests/ExecutorTests.swift. What stays here sets TK_EXECUTOR_STALL_MS before the
+// process's first job.
+
+/// An actor whose executor is given at creation: a run loop.
 actor PinnedCounter {
     private let executor: UnownedSerialExecutor
     private(set) var count = 0
@@ -101,52 +106,6 @@ actor PinnedCounter {
 
 enum ExecutorMisuseRoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "executor-concurrent-queue", usage: "(an actor on a concurrent TKDispatchQueue: misuse)") { _ in
-            let queue = TKDispatchQueue(label: "parallel", attributes: .concurrent)
-            let counter = PinnedCounter(queue.asUnownedSerialExecutor())
-            let done = TKDispatchSemaphore(value: 0)
-            Task {
-                _ = await counter.increment()
-                done.signal()
-            }
-            done.wait()
-            return 0
-        },
-        ChildRole(name: "executor-finished-loop", usage: "(an actor call sent to the loop of a finished thread: misuse)") { _ in
-            let box = SharedBox<TKRunLoop?>(nil)
-            var thread: TKThread? = TKThread(name: "finished-loop") { box.value = TKRunLoop.current }
-            thread?.isDetached = false
-            thread?.start()
-            thread?.join() // publishes box.value
-            thread = nil // the thread's object is gone too: the message still names it
-            let counter = PinnedCounter(box.value!.asUnownedSerialExecutor())
-            let done = TKDispatchSemaphore(value: 0)
-            Task {
-                _ = await counter.increment()
-                done.signal()
-            }
-            // Stops at the enqueue; never past this deadline unless the job was silently dropped.
-            guard done.wait(until: .now + .seconds(20)) == .success else {
-                Console.out("the actor call never finished")
-                return 3
-            }
-            return 0
-        },
-        ChildRole(
-            name: "executor-thread-ends-with-job",
-            usage: "idle|other-mode|mode-executor (a loop's thread ends with an actor job queued: misuse)"
-        ) { args in
-            threadEndsWithJobQueued(args.first ?? "idle")
-        },
-        ChildRole(name: "executor-assume-off-loop", usage: "(assumeIsolated for a loop's actor on another thread: misuse)") { _ in
-            let loop = TKRunLoop.main // this role runs on the main thread; the check runs elsewhere
-            let counter = PinnedCounter(loop.asUnownedSerialExecutor())
-            let t = TKThread { counter.assumeIsolated { _ = $0.count } }
-            t.isDetached = false
-            t.start()
-            t.join()
-            return 0
-        },
         ChildRole(name: "executor-stalled-loop", usage: "(an actor call waits on a loop nobody runs: a warning, then exit 0)") { _ in
             // Asked for before the first job: the delay is read once.
             setenv("TK_EXECUTOR_STALL_MS", "100", 1)
@@ -164,59 +123,6 @@ enum ExecutorMisuseRoles {
             Task { _ = await counter.increment() }
             TKThread.sleep(for: .seconds(2)) // the warning is due after 100 ms
             return 0
-        },
+        }
     ]
-}
-
-extension ExecutorMisuseRoles {
-    /// A loop's thread ends while an actor's job waits on its loop; the job's task never resumes
-    /// unless ThreadKit stops the process (at the thread's end, naming the thread "ending-loop").
-    /// The job is queued from the loop's own thread, in code isolated to the actor (a Task made
-    /// there is enqueued on the actor's executor before `Task.init` returns), so it is known to be
-    /// queued when the thread ends:
-    ///   idle           the loop is not running (the job arms the stall check)
-    ///   other-mode     the loop runs in a private mode, the job is for the common modes
-    ///   mode-executor  the actor's executor serves a private mode, the loop runs `.default`
-    /// Exits 3 if the call has not finished 20 s later (the job was dropped silently).
-    static func threadEndsWithJobQueued(_ variant: String) -> Int32 {
-        let other = TKRunLoop.Mode("tk.test.other")
-        let done = TKDispatchSemaphore(value: 0)
-        let thread = TKThread(name: "ending-loop") {
-            let loop = TKRunLoop.current
-            let modeExecutor = loop.executor(forModes: [other]) // held below: actors hold executors unowned
-            let counter = PinnedCounter(
-                variant == "mode-executor"
-                    ? modeExecutor.asUnownedSerialExecutor()
-                    : loop.asUnownedSerialExecutor())
-            /// Queues one job of the actor on its executor, from this thread.
-            @Sendable func queueJob() {
-                _ = counter.assumeIsolated { counter in
-                    Task {
-                        _ = counter.increment()
-                        done.signal()
-                    }
-                }
-            }
-            switch variant {
-            case "idle":
-                queueJob()
-            default:
-                let mode = variant == "other-mode" ? other : .default
-                loop.perform(inModes: [mode]) {
-                    queueJob()
-                    loop.stop()
-                }
-                _ = loop.run(mode: mode, before: .now + .seconds(20))
-            }
-            withExtendedLifetime((counter, modeExecutor)) {}
-            // The thread ends here, the job still queued.
-        }
-        thread.start()
-        guard done.wait(until: .now + .seconds(20)) == .success else {
-            Console.out("the actor call never finished")
-            return 3
-        }
-        Console.out("the actor call finished")
-        return 0
-    }
 }

@@ -1,33 +1,13 @@
-// DiagnosticsRoles: child processes for the diagnostics (docs/Diagnostics.md): the lock-order
-// checker's process-stopping mode, TK_DIAGNOSTICS parsing (and that a refused `dump:SIGTERM`
-// leaves the signal alone: `signal-self`), and a hang of the main thread's run
-// loop (which only a child can show: XCTest owns the test process's main thread).
+// DiagnosticsRoles: child processes for the diagnostics (docs/Diagnostics.md): TK_DIAGNOSTICS
+// parsing (and that a refused `dump:SIGTERM` leaves the signal alone: `signal-self`), and a hang
+// of the main thread's run loop (which only a child can show: XCTest owns the test process's main
+// thread). `lockorder:fatal` is an exit test (DiagnosticsLockOrderTests).
 import ChildProcessRoles
 import Glibc
 import ThreadKit
 
 enum DiagnosticsRoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "lock-order-fatal", usage: "(lockorder:fatal, then a two-lock inversion: must stop the process)") { _ in
-            TKDiagnostics.enable([.lockOrder, .lockOrderFatal])
-            let first = TKLock()
-            let second = TKLock()
-            first.name = "first"
-            second.name = "second"
-            SpawnedThread {
-                first.lock()
-                second.lock()
-                second.unlock()
-                first.unlock()
-            }.join()
-            SpawnedThread {
-                second.lock()
-                first.lock()
-                first.unlock()
-                second.unlock()
-            }.join()
-            return 0
-        },
         ChildRole(name: "diagnostics-config", usage: "(prints the features and hang threshold TK_DIAGNOSTICS gave)") { _ in
             Console.out(TKDiagnostics.summary)
             Console.out(

@@ -1,61 +1,16 @@
-// DispatchMisuseRoles: child processes that commit one dispatch misuse each (SPEC §6) and must be
-// stopped by ThreadKit with a message naming the object, the call and the fix. Exit status 0 means
-// the misuse went unnoticed, which the tests treat as a failure. dispatch-sync-current has a copy
-// among the tour's children (Sources/threadkit/Tour/TourChildren.swift); DispatchMisuseTests judges
-// this one.
+// DispatchMisuseRoles: the dispatch behaviours (SPEC §6) that need the process's main thread or its
+// signal dispositions: sync onto the main queue from the main thread (a misuse ThreadKit stops,
+// naming the call and the fix; exit status 0 means it went unnoticed), TKDispatch.main() serving
+// the main queue, and signal sources catching SIGUSR1 and SIGTERM. The other dispatch misuses are
+// exit tests (Tests/ThreadKitTests/DispatchMisuseTests.swift).
 import ChildProcessRoles
 import Glibc
 import ThreadKit
 
 enum DispatchMisuseRoles {
     static let all: [ChildRole] = [
-        ChildRole(name: "dispatch-sync-target", usage: "(sync onto a queue whose target the caller runs on)") { _ in
-            let parent = TKDispatchQueue(label: "parent")
-            let child = TKDispatchQueue(label: "child", target: parent)
-            let done = TKDispatchSemaphore(value: 0)
-            parent.async {
-                child.sync {}
-                done.signal()
-            }
-            done.wait()
-            return 0
-        },
-        ChildRole(name: "dispatch-sync-barrier-inside", usage: "(barrier sync onto the concurrent queue the caller runs on)") { _ in
-            let queue = TKDispatchQueue(label: "store", attributes: .concurrent)
-            let done = TKDispatchSemaphore(value: 0)
-            queue.async {
-                queue.sync(flags: .barrier) {}
-                done.signal()
-            }
-            done.wait()
-            return 0
-        },
         ChildRole(name: "dispatch-sync-main-on-main", usage: "(sync onto the main queue from the main thread)") { _ in
             TKDispatchQueue.main.sync {}
-            return 0
-        },
-        ChildRole(name: "dispatch-group-leave", usage: "(leave a group that was never entered)") { _ in
-            let group = TKDispatchGroup()
-            group.enter()
-            group.leave()
-            group.leave()
-            return 0
-        },
-        ChildRole(name: "dispatch-over-resume", usage: "(resume a queue more times than it was suspended)") { _ in
-            let queue = TKDispatchQueue(label: "uploads")
-            queue.suspend()
-            queue.resume()
-            queue.resume()
-            return 0
-        },
-        ChildRole(name: "dispatch-source-over-resume", usage: "(resume an active source that is not suspended)") { _ in
-            let source = TKDispatchSource.makeUserDataAddSource(queue: .global())
-            source.activate()
-            source.resume()
-            return 0
-        },
-        ChildRole(name: "dispatch-negative-semaphore", usage: "(create a semaphore with a negative value)") { _ in
-            _ = TKDispatchSemaphore(value: -1)
             return 0
         },
         ChildRole(name: "dispatch-signal-source", usage: "(a signal source catches SIGUSR1 and SIGTERM; raise both; exit 0)") { _ in
@@ -97,12 +52,6 @@ enum DispatchMainRoles {
                 }
             }
             TKDispatch.main()
-        },
-        ChildRole(name: "dispatch-main-off-main", usage: "(TKDispatch.main() called from another thread)") { _ in
-            let t = TKThread { TKDispatch.main() }
-            t.start()
-            t.join()
-            return 0
-        },
+        }
     ]
 }

@@ -2,8 +2,9 @@
 // Int.min, Duration overflowing 64-bit seconds, deadlines far in the past or future, zero and
 // negative counts) in a process of its own, so a trap in ThreadKit's arithmetic shows as a crash
 // of that child only. Each case prints "ok CASE: what happened" and exits 0 when ThreadKit
-// behaved (a result, a thrown TKError, or nothing); the misuse cases stop the process with a
-// "ThreadKit misuse:" message instead. `ThreadKitTestChild extreme list` prints the case names.
+// behaved (a result, a thrown TKError, or nothing); `ThreadKitTestChild extreme list` prints the
+// case names. (The one extreme input that is a misuse, a semaphore signalled past Int.max units,
+// is an exit test: ExtremeInputTests.swift.)
 import ChildProcessRoles
 import Glibc
 import ThreadKit
@@ -27,9 +28,6 @@ enum ExtremeInputRoles {
         ChildRole(name: "dispatch-io-offsets", usage: "(TKDispatchIO reads and writes at extreme offsets and lengths; one line per case)") {
             _ in
             DispatchIOOffsets.run()
-        },
-        ChildRole(name: "dispatch-data-extreme", usage: "CASE (a TKDispatchData call with an extreme range or size: misuse)") { args in
-            DispatchDataExtremes.run(args.first ?? "")
         },
     ]
 }
@@ -117,41 +115,6 @@ enum DispatchIOOffsets {
         let n = pread(fd, &file, file.count, 0)
         return "bytes=\(String(decoding: collected.bytes, as: UTF8.self)) err=\(collected.error) left=\(collected.left) "
             + "position=\(position) file=\(String(decoding: file.prefix(max(n, 0)), as: UTF8.self))"
-    }
-}
-
-/// `ThreadKitTestChild dispatch-data-extreme CASE`: one TKDispatchData call with a range or size at
-/// the edge of Int; each must stop with a "ThreadKit misuse:" message, not a trap of Swift's
-/// arithmetic. `huge-append` appends a byte to a data claiming Int.max bytes (a region over
-/// memory never read: the count overflows).
-enum DispatchDataExtremes {
-    static func run(_ name: String) -> Int32 {
-        let ten = TKDispatchData(copying: [UInt8](repeating: 7, count: 10))
-        var target = [UInt8](repeating: 0, count: 4)
-        switch name {
-        case "subdata-full-int-range": _ = ten.subdata(in: Int.min..<Int.max)
-        case "subdata-at-int-max": _ = ten.subdata(in: Int.max..<Int.max)
-        case "subdata-from-int-min": _ = ten.subdata(in: Int.min..<5)
-        case "region-int-min": _ = ten.region(location: Int.min)
-        case "region-int-max": _ = ten.region(location: Int.max)
-        case "subscript-int-min": _ = ten[Int.min]
-        case "copy-bytes-near-int-max": _ = target.withUnsafeMutableBytes { ten.copyBytes(to: $0, from: (Int.max - 1)..<Int.max) }
-        case "huge-append":
-            var byte: UInt8 = 1
-            withUnsafeMutablePointer(to: &byte) { pointer in
-                // safety: the bytes are never read — only counted — and the no-op deallocator
-                // leaves them alone.
-                let claimed = UnsafeRawBufferPointer(start: UnsafeRawPointer(pointer), count: Int.max)
-                var huge = TKDispatchData(bytesNoCopy: claimed, deallocator: .custom(nil) {})
-                huge.append(ten)
-                Console.out("appended: \(huge.count) bytes")
-            }
-        default:
-            Console.err("no dispatch-data-extreme case \(name)")
-            return 2
-        }
-        Console.out("\(name): no misuse")
-        return 0
     }
 }
 

@@ -7,7 +7,6 @@
 //   port-frame-budget MIB N EACH budget MIB; N connections each leave EACH MiB of a 60 MiB frame
 //   port-listener-emfile         a listening port out of descriptors
 //   port-unix-mode PATH          listens at PATH under umask 0; prints the file's mode
-//   port-negative-budget         sets a negative budget (a misuse: stops the process)
 //   port-send-as UID ADDR COUNT  becomes UID, then sends as port-send
 //   port-remote-cost N           resident kB per held remote port, and per control buffer
 //   port-auth-flood MODE N       a shared-key listener; a key holder sends N 1 MiB messages while
@@ -46,10 +45,6 @@ enum PortHardeningRoles {
             guard stat(path, &status) == 0 else { return 1 }
             Console.out("mode \(String(status.st_mode & 0o777, radix: 8))")
             port.invalidate()
-            return 0
-        },
-        ChildRole(name: "port-negative-budget", usage: "(set TKSocketPort.unfinishedFrameBudget to -1: a misuse)") { _ in
-            TKSocketPort.unfinishedFrameBudget = -1
             return 0
         },
         ChildRole(

@@ -30,53 +30,11 @@ enum RunLoopIORoles {
             return 0
         },
         ChildRole(
-            name: "io-fd-reuse-reenable",
-            usage:
-                "(close a TKFileDescriptorSource's descriptor under it, reuse the number for another source on the loop, re-enable the old one: a misuse; without the check, print which source heard the new pipe's byte)"
-        ) { _ in
-            reenableStaleSource()
-        },
-        ChildRole(
             name: "io-listener-emfile", usage: "(a listener out of descriptors: print \"accepted 3 cpu-ms N\" after descriptors come back)"
         ) { _ in
             listenerOutOfDescriptors()
         },
     ]
-
-    /// The stale-source misuse (docs/RunLoopIO.md, "Failure table"): an old source armed on a
-    /// descriptor that is then closed under it; a new pipe put on the same number and watched by
-    /// a new source on the same loop; then the old source re-enabled, which would take the new
-    /// source's events. All on this thread's loop.
-    static func reenableStaleSource() -> Int32 {
-        let loop = TKRunLoop.current
-        let heard = SharedBox(0) // 1: the old source, 2: the new one; this thread only (callbacks run on its loop)
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { return 1 }
-        let number = fds[0]
-        let old = TKFileDescriptorSource(fileDescriptor: number) { _, _ in heard.value = 1 }
-        loop.add(old, forMode: .default)
-        old.enableCallBacks(.read)
-        close(number) // under the source
-        var second: [Int32] = [0, 0]
-        guard pipe(&second) == 0 else { return 1 }
-        if second[0] != number { // the kernel usually hands out the freed number itself
-            guard dup2(second[0], number) == number else { return 1 }
-            close(second[0])
-        }
-        let new = TKFileDescriptorSource(fileDescriptor: number) { _, _ in heard.value = 2 }
-        loop.add(new, forMode: .default)
-        new.enableCallBacks(.read)
-        old.enableCallBacks(.read) // the misuse
-        var byte: UInt8 = 7
-        _ = write(second[1], &byte, 1)
-        let deadline = ContinuousClock.now + .seconds(10)
-        while heard.value == 0 && ContinuousClock.now < deadline {
-            loop.run(mode: .default, before: deadline)
-        }
-        Console.out(["nobody", "the old source", "the new source"][heard.value] + " heard the byte")
-        withExtendedLifetime((old, new)) {}
-        return 0
-    }
 
     /// A blocking TCP connect to 127.0.0.1:`port`: the descriptor or -errno.
     static func connectBlocking(_ port: UInt16) -> Int32 {

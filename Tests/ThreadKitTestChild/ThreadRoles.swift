@@ -1,8 +1,7 @@
 // ThreadRoles: child processes for the TKThread behaviours that only a whole process shows:
 // exit-time joining of joinable threads, the once-per-process multithreading notification (and
-// performInBackground as the first thread), the default uncaught-error report, start() twice,
-// detaching after start, a joinable thread's value handed to nobody, priorities refused to an
-// unprivileged process, and a thread whose stack the OS cannot map (under a lowered RLIMIT_AS).
+// performInBackground as the first thread), the default uncaught-error report, detaching after
+// start, a joinable thread's value handed to nobody, priorities refused to an unprivileged process, and a thread whose stack the OS cannot map (under a lowered RLIMIT_AS).
 // joinable-save, which the tour also runs, is in Sources/ChildProcessRoles (SharedChildRoles).
 import ChildProcessRoles
 import Glibc
@@ -60,12 +59,6 @@ enum ThreadRoles {
             Console.out("process still running after the error")
             return 0
         },
-        ChildRole(name: "thread-start-twice", usage: "(start() a TKThread twice: misuse)") { _ in
-            let worker = TKThread(name: "worker") {}
-            worker.start()
-            worker.start()
-            return 0
-        },
         ChildRole(name: "thread-detach-after-start", usage: "(a joinable thread blocking forever is detached after start; main returns)") {
             _ in
             let blocked = TKThread(name: "blocked") { TKThread.sleep(for: .seconds(3600)) }
@@ -74,15 +67,6 @@ enum ThreadRoles {
             blocked.isDetached = true // pthread_detach: exit no longer waits for it
             Console.out("detached=\(blocked.isDetached)")
             return 0
-        },
-        ChildRole(name: "thread-rejoin-after-start", usage: "(isDetached = false on a started detached thread: misuse)") { _ in
-            let worker = TKThread(name: "worker") { TKThread.sleep(for: .seconds(3600)) }
-            worker.start()
-            worker.isDetached = false
-            return 0
-        },
-        ChildRole(name: "joinable-exit-elsewhere", usage: "(TKJoinableThread<Int>.exit(with:) on a plain thread: misuse)") { _ in
-            TKJoinableThread<Int>.exit(with: 1)
         },
         ChildRole(name: "thread-priority-unprivileged", usage: "(drops privilege, then raises and lowers a thread's priority)") { _ in
             // Without CAP_SYS_NICE (leave root) and without RLIMIT_NICE headroom, raising is refused.

@@ -3,6 +3,7 @@
 // `barrier: true` promises (forbidden outcomes counted and required to be zero).
 import Foundation
 import Synchronization
+import Testing
 import ThreadKit
 import XCTest
 
@@ -170,10 +171,6 @@ final class AtomicTests: XCTestCase {
             XCTAssertEqual(claimed.count, 24)
             XCTAssertEqual(Array(buffer), [0xFF, 0xFF, 0xFF])
         }
-    }
-
-    func testABufferBitOutsideTheBufferStopsTheProcess() throws {
-        try assertMisuse("atomic-bad-buffer-bit", mentions: ["TKAtomicTestAndSet(bit: 24, in: a 3-byte buffer)", "0..<24", "Fix:"])
     }
 
     func testTestAndSetAndClearReturnTheOldBit() {
@@ -393,5 +390,16 @@ private enum Litmus {
 
         func record(_ side: Int, _ i: Int, _ outcome: Outcome) { slots[side * iterations + i - 1] = outcome }
         subscript(side: Int, i: Int) -> Outcome { slots[side * iterations + i - 1] }
+    }
+}
+
+/// Misuses of the atomics, each an exit test (Support/MisuseAssertions.swift).
+@Suite struct AtomicExitTests {
+    @Test func aBufferBitOutsideTheBufferStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 3, alignment: 1)
+            TKAtomicTestAndSet(bit: 24, in: buffer)
+        }
+        expectMisuse(result, mentions: ["TKAtomicTestAndSet(bit: 24, in: a 3-byte buffer)", "0..<24", "Fix:"])
     }
 }

@@ -2,12 +2,13 @@
 // TKLock, waits on a TKDispatchSemaphore or calls `sync` on a busy queue is reported once per call
 // site, with the call site's function in the stack; so is an actor pinned to a run loop that
 // waits, and a task on ThreadKit's pool blocked outside ThreadKit (the pool's monitor). The same
-// waits on plain threads are not reported. The main loop blocked in a timer callback, and
-// `blocking:fatal`, are shown in child processes. Judges outside ThreadKit: the kernel's view of
+// waits on plain threads are not reported. The main loop blocked in a timer callback is shown in
+// a child process, `blocking:fatal` in an exit test. Judges outside ThreadKit: the kernel's view of
 // the waiting thread (asleep in a futex wait, /proc), Foundation semaphores for the hand-offs,
 // symbol names in the stack.
 import Foundation
 import Synchronization
+import Testing
 import XCTest
 
 @testable import ThreadKit
@@ -285,9 +286,22 @@ final class DiagnosticsBlockingTests: XCTestCase {
         XCTAssertTrue(result.standardOutput.contains("blockTheMainLoopOnALock"), "the call site: \(result.standardOutput)")
         XCTAssertTrue(result.standardError.contains("the main thread's run loop"), result.standardError)
     }
+}
 
-    func testBlockingFatalStopsTheProcessNamingTheCallSite() throws {
-        try assertMisuse(
-            "blocking-fatal", mentions: ["ThreadKit blocking", "waitInATaskUnderBlockingFatal", "blocking:fatal", "Fix:"])
+/// blocking:fatal, an exit test (Support/MisuseAssertions.swift).
+@Suite struct DiagnosticsBlockingExitTests {
+    @Test func blockingFatalStopsTheProcessNamingTheCallSite() async {
+        // The exit test's body runs in a Swift task: a wait there is in the wrong place.
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKDiagnostics.enable([.blocking, .blockingFatal])
+            waitInATaskUnderBlockingFatal(TKDispatchSemaphore(value: 0))
+        }
+        expectMisuse(result, mentions: ["ThreadKit blocking", "waitInATaskUnderBlockingFatal", "blocking:fatal", "Fix:"])
     }
+}
+
+/// The call site the fatal message must name.
+@inline(never)
+func waitInATaskUnderBlockingFatal(_ semaphore: TKDispatchSemaphore) {
+    semaphore.wait()
 }

@@ -1,8 +1,9 @@
 // Lock-order checking (docs/Diagnostics.md §1): seeded inversions over 2, 3 and 5 locks and
 // threads are reported before any deadlock; consistent orders, recursive re-entry and try-locks
-// never are; a queue `sync` orders like a lock; the process-stopping mode stops a child process.
+// never are; a queue `sync` orders like a lock; the process-stopping mode stops an exit test's child.
 // Reports are collected by a handler into an array guarded by Foundation's NSLock (the judge).
 import Foundation
+import Testing
 import XCTest
 
 @testable import ThreadKit
@@ -331,10 +332,6 @@ final class DiagnosticsLockOrderTests: LockOrderTestCase {
         XCTAssertEqual(Set(reports.first?.locks ?? []), ["TKLock \"model\"", "TKDispatchQueue \"diagnostics.sync-order\""])
     }
 
-    func testLockOrderFatalModeStopsTheProcess() throws {
-        try assertMisuse("lock-order-fatal", mentions: ["potential deadlock", "TKLock \"first\"", "TKLock \"second\"", "lockorder:fatal"])
-    }
-
     func testDisabledCheckingRecordsNothing() {
         TKDiagnostics.disable(.lockOrder)
         defer { TKDiagnostics.enable(.lockOrder) }
@@ -352,5 +349,31 @@ final class DiagnosticsLockOrderTests: LockOrderTestCase {
             locks[1].unlock()
         }
         XCTAssertEqual(collector.lockOrderReports.count, 0)
+    }
+}
+
+/// lockorder:fatal, an exit test (Support/MisuseAssertions.swift).
+@Suite struct DiagnosticsLockOrderExitTests {
+    @Test func lockOrderFatalModeStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKDiagnostics.enable([.lockOrder, .lockOrderFatal])
+            let first = TKLock()
+            let second = TKLock()
+            first.name = "first"
+            second.name = "second"
+            Workers.start {
+                first.lock()
+                second.lock()
+                second.unlock()
+                first.unlock()
+            }.wait()
+            Workers.start {
+                second.lock()
+                first.lock()
+                first.unlock()
+                second.unlock()
+            }.wait()
+        }
+        expectMisuse(result, mentions: ["potential deadlock", "TKLock \"first\"", "TKLock \"second\"", "lockorder:fatal"])
     }
 }

@@ -5,6 +5,7 @@
 // given one), regions and region(location:) describe the layout.
 import Dispatch
 import Foundation
+import Testing
 import ThreadKit
 import XCTest
 
@@ -138,8 +139,14 @@ final class DispatchDataTests: XCTestCase {
         XCTAssertEqual(target, Array(expected[100..<130]))
         for i in stride(from: 0, to: expected.count, by: 7) { XCTAssertEqual(data[i], expected[i]) }
     }
+}
 
-    func testASubrangeOutsideTheDataStopsTheProcess() throws {
-        try assertMisuse("dispatch-data-subrange-outside", mentions: ["TKDispatchData.subdata(in: 5..<20)", "10 bytes", "Fix:"])
+/// Misuse of TKDispatchData, an exit test (Support/MisuseAssertions.swift).
+@Suite struct DispatchDataExitTests {
+    @Test func aSubrangeOutsideTheDataStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = TKDispatchData(copying: [UInt8](repeating: 1, count: 10)).subdata(in: 5..<20)
+        }
+        expectMisuse(result, mentions: ["TKDispatchData.subdata(in: 5..<20)", "10 bytes", "Fix:"])
     }
 }

@@ -6,9 +6,10 @@
 // cases on libdispatch's DispatchIO here and requires the same outcome for each — the bytes read,
 // the final errno (EINVAL where the position is out of range), the bytes a write handed back, the
 // descriptor's position and the file's bytes. TKDispatchData's ranges and sizes at Int's edges
-// must stop with ThreadKit's misuse message, never a bare arithmetic trap.
+// must stop with ThreadKit's misuse message, never a bare arithmetic trap (exit tests).
 import Dispatch
 import Foundation
+import Testing
 import ThreadKit
 import XCTest
 
@@ -37,27 +38,6 @@ final class DispatchIOOffsetTests: XCTestCase {
             trappingWrite?.hasSuffix("bytes= err=\(EINVAL) left=2 position=10 file=0123456789abcdefghij") == true,
             String(trappingWrite ?? "missing"))
         XCTAssertGreaterThan(sawEINVAL, 10)
-    }
-
-    func testDispatchDataRangesAndSizesAtIntsEdgesStopWithAMessage() throws {
-        let cases = [
-            "subdata-full-int-range": "TKDispatchData.subdata(in: \(Int.min)..<\(Int.max))",
-            "subdata-at-int-max": "TKDispatchData.subdata(in: \(Int.max)..<\(Int.max))",
-            "subdata-from-int-min": "outside the data's 10 bytes",
-            "region-int-min": "TKDispatchData.region(location: \(Int.min))",
-            "region-int-max": "TKDispatchData.region(location: \(Int.max))",
-            "subscript-int-min": "TKDispatchData[\(Int.min)]",
-            "copy-bytes-near-int-max": "TKDispatchData.subdata(in: \(Int.max - 1)..<\(Int.max))",
-            "huge-append": "TKDispatchData.append: the data would hold \(Int.max) + 10 bytes, more than Int.max",
-        ]
-        for (name, fragment) in cases.sorted(by: { $0.key < $1.key }) {
-            let result = try ChildProcess.run("dispatch-data-extreme", [name])
-            XCTAssertTrue(result.signalled || result.status != 0, "\(name) kept running: \(result.standardOutput)")
-            XCTAssertFalse(result.standardOutput.contains("no misuse"), name)
-            XCTAssertTrue(result.standardError.contains("ThreadKit misuse:"), "\(name): \(result.standardError)")
-            XCTAssertTrue(result.standardError.contains(fragment), "\(name) lacks \"\(fragment)\": \(result.standardError)")
-            XCTAssertTrue(result.standardError.contains("Fix:"), "\(name): \(result.standardError)")
-        }
     }
 
     // MARK: libdispatch, the reference
@@ -126,5 +106,62 @@ final class DispatchIOOffsetTests: XCTestCase {
         let n = pread(fd, &file, file.count, 0)
         return "bytes=\(String(decoding: collected.bytes, as: UTF8.self)) err=\(collected.error) left=\(collected.left) "
             + "position=\(position) file=\(String(decoding: file.prefix(max(n, 0)), as: UTF8.self))"
+    }
+}
+
+/// TKDispatchData's ranges and sizes at Int's edges, each an exit test: ThreadKit's misuse
+/// message, never a bare arithmetic trap (Support/MisuseAssertions.swift).
+@Suite struct DispatchIOOffsetExitTests {
+    @Test(arguments: DispatchDataExtreme.allCases)
+    func dispatchDataRangesAndSizesAtIntsEdgesStopWithAMessage(_ extreme: DispatchDataExtreme) async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [extreme] in
+            extreme.run()
+        }
+        expectMisuse(result, mentions: [extreme.message, "Fix:"])
+    }
+}
+
+/// One TKDispatchData call with a range or size at the edge of Int. `hugeAppend` appends to a
+/// data claiming Int.max bytes (a region over memory never read: the count overflows).
+enum DispatchDataExtreme: String, CaseIterable, Codable, Sendable {
+    case subdataFullIntRange, subdataAtIntMax, subdataFromIntMin, regionIntMin, regionIntMax, subscriptIntMin
+    case copyBytesNearIntMax, hugeAppend
+
+    /// What the misuse message must say.
+    var message: String {
+        switch self {
+        case .subdataFullIntRange: "TKDispatchData.subdata(in: \(Int.min)..<\(Int.max))"
+        case .subdataAtIntMax: "TKDispatchData.subdata(in: \(Int.max)..<\(Int.max))"
+        case .subdataFromIntMin: "outside the data's 10 bytes"
+        case .regionIntMin: "TKDispatchData.region(location: \(Int.min))"
+        case .regionIntMax: "TKDispatchData.region(location: \(Int.max))"
+        case .subscriptIntMin: "TKDispatchData[\(Int.min)]"
+        case .copyBytesNearIntMax: "TKDispatchData.subdata(in: \(Int.max - 1)..<\(Int.max))"
+        case .hugeAppend: "TKDispatchData.append: the data would hold \(Int.max) + 10 bytes, more than Int.max"
+        }
+    }
+
+    /// The call: a misuse, so it stops the process.
+    func run() {
+        let ten = TKDispatchData(copying: [UInt8](repeating: 7, count: 10))
+        var target = [UInt8](repeating: 0, count: 4)
+        switch self {
+        case .subdataFullIntRange: _ = ten.subdata(in: Int.min..<Int.max)
+        case .subdataAtIntMax: _ = ten.subdata(in: Int.max..<Int.max)
+        case .subdataFromIntMin: _ = ten.subdata(in: Int.min..<5)
+        case .regionIntMin: _ = ten.region(location: Int.min)
+        case .regionIntMax: _ = ten.region(location: Int.max)
+        case .subscriptIntMin: _ = ten[Int.min]
+        case .copyBytesNearIntMax: _ = target.withUnsafeMutableBytes { ten.copyBytes(to: $0, from: (Int.max - 1)..<Int.max) }
+        case .hugeAppend:
+            var byte: UInt8 = 1
+            withUnsafeMutablePointer(to: &byte) { pointer in
+                // safety: the bytes are never read — only counted — and the no-op deallocator
+                // leaves them alone.
+                let claimed = UnsafeRawBufferPointer(start: UnsafeRawPointer(pointer), count: Int.max)
+                var huge = TKDispatchData(bytesNoCopy: claimed, deallocator: .custom(nil) {})
+                huge.append(ten)
+            }
+        }
     }
 }

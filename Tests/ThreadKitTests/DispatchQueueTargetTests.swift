@@ -1,10 +1,11 @@
 // Retargeting an inactive queue (`setTarget(queue:)`), queue context with a finalizer, and the
 // `debugDescription`s of queues, groups and sources (issue 14, "Dispatch surface"). Judged by
 // Foundation's semaphores, a pthread-mutex record of overlaps and order, and weak references;
-// misuse (retargeting an active or global queue, a loop) in child processes.
+// misuse (retargeting an active or global queue, a loop) in exit tests.
 import Dispatch
 import Foundation
 import Synchronization
+import Testing
 import ThreadKit
 import XCTest
 
@@ -71,23 +72,6 @@ final class DispatchQueueTargetTests: XCTestCase {
         queue.activate()
         XCTAssertEqual(ran.wait(timeout: .now() + 30), .success)
         first.resume()
-    }
-
-    func testRetargetingAnActiveQueueStopsTheProcess() throws {
-        try assertMisuse(
-            "dispatch-retarget-active",
-            mentions: [
-                "TKDispatchQueue \"thumbnails\"", "setTarget(queue: \"io\")",
-                "active queue", "initiallyInactive",
-            ])
-    }
-
-    func testRetargetingAGlobalQueueStopsTheProcess() throws {
-        try assertMisuse("dispatch-retarget-global", mentions: ["setTarget(queue:", "cannot be retargeted", "Fix:"])
-    }
-
-    func testATargetLoopStopsTheProcess() throws {
-        try assertMisuse("dispatch-retarget-cycle", mentions: ["TKDispatchQueue \"a\"", "loop back", "Fix:"])
     }
 
     // MARK: Context and finalizer
@@ -205,5 +189,32 @@ final class DispatchQueueTargetTests: XCTestCase {
         XCTAssertTrue(text.contains("cancelled"), text)
         let signal = TKDispatchSource.makeUserDataAddSource(queue: queue)
         XCTAssertTrue(signal.debugDescription.contains("type: data add"), signal.debugDescription)
+    }
+}
+
+/// Retargeting misuses, each an exit test (Support/MisuseAssertions.swift).
+@Suite struct DispatchQueueTargetExitTests {
+    @Test func retargetingAnActiveQueueStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKDispatchQueue(label: "thumbnails").setTarget(queue: TKDispatchQueue(label: "io"))
+        }
+        expectMisuse(
+            result, mentions: ["TKDispatchQueue \"thumbnails\"", "setTarget(queue: \"io\")", "active queue", "initiallyInactive"])
+    }
+
+    @Test func retargetingAGlobalQueueStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKDispatchQueue.global().setTarget(queue: TKDispatchQueue(label: "io"))
+        }
+        expectMisuse(result, mentions: ["setTarget(queue:", "cannot be retargeted", "Fix:"])
+    }
+
+    @Test func aTargetLoopStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let a = TKDispatchQueue(label: "a", attributes: .initiallyInactive)
+            let b = TKDispatchQueue(label: "b", target: a)
+            a.setTarget(queue: b)
+        }
+        expectMisuse(result, mentions: ["TKDispatchQueue \"a\"", "loop back", "Fix:"])
     }
 }

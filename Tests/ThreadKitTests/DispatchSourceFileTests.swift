@@ -1,11 +1,12 @@
 // Read and write sources on descriptors epoll refuses (issue 15 item 5, issue 14's "Dispatch
 // surface"): a regular file, /dev/null. libdispatch treats them as always ready: a read source on
 // a regular file delivers the bytes left from the file offset to its end, again after each handler
-// run, and a write source fires. A descriptor that is not open is refused with a message (child
-// processes). Judged by Foundation's semaphores and by reading the file back with `pread`.
+// run, and a write source fires. A descriptor that is not open is refused with a message (exit
+// tests). Judged by Foundation's semaphores and by reading the file back with `pread`.
 import Dispatch
 import Foundation
 import Synchronization
+import Testing
 import ThreadKit
 import XCTest
 
@@ -171,20 +172,40 @@ final class DispatchSourceFileTests: XCTestCase {
         file.cancel()
         XCTAssertEqual(cancelled.wait(timeout: .now() + 30), .success)
     }
+}
 
-    // MARK: Descriptors that are not open (child processes)
-
-    func testAReadSourceOnFDMinusOneIsRefusedWithAMessage() throws {
-        try assertMisuse("dispatch-read-source-bad-fd", mentions: ["makeReadSource(fileDescriptor: -1)", "not open", "Fix:"])
+/// Descriptors that are not open, each an exit test (Support/MisuseAssertions.swift).
+@Suite struct DispatchSourceFileExitTests {
+    @Test func aReadSourceOnFDMinusOneIsRefusedWithAMessage() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKDispatchSource.makeReadSource(fileDescriptor: -1, queue: .global()).activate()
+        }
+        expectMisuse(result, mentions: ["makeReadSource(fileDescriptor: -1)", "not open", "Fix:"])
     }
 
-    func testAWriteSourceOnAClosedDescriptorIsRefusedWithAMessage() throws {
-        try assertMisuse("dispatch-write-source-closed-fd", mentions: ["makeWriteSource(fileDescriptor:", "not open", "Fix:"])
+    @Test func aWriteSourceOnAClosedDescriptorIsRefusedWithAMessage() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            // A high number, closed: the descriptors opened meanwhile by this process's other
+            // threads take the lowest free numbers, never this one.
+            let opened = open("/dev/null", O_WRONLY)
+            let fd = dup2(opened, 201)
+            close(opened)
+            close(fd)
+            TKDispatchSource.makeWriteSource(fileDescriptor: fd, queue: .global()).activate()
+        }
+        expectMisuse(result, mentions: ["makeWriteSource(fileDescriptor:", "not open", "Fix:"])
     }
 
-    func testADescriptorClosedBeforeActivationIsReportedAtActivate() throws {
-        try assertMisuse(
-            "dispatch-read-source-closed-before-activate",
-            mentions: ["TKDispatchSource (read fd", "activate()", "closed", "Fix:"])
+    @Test func aDescriptorClosedBeforeActivationIsReportedAtActivate() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            var fds: [Int32] = [0, 0]
+            _ = pipe(&fds)
+            // A high number, so the descriptors ThreadKit opens meanwhile do not take it again.
+            let fd = dup2(fds[0], 200)
+            let source = TKDispatchSource.makeReadSource(fileDescriptor: fd, queue: .global())
+            close(fd)
+            source.activate()
+        }
+        expectMisuse(result, mentions: ["TKDispatchSource (read fd", "activate()", "closed", "Fix:"])
     }
 }

@@ -4,6 +4,7 @@
 // process-wide). Judges are independent of ThreadKit: pthread ids and a pthread-mutex counter.
 import Foundation
 import Synchronization
+import Testing
 import XCTest
 
 @testable import ThreadKit
@@ -301,51 +302,6 @@ final class ExecutorTests: XCTestCase {
 
     // MARK: Misuse
 
-    func testAConcurrentQueueAsAnActorsExecutorIsAMisuse() throws {
-        try assertMisuse("executor-concurrent-queue", mentions: ["TKDispatchQueue \"parallel\"", "concurrent", "serial executor", "Fix:"])
-    }
-
-    func testAJobForTheLoopOfAFinishedThreadIsAMisuse() throws {
-        // Named as the thread was, though its object is gone by then.
-        try assertMisuse(
-            "executor-finished-loop",
-            mentions: [
-                "run loop of thread", "(\"finished-loop\")", "the TKRunLoop itself",
-                "after that thread finished", "Fix:",
-            ])
-    }
-
-    /// A loop's thread ends with an actor job still queued on the loop: the process stops at the
-    /// thread's end with a message naming the thread, the executor and the fix — not a silent
-    /// hang (the loop in another mode), nor the 2 s stall warning asking to run a loop whose
-    /// thread is gone (the loop idle). The child exits 3 if the call neither ran nor stopped it
-    /// within 20 s.
-    func testAThreadEndingWithAnActorJobQueuedOnItsLoopStopsTheProcessNamingIt() throws {
-        let cases = [
-            "idle": "1 for the TKRunLoop itself",
-            "other-mode": "1 for the TKRunLoop itself",
-            "mode-executor": "1 for its executor(forModes: [tk.test.other])",
-        ]
-        for (variant, executor) in cases.sorted(by: { $0.key < $1.key }) {
-            let result = try ChildProcess.run("executor-thread-ends-with-job", [variant], timeout: .seconds(60))
-            XCTAssertTrue(result.signalled, "\(variant): status \(result.status), \(result.standardOutput) \(result.standardError)")
-            XCTAssertFalse(result.standardOutput.contains("never finished"), "\(variant): the job was dropped silently")
-            XCTAssertFalse(result.standardOutput.contains("call finished"), "\(variant): the job ran after all")
-            XCTAssertFalse(
-                result.standardError.contains("have waited"), "\(variant): the stall warning came first: \(result.standardError)")
-            for fragment in [
-                "ThreadKit misuse:", "(\"ending-loop\") finished with 1 Swift concurrency job(s)", executor,
-                "nothing will ever run them", "Fix: keep the thread running its loop",
-            ] {
-                XCTAssertTrue(result.standardError.contains(fragment), "\(variant) lacks \"\(fragment)\": \(result.standardError)")
-            }
-        }
-    }
-
-    func testAssumingALoopActorsIsolationOffTheLoopIsAMisuse() throws {
-        try assertMisuse("executor-assume-off-loop", mentions: ["assumed isolated on thread", "Fix:"])
-    }
-
     func testAJobWaitingOnALoopNobodyRunsIsReported() throws {
         let result = try ChildProcess.run("executor-stalled-loop")
         XCTAssertEqual(result.status, 0, result.standardError)
@@ -387,4 +343,158 @@ extension ExecutorTests {
         XCTAssertTrue(t.join(until: .now + .seconds(30)))
         XCTAssertEqual(result.value, .finished, "a secondary loop's eventTracking mode is not common")
     }
+}
+
+/// Executor misuses, each an exit test (Support/MisuseAssertions.swift).
+@Suite struct ExecutorExitTests {
+    @Test func aConcurrentQueueAsAnActorsExecutorIsAMisuse() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = TKDispatchQueue(label: "parallel", attributes: .concurrent)
+            _ = await PinnedCounter(queue.asUnownedSerialExecutor()).increment()
+        }
+        expectMisuse(result, mentions: ["TKDispatchQueue \"parallel\"", "concurrent", "serial executor", "Fix:"])
+    }
+
+    @Test func aJobForTheLoopOfAFinishedThreadIsAMisuse() async {
+        // Named as the thread was, though its object is gone by then.
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let box = LoopBox()
+            var thread: TKThread? = TKThread(name: "finished-loop") { box.loop = TKRunLoop.current }
+            thread?.isDetached = false
+            thread?.start()
+            thread?.join() // publishes box.loop
+            thread = nil // the thread's object is gone too: the message still names it
+            let counter = PinnedCounter(box.loop!.asUnownedSerialExecutor())
+            let done = TKDispatchSemaphore(value: 0)
+            Task {
+                _ = await counter.increment()
+                done.signal()
+            }
+            // Stops at the enqueue; never past this deadline unless the job was silently dropped.
+            _ = done.wait(until: .now + .seconds(20))
+        }
+        expectMisuse(
+            result,
+            mentions: [
+                "run loop of thread", "(\"finished-loop\")", "the TKRunLoop itself", "after that thread finished", "Fix:",
+            ])
+    }
+
+    @Test func assumingALoopActorsIsolationOffTheLoopIsAMisuse() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let counter = PinnedCounter(TKRunLoop.main.asUnownedSerialExecutor())
+            let t = TKThread { counter.assumeIsolated { _ = $0.count } }
+            t.isDetached = false
+            t.start()
+            t.join()
+        }
+        expectMisuse(result, mentions: ["assumed isolated on thread", "Fix:"])
+    }
+
+    // A loop's thread ends with an actor job still queued on the loop: the process stops at the
+    // thread's end with a message naming the thread, the executor and the fix — not a silent hang
+    // (the loop in another mode), nor the 2 s stall warning asking to run a loop whose thread is
+    // gone (the loop idle). A job dropped silently, or run after all, lets the process exit.
+
+    @Test func aThreadEndingIdleWithAnActorJobQueuedOnItsLoopStopsTheProcessNamingIt() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            endALoopsThreadWithAnActorJobQueued(.idle)
+        }
+        expectThreadEndedWithJob(result, executor: "1 for the TKRunLoop itself")
+    }
+
+    @Test func aThreadEndingInAnotherModeWithAnActorJobQueuedOnItsLoopStopsTheProcessNamingIt() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            endALoopsThreadWithAnActorJobQueued(.otherMode)
+        }
+        expectThreadEndedWithJob(result, executor: "1 for the TKRunLoop itself")
+    }
+
+    @Test func aThreadEndingWithAnActorJobQueuedOnAModeExecutorStopsTheProcessNamingIt() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            endALoopsThreadWithAnActorJobQueued(.modeExecutor)
+        }
+        expectThreadEndedWithJob(result, executor: "1 for its executor(forModes: [tk.test.other])")
+    }
+
+    private func expectThreadEndedWithJob(
+        _ result: ExitTest.Result?, executor: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        expectMisuse(
+            result,
+            mentions: [
+                "(\"ending-loop\") finished with 1 Swift concurrency job(s)", executor, "nothing will ever run them",
+                "Fix: keep the thread running its loop",
+            ], sourceLocation: sourceLocation)
+        let standardError = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+        #expect(!standardError.contains("have waited"), "the stall warning came first: \(standardError)", sourceLocation: sourceLocation)
+    }
+}
+
+/// Where the actor's job waits when its loop's thread ends.
+private enum QueuedJob {
+    /// The loop is not running (the job arms the stall check).
+    case idle
+    /// The loop runs in a private mode, the job is for the common modes.
+    case otherMode
+    /// The actor's executor serves a private mode, the loop runs `.default`.
+    case modeExecutor
+}
+
+/// A loop's thread ends while an actor's job waits on its loop; the job's task never resumes
+/// unless ThreadKit stops the process (at the thread's end, naming the thread "ending-loop"). The
+/// job is queued from the loop's own thread, in code isolated to the actor (a Task made there is
+/// enqueued on the actor's executor before `Task.init` returns), so it is known to be queued when
+/// the thread ends. Returns (and the process exits) if the call finished, or had not 20 s later.
+private func endALoopsThreadWithAnActorJobQueued(_ variant: QueuedJob) {
+    let other = TKRunLoop.Mode("tk.test.other")
+    let done = TKDispatchSemaphore(value: 0)
+    let thread = TKThread(name: "ending-loop") {
+        let loop = TKRunLoop.current
+        let modeExecutor = loop.executor(forModes: [other]) // held below: actors hold executors unowned
+        let counter = PinnedCounter(
+            variant == .modeExecutor ? modeExecutor.asUnownedSerialExecutor() : loop.asUnownedSerialExecutor())
+        /// Queues one job of the actor on its executor, from this thread.
+        @Sendable func queueJob() {
+            _ = counter.assumeIsolated { counter in
+                Task {
+                    _ = counter.increment()
+                    done.signal()
+                }
+            }
+        }
+        switch variant {
+        case .idle:
+            queueJob()
+        case .otherMode, .modeExecutor:
+            let mode = variant == .otherMode ? other : .default
+            loop.perform(inModes: [mode]) {
+                queueJob()
+                loop.stop()
+            }
+            _ = loop.run(mode: mode, before: .now + .seconds(20))
+        }
+        withExtendedLifetime((counter, modeExecutor)) {}
+        // The thread ends here, the job still queued.
+    }
+    thread.start()
+    _ = done.wait(until: .now + .seconds(20))
+}
+
+/// An actor whose executor is given at creation: a run loop or a queue.
+private actor PinnedCounter {
+    private let executor: UnownedSerialExecutor
+    private(set) var count = 0
+    init(_ executor: UnownedSerialExecutor) { self.executor = executor }
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor }
+    func increment() -> Int {
+        count += 1
+        return count
+    }
+}
+
+/// A thread's run loop, handed to the thread that joins it.
+private final class LoopBox: @unchecked Sendable {
+    // safety: written by the thread before it ends, read after join(), which orders the two.
+    var loop: TKRunLoop?
 }

@@ -5,6 +5,7 @@
 // bytes written with plain POSIX calls arriving as its callback or stream event.
 import Foundation
 import Glibc
+import Testing
 import ThreadKit
 import XCTest
 
@@ -118,16 +119,64 @@ final class FileDescriptorSourceReuseTests: XCTestCase {
         old.invalidate()
         new.invalidate()
     }
+}
 
-    func testReenablingAStaleSourceIsAMisuseAndTakesNothing() throws {
-        try assertMisuse(
-            "io-fd-reuse-reenable",
+/// The stale-source misuse, an exit test (Support/MisuseAssertions.swift).
+@Suite struct FileDescriptorSourceReuseExitTests {
+    @Test func reenablingAStaleSourceIsAMisuseAndTakesNothing() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            reenableAStaleSource()
+        }
+        expectMisuse(
+            result,
             mentions: [
                 "TKFileDescriptorSource(fileDescriptor: ", ").enableCallBacks",
                 "was closed while the source was still valid", "now belongs to another object on the run loop of",
                 "Fix: invalidate the source before closing its descriptor",
             ])
     }
+}
+
+/// The stale-source misuse (docs/RunLoopIO.md, "Failure table"): an old source armed on a
+/// descriptor that is then closed under it; a new pipe put on the same number and watched by a
+/// new source on the same loop; then the old source re-enabled, which would take the new source's
+/// events. All on this thread's loop. Without the check it returns, saying on standard error
+/// which source heard the new pipe's byte.
+private func reenableAStaleSource() {
+    let loop = TKRunLoop.current
+    let heard = HeardBy()
+    // A high number: the descriptors this process's other threads open meanwhile take the lowest
+    // free numbers, so only dup2 reuses this one.
+    let number: Int32 = 202
+    var fds: [Int32] = [0, 0]
+    precondition(pipe(&fds) == 0 && dup2(fds[0], number) == number, "pipe failed")
+    close(fds[0])
+    let old = TKFileDescriptorSource(fileDescriptor: number) { _, _ in heard.source = 1 }
+    loop.add(old, forMode: .default)
+    old.enableCallBacks(.read)
+    close(number) // under the source
+    var second: [Int32] = [0, 0]
+    precondition(pipe(&second) == 0 && dup2(second[0], number) == number, "pipe failed")
+    close(second[0])
+    let new = TKFileDescriptorSource(fileDescriptor: number) { _, _ in heard.source = 2 }
+    loop.add(new, forMode: .default)
+    new.enableCallBacks(.read)
+    old.enableCallBacks(.read) // the misuse
+    var byte: UInt8 = 7
+    _ = write(second[1], &byte, 1)
+    let deadline = ContinuousClock.now + .seconds(10)
+    while heard.source == 0 && ContinuousClock.now < deadline {
+        loop.run(mode: .default, before: deadline)
+    }
+    print(["nobody", "the old source", "the new source"][heard.source] + " heard the byte")
+    withExtendedLifetime((old, new)) {}
+}
+
+/// Which source heard the byte: 1 the old one, 2 the new one.
+private final class HeardBy: @unchecked Sendable {
+    // safety: written by the sources' callbacks, which run on the loop of the thread that reads
+    // it, within its own run calls.
+    var source = 0
 }
 
 /// Records every event a stream reports.

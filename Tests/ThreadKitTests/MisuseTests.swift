@@ -1,45 +1,93 @@
-// Every misuse diagnostic of the synchronization layer, each in a child process: the process must
-// stop (killed by the trap of fatalError) and standard error must name the object and the fix.
-import XCTest
+// Every misuse diagnostic of the synchronization layer, each an exit test: the misuse runs in a
+// child process of the test runner, which must stop (the trap of fatalError) with standard error
+// naming the object and the fix (expectMisuse, Support/MisuseAssertions.swift).
+import Foundation
+import Testing
+import ThreadKit
 
-final class MisuseTests: XCTestCase {
-    func testUnlockingATKLockHeldByAnotherThreadStopsTheProcess() throws {
-        try assertMisuse("lock-unlock-foreign", mentions: ["TKLock \"store\"", "unlock()", "it is held by thread", "Fix:"])
+@Suite struct MisuseTests {
+    @Test func unlockingATKLockHeldByAnotherThreadStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let lock = TKLock()
+            lock.name = "store"
+            lock.lock()
+            Workers.start { lock.unlock() }.wait()
+        }
+        expectMisuse(result, mentions: ["TKLock \"store\"", "unlock()", "it is held by thread", "Fix:"])
     }
 
-    func testUnlockingAnUnlockedTKLockStopsTheProcess() throws {
-        try assertMisuse("lock-unlock-unlocked", mentions: ["TKLock \"store\"", "nobody holds it", "Fix:"])
+    @Test func unlockingAnUnlockedTKLockStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let lock = TKLock()
+            lock.name = "store"
+            lock.unlock()
+        }
+        expectMisuse(result, mentions: ["TKLock \"store\"", "nobody holds it", "Fix:"])
     }
 
-    func testLockingATKLockTwiceOnOneThreadStopsTheProcess() throws {
-        try assertMisuse("lock-twice", mentions: ["TKLock \"store\"", "already holds it", "TKRecursiveLock"])
+    @Test func lockingATKLockTwiceOnOneThreadStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let lock = TKLock()
+            lock.name = "store"
+            lock.lock()
+            lock.lock()
+        }
+        expectMisuse(result, mentions: ["TKLock \"store\"", "already holds it", "TKRecursiveLock"])
     }
 
-    func testUnlockingARecursiveLockNotHeldStopsTheProcess() throws {
-        try assertMisuse("recursive-unlock-foreign", mentions: ["TKRecursiveLock \"tree\"", "Fix:"])
+    @Test func unlockingARecursiveLockNotHeldStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let lock = TKRecursiveLock()
+            lock.name = "tree"
+            lock.unlock()
+        }
+        expectMisuse(result, mentions: ["TKRecursiveLock \"tree\"", "Fix:"])
     }
 
-    func testWaitingOnAConditionWithoutItsLockStopsTheProcess() throws {
-        try assertMisuse("condition-wait-unlocked", mentions: ["TKCondition \"queue\"", "wait()", "lock() first"])
+    @Test func waitingOnAConditionWithoutItsLockStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let condition = TKCondition()
+            condition.name = "queue"
+            condition.wait()
+        }
+        expectMisuse(result, mentions: ["TKCondition \"queue\"", "wait()", "lock() first"])
     }
 
-    func testUnlockingAConditionLockNotHeldStopsTheProcess() throws {
-        try assertMisuse("conditionlock-unlock-foreign", mentions: ["TKConditionLock \"mailbox\"", "unlock(withCondition: 1)"])
+    @Test func unlockingAConditionLockNotHeldStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let lock = TKConditionLock(condition: 0)
+            lock.name = "mailbox"
+            lock.unlock(withCondition: 1)
+        }
+        expectMisuse(result, mentions: ["TKConditionLock \"mailbox\"", "unlock(withCondition: 1)"])
     }
 
-    func testUnlockingAnUnheldReadWriteLockStopsTheProcess() throws {
-        try assertMisuse("rwlock-unlock-unlocked", mentions: ["TKReadWriteLock", "nobody holds it"])
+    @Test func unlockingAnUnheldReadWriteLockStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKReadWriteLock().unlock()
+        }
+        expectMisuse(result, mentions: ["TKReadWriteLock", "nobody holds it"])
     }
 
-    func testUnlockingAnUnheldSpinLockStopsTheProcess() throws {
-        try assertMisuse("spinlock-unlock-unlocked", mentions: ["TKSpinLock", "not locked"])
+    @Test func unlockingAnUnheldSpinLockStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKSpinLock().unlock()
+        }
+        expectMisuse(result, mentions: ["TKSpinLock", "not locked"])
     }
 
-    func testReenteringAOnceStopsTheProcess() throws {
-        try assertMisuse("once-reentrant", mentions: ["TKOnce.run", "deadlock"])
+    @Test func reenteringAOnceStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let once = TKOnce()
+            once.run { once.run {} }
+        }
+        expectMisuse(result, mentions: ["TKOnce.run", "deadlock"])
     }
 
-    func testAnOutOfRangeAtomicBitStopsTheProcess() throws {
-        try assertMisuse("atomic-bad-bit", mentions: ["testAndSet(bit: 32)", "0..<32"])
+    @Test func anOutOfRangeAtomicBitStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKAtomicInt32(0).testAndSet(bit: 32)
+        }
+        expectMisuse(result, mentions: ["testAndSet(bit: 32)", "0..<32"])
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Testing
 import XCTest
 
 // Perform requests (SPEC §3): to another thread in arrival order, waiting and not, modes, the
@@ -114,7 +115,6 @@ final class PerformRequestTests: XCTestCase {
         XCTAssertThrowsError(try worker.thread.perform(waitUntilDone: true, modes: []) { ran.store(true, ordering: .relaxed) })
         try worker.thread.perform(waitUntilDone: true, modes: [.default]) {}
         XCTAssertFalse(ran.load(ordering: .relaxed))
-        try assertMisuse("runloop-perform-after-delay-no-modes", mentions: ["perform(afterDelay:", "inModes: [])", "Fix:"])
     }
 
     func testARequestToAFinishedThreadThrows() {
@@ -188,5 +188,15 @@ final class PerformRequestTests: XCTestCase {
         TKRunLoop.cancelPreviousPerformRequests(withTarget: a)
         XCTAssertEqual(loop.run(mode: "cancel", for: .milliseconds(30), returnAfterSourceHandled: false), .finished)
         XCTAssertEqual(ran.value, [])
+    }
+}
+
+/// Misuses of perform requests, each an exit test (Support/MisuseAssertions.swift).
+@Suite struct PerformRequestExitTests {
+    @Test func performAfterDelayInNoModesIsRefused() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKRunLoop.current.perform(afterDelay: .milliseconds(1), inModes: []) {}
+        }
+        expectMisuse(result, mentions: ["perform(afterDelay:", "inModes: [])", "Fix:"])
     }
 }

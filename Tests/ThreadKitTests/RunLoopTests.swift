@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Testing
 import XCTest
 
 // TKRunLoop: run results, perform blocks, version-0 sources, observers, modes and common modes,
@@ -211,14 +212,8 @@ final class RunLoopTests: XCTestCase {
     }
 
     func testAnObserverWatchesOneLoopAtATime() throws {
-        // CFRunLoopObserver belongs to one loop: a second loop is refused while the first has it...
-        try assertMisuse(
-            "runloop-observer-second-loop",
-            mentions: [
-                "TKRunLoopObserver added to the run loop of thread",
-                "observes the loop of thread", "Fix:",
-            ])
-        // ...and accepted once it was removed from every mode of the first.
+        // CFRunLoopObserver belongs to one loop: a second loop is refused while the first has it
+        // (RunLoopExitTests), and accepted once it was removed from every mode of the first.
         let observer = TKRunLoopObserver(activities: .entry) { _, _ in }
         let loop = TKRunLoop.current
         loop.add(observer, forMode: custom)
@@ -241,12 +236,6 @@ final class RunLoopTests: XCTestCase {
         XCTAssertEqual(other.wait(timeout: .now() + 30), .success)
         observer.invalidate()
         counted.invalidate()
-    }
-
-    func testPerformInNoModesIsRefused() throws {
-        // A block that may run in no mode would never run: refused, not silently kept forever.
-        try assertMisuse("runloop-perform-no-modes", mentions: ["perform(inModes: [])", "never runs", "Fix:"])
-        try assertMisuse("runloop-main-perform-no-modes", mentions: ["performOnMainThread(modes: []) on TKRunLoop.main", "Fix:"])
     }
 
     func testTheLoopOfAFinishedThreadAndWhatItHeldAreFreed() {
@@ -578,28 +567,6 @@ final class RunLoopTests: XCTestCase {
         XCTAssertEqual(lines.last, "exit finished", "the secondary loop should end as empty once its source is cancelled")
     }
 
-    func testRunningAnotherThreadsLoopStopsTheProcess() throws {
-        let result = try ChildProcess.run("runloop-foreign-run")
-        XCTAssertTrue(result.signalled || result.status != 0)
-        XCTAssertTrue(result.standardError.contains("ThreadKit misuse: TKRunLoop.run called on thread"), result.standardError)
-        XCTAssertTrue(result.standardError.contains("the main thread"), result.standardError)
-    }
-
-    /// The message names the owner as the thread was named, however early its loop was made: by
-    /// the thread's first statement, or by a perform request sent before the thread ran anything.
-    func testRunningAnotherThreadsLoopNamesTheOwningThread() throws {
-        for madeBy in ["current", "perform"] {
-            let result = try ChildProcess.run("runloop-foreign-run-named", [madeBy])
-            XCTAssertTrue(result.signalled || result.status != 0, madeBy)
-            XCTAssertTrue(
-                result.standardError.contains("ThreadKit misuse: TKRunLoop.run called on thread"), "\(madeBy): \(result.standardError)")
-            XCTAssertNotNil(
-                result.standardError.range(
-                    of: #"but this run loop belongs to thread [0-9]+ \("loop-owner"\)\."#,
-                    options: .regularExpression), "\(madeBy): \(result.standardError)")
-        }
-    }
-
     func testThreadsLoopsLeaveNoFileDescriptorsBehind() throws {
         func openDescriptors() throws -> Int { try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count }
         let before = try openDescriptors()
@@ -610,4 +577,110 @@ final class RunLoopTests: XCTestCase {
         }
         XCTAssertTrue(waitUntil(.now + .seconds(30)) { (try? openDescriptors()) == before }, "descriptors leaked: \(before) before")
     }
+}
+
+/// Misuses of run loops, each an exit test (Support/MisuseAssertions.swift). The exit test's body
+/// runs on a thread of Swift's concurrency pool, never the main thread.
+@Suite struct RunLoopExitTests {
+    @Test func anObserverInTheLoopsOfTwoThreadsStopsTheProcess() async {
+        // CFRunLoopObserver belongs to one loop: a second loop is refused while the first has it.
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let observer = TKRunLoopObserver(activities: .allActivities) { _, _ in }
+            TKRunLoop.main.add(observer, forMode: .default)
+            let t = TKThread { TKRunLoop.current.add(observer, forMode: .default) }
+            t.isDetached = false
+            t.start()
+            t.join()
+        }
+        expectMisuse(
+            result, mentions: ["TKRunLoopObserver added to the run loop of thread", "observes the loop of thread", "Fix:"])
+    }
+
+    @Test func performInNoModesIsRefused() async {
+        // A block that may run in no mode would never run: refused, not silently kept forever.
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKRunLoop.current.perform(inModes: []) {}
+        }
+        expectMisuse(result, mentions: ["perform(inModes: [])", "never runs", "Fix:"])
+    }
+
+    @Test func performOnTheMainThreadInNoModesIsRefused() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKThread.performOnMainThread(modes: []) {}
+        }
+        expectMisuse(result, mentions: ["performOnMainThread(modes: []) on TKRunLoop.main", "Fix:"])
+    }
+
+    @Test func runningAnotherThreadsLoopStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let main = TKRunLoop.main
+            let t = TKThread { main.run(until: .now + .seconds(1)) }
+            t.isDetached = false
+            t.start()
+            t.join()
+        }
+        expectMisuse(result, mentions: ["ThreadKit misuse: TKRunLoop.run called on thread", "the main thread"])
+    }
+
+    /// The message names the owner as the thread was named, however early its loop was made: by
+    /// the thread's first statement, or by a perform request sent before the thread ran anything.
+    @Test func runningAnotherThreadsLoopNamesTheOwningThreadWhoseFirstStatementMadeIt() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            runTheLoopOfThreadLoopOwner(madeByPerform: false)
+        }
+        expectOwnerNamed(result)
+    }
+
+    @Test func runningAnotherThreadsLoopNamesTheOwningThreadWhoseLoopAPerformRequestMade() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            runTheLoopOfThreadLoopOwner(madeByPerform: true)
+        }
+        expectOwnerNamed(result)
+    }
+
+    private func expectOwnerNamed(_ result: ExitTest.Result?, sourceLocation: SourceLocation = #_sourceLocation) {
+        expectMisuse(result, mentions: ["ThreadKit misuse: TKRunLoop.run called on thread"], sourceLocation: sourceLocation)
+        let standardError = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+        #expect(
+            standardError.range(of: #"but this run loop belongs to thread [0-9]+ \("loop-owner"\)\."#, options: .regularExpression) != nil,
+            "\(standardError)", sourceLocation: sourceLocation)
+    }
+}
+
+/// Runs, on the calling thread, the loop of a thread named "loop-owner", made as early as it can
+/// be: by the thread's first statement, or by a perform request sent right after start(), before
+/// the thread ran anything. A misuse: the process stops.
+private func runTheLoopOfThreadLoopOwner(madeByPerform: Bool) {
+    let gate = TKCondition()
+    let state = OwnerState(go: !madeByPerform)
+    let owner = TKThread(name: "loop-owner") {
+        gate.withLock { while !state.go { gate.wait() } }
+        let loop = TKRunLoop.current
+        gate.withLock {
+            state.loop = loop
+            gate.broadcast()
+        }
+        TKThread.sleep(for: .seconds(3600))
+    }
+    owner.start()
+    if madeByPerform {
+        try! owner.perform {}
+        gate.withLock {
+            state.go = true
+            gate.broadcast()
+        }
+    }
+    let loop = gate.withLock { () -> TKRunLoop in
+        while state.loop == nil { gate.wait() }
+        return state.loop!
+    }
+    loop.run(until: .now + .seconds(1))
+}
+
+/// What the owner thread and the caller share in runTheLoopOfThreadLoopOwner.
+private final class OwnerState: @unchecked Sendable {
+    // safety: both fields are read and written only with the TKCondition `gate` held.
+    var go: Bool
+    var loop: TKRunLoop?
+    init(go: Bool) { self.go = go }
 }

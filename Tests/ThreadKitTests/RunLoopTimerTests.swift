@@ -3,6 +3,7 @@
 // handed to a thread subclass (the seed's CustomThread), userInfo.
 import Foundation
 import Synchronization
+import Testing
 import ThreadKit
 import XCTest
 
@@ -84,15 +85,6 @@ final class RunLoopTimerTests: XCTestCase {
         XCTAssertEqual(TKTimer(interval: .seconds(5), repeats: false) { _ in }.interval, .zero)
         XCTAssertEqual(TKTimer(interval: .seconds(5), repeats: true) { _ in }.interval, .seconds(5))
         XCTAssertEqual(TKTimer(interval: .zero, repeats: true) { _ in }.interval, .microseconds(100))
-    }
-
-    func testATimerBelongsToOneLoop() throws {
-        try assertMisuse(
-            "runloop-timer-second-loop",
-            mentions: [
-                "TKTimer added to the run loop of thread",
-                "a timer belongs to one run loop", "Fix:",
-            ])
     }
 
     func testFiredAndInvalidatedTimersAreFreed() {
@@ -282,5 +274,20 @@ extension TKRunLoop {
         while !condition() && ContinuousClock.now < deadline {
             _ = run(mode: mode, for: .milliseconds(50), returnAfterSourceHandled: true)
         }
+    }
+}
+
+/// Misuses of timers, each an exit test (Support/MisuseAssertions.swift).
+@Suite struct RunLoopTimerExitTests {
+    @Test func aTimerInTheLoopsOfTwoThreadsStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let timer = TKTimer(interval: .seconds(60), repeats: false) { _ in }
+            TKRunLoop.main.add(timer, forMode: .default)
+            let t = TKThread { TKRunLoop.current.add(timer, forMode: .default) }
+            t.isDetached = false
+            t.start()
+            t.join()
+        }
+        expectMisuse(result, mentions: ["TKTimer added to the run loop of thread", "a timer belongs to one run loop", "Fix:"])
     }
 }

@@ -4,6 +4,7 @@
 // Tests/ThreadKitTestChild/PortHardeningRoles.swift); what arrives is judged by the receiving
 // delegate's own record, memory by /proc/self/status and malloc's statistics.
 import Foundation
+import Testing
 import XCTest
 
 @testable import ThreadKit
@@ -174,10 +175,6 @@ final class SocketPortHardeningTests: XCTestCase {
         XCTAssertEqual(TKSocketPort.unfinishedFrameBudget, 256 << 20, "the documented default")
     }
 
-    func testANegativeBudgetIsAMisuse() throws {
-        try assertMisuse("port-negative-budget", mentions: ["TKSocketPort.unfinishedFrameBudget = -1", "Fix:"])
-    }
-
     // MARK: 3. accept() out of descriptors
 
     func testAListeningPortOutOfDescriptorsWaitsWithoutSpinningAndSaysSoOnce() throws {
@@ -312,5 +309,15 @@ final class SocketPortHardeningTests: XCTestCase {
         XCTAssertEqual(signed.withLock { $0 }, 2)
         XCTAssertEqual(verified.withLock { $0 }, 2)
         XCTAssertEqual(server.refusals.withLock { $0.count } + replies.refusals.withLock { $0.count }, 0)
+    }
+}
+
+/// Misuse of the frame budget, an exit test (Support/MisuseAssertions.swift).
+@Suite struct SocketPortHardeningExitTests {
+    @Test func aNegativeBudgetIsAMisuse() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKSocketPort.unfinishedFrameBudget = -1
+        }
+        expectMisuse(result, mentions: ["TKSocketPort.unfinishedFrameBudget = -1", "Fix:"])
     }
 }

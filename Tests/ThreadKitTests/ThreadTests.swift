@@ -1,6 +1,7 @@
 import CThreadKit
 import Foundation
 import Synchronization
+import Testing
 import XCTest
 
 // TKThread: the three forms, names (also as the OS sees them), scheduling, stack sizes, state,
@@ -566,15 +567,6 @@ final class ThreadTests: XCTestCase {
         XCTAssertNil(value)
     }
 
-    func testExitWithAValueOnAnotherKindOfThreadStopsTheProcess() throws {
-        try assertMisuse(
-            "joinable-exit-elsewhere",
-            mentions: [
-                "TKJoinableThread<Int>.exit(with:)", "not a TKJoinableThread<Int>",
-                "Fix:",
-            ])
-    }
-
     // MARK: Detaching after start (pthread_detach)
 
     func testDetachingAStartedJoinableThreadLetsTheProcessExit() throws {
@@ -591,10 +583,6 @@ final class ThreadTests: XCTestCase {
         release.signal()
         XCTAssertTrue(thread.join(until: .now + .seconds(30)))
         thread.isDetached = true // unchanged: no-op after the end too
-    }
-
-    func testMakingAStartedDetachedThreadJoinableStopsTheProcess() throws {
-        try assertMisuse("thread-rejoin-after-start", mentions: ["TKThread \"worker\".isDetached = false after start()", "Fix:"])
     }
 
     func testFinishedThreadsAreFreed() {
@@ -634,12 +622,32 @@ final class ThreadTests: XCTestCase {
         let result = try ChildProcess.run("detached-blocked", timeout: .seconds(60))
         XCTAssertEqual(result.status, 0, "the process must exit although a detached thread still blocks")
     }
+}
 
-    func testStartingTwiceStopsTheProcess() throws {
-        let result = try ChildProcess.run("thread-start-twice")
-        XCTAssertTrue(result.signalled || result.status != 0)
-        XCTAssertTrue(
-            result.standardError.contains("ThreadKit misuse: TKThread \"worker\".start() called again"),
-            result.standardError)
+/// Misuses of TKThread, each an exit test (Support/MisuseAssertions.swift).
+@Suite struct ThreadExitTests {
+    @Test func exitWithAValueOnAnotherKindOfThreadStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            TKJoinableThread<Int>.exit(with: 1)
+        }
+        expectMisuse(result, mentions: ["TKJoinableThread<Int>.exit(with:)", "not a TKJoinableThread<Int>", "Fix:"])
+    }
+
+    @Test func makingAStartedDetachedThreadJoinableStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let worker = TKThread(name: "worker") { TKThread.sleep(for: .seconds(3600)) }
+            worker.start()
+            worker.isDetached = false
+        }
+        expectMisuse(result, mentions: ["TKThread \"worker\".isDetached = false after start()", "Fix:"])
+    }
+
+    @Test func startingTwiceStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let worker = TKThread(name: "worker") {}
+            worker.start()
+            worker.start()
+        }
+        expectMisuse(result, mentions: ["ThreadKit misuse: TKThread \"worker\".start() called again"])
     }
 }

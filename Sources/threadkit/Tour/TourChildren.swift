@@ -6,7 +6,8 @@
 // Tests/ThreadKitTestChild (`ThreadKitTestChild ROLE`), a test-only executable; the PostgreSQL
 // scenario and its child in `threadkit-postgres` (Sources/threadkit-postgres). The roles both the
 // tour and the tests start are in Sources/ChildProcessRoles (SharedChildRoles), which both link.
-// detached-pitfall is the tour's only. custom-source-demo is here because its body is the tour's
+// detached-pitfall and dispatch-sync-current (gcd-sync-deadlock; the tests check that misuse in
+// an exit test, DispatchMisuseTests) are the tour's only. custom-source-demo is here because its body is the tour's
 // CustomSourceDemo: RunLoopTests starts it through this command
 // (`threadkit tour --child custom-source-demo ROUNDS INTERVAL_MS`).
 // Threads: each role runs on the child's main thread, which owns its main run loop.
@@ -35,6 +36,13 @@ enum TourChildren {
                 started.withLock { while !running.value { started.wait() } }
                 Console.out("    (child: main returns while the detached saver writes)")
                 return 0 // the detached thread is not waited for: its file stays incomplete
+            },
+            ChildRole(
+                name: "dispatch-sync-current", usage: "(sync onto the serial queue the caller runs on: ThreadKit stops the process)"
+            ) { _ in
+                let queue = TKDispatchQueue(label: "photos")
+                queue.sync { queue.sync {} }
+                return 0
             },
             ChildRole(
                 name: "custom-source-demo",

@@ -1,7 +1,9 @@
 // ChildProcess: runs `ThreadKitTestChild ROLE ...` (the test-only helper executable built beside
-// this test bundle, Tests/ThreadKitTestChild) as a real process, for misuse diagnostics that must
-// stop a process and for multi-process tests; and `threadkit COMMAND ...` (the shipped CLI, also
-// built beside it) for the tests of `threadkit tour` and `threadkit trace`.
+// this test bundle, Tests/ThreadKitTestChild) as a real process, for what needs a program of its
+// own (its main thread, limits, user, signals, an environment set before start, a release build)
+// and for multi-process tests; and `threadkit COMMAND ...` (the shipped CLI, also built beside it)
+// for the tests of `threadkit tour` and `threadkit trace`. A misuse that only has to stop the
+// process is an exit test instead (Support/MisuseAssertions.swift).
 // Foundation's Process is used here as the independent judge; ThreadKit itself never uses it.
 import Foundation
 import XCTest
