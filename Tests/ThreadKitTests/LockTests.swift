@@ -180,22 +180,6 @@ final class LockTests: XCTestCase {
         XCTAssertEqual(acquired.count, 8)
     }
 
-    func testLocksTakenWhileTheProcessHadOneThreadExcludeTheSecondThread() throws {
-        // The child takes TKLock and TKRecursiveLock while it has one thread (plain loads and
-        // stores, RawMutex.tryLockFast), starts a second thread while holding the TKLock, and
-        // counts both threads' increments under the locks.
-        let result = try ChildProcess.run("lock-single-threaded")
-        XCTAssertEqual(result.status, 0, result.standardOutput + result.standardError)
-        XCTAssertTrue(result.standardOutput.contains("\nok\n"), result.standardOutput)
-        XCTAssertTrue(result.standardOutput.contains("single-threaded after a second thread: false"), result.standardOutput)
-        // ThreadSanitizer's runtime and some TK_DIAGNOSTICS features start a thread before the
-        // role runs; otherwise the child has one thread and the single-threaded path is the one
-        // checked.
-        if !underThreadSanitizer && ProcessInfo.processInfo.environment["TK_DIAGNOSTICS"] == nil {
-            XCTAssertTrue(result.standardOutput.contains("single-threaded at start: true"), result.standardOutput)
-        }
-    }
-
     // MARK: TKRecursiveLock
 
     func testRecursiveLockNestsOnOneThread() {

@@ -1,4 +1,4 @@
-// LockBenchmarks: lock+unlock without contention (one thread), with 2 threads contending (total
+// LockBenchmarks: lock+unlock without contention (one thread, in a process that has others), with 2 threads contending (total
 // throughput as time per operation), the read path of the read-write lock, and the recursive,
 // spin and synchronized variants.
 import Foundation
@@ -10,7 +10,17 @@ enum LockBenchmarks {
         [uncontended(), contended(), recursive(), readPath(), readPathTwoThreads(), spinAndSynchronized()]
     }
 
+    /// A thread that exists and sleeps: glibc (and NSLock on it) takes plain loads and stores
+    /// instead of locked instructions while a process has never had a second thread
+    /// (`__libc_single_threaded`), a state no program that uses a threading library is in. Started
+    /// before the uncontended row so every contender runs the path a threaded program runs.
+    static let bystander: Void = {
+        let thread = Thread { while true { Thread.sleep(forTimeInterval: 3600) } }
+        thread.start()
+    }()
+
     static func uncontended() -> Row {
+        _ = bystander
         let tk = TKLock()
         let ns = NSLock()
         let pm = PThreadMutex()

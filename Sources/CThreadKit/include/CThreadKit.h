@@ -9,10 +9,6 @@
 #include <stdint.h>
 #include <time.h>
 #include <sys/socket.h>
-#if __has_include(<sys/single_threaded.h>)
-#include <sys/single_threaded.h>
-#define TK_HAS_LIBC_SINGLE_THREADED 1
-#endif
 
 // Dispatch sources: the signal catcher and FIONREAD (a header of its own).
 #include "CThreadKitDispatch.h"
@@ -44,21 +40,6 @@ extern __thread uint32_t tk_tid_cache __attribute__((tls_model("initial-exec")))
 static inline uint32_t tk_current_tid(void) {
     uint32_t tid = tk_tid_cache;
     return tid != 0 ? tid : tk_tid_slow();
-}
-
-/// Whether the process has had only one thread so far: glibc's `__libc_single_threaded`, which
-/// pthread_create clears before the second thread exists (and which glibc 2.36 never sets again).
-/// While it holds, no other thread can touch memory, so the mutexes' fast paths may use plain
-/// loads and stores instead of locked instructions, as glibc's own pthread_mutex_lock/unlock do
-/// (docs/Parking.md, "The uncontended path"). Only the calling thread can make it false, so it cannot
-/// change between this read and the caller's next store. A relaxed atomic load: one `cmpb`.
-/// Always false where the C library does not export the flag.
-static inline _Bool tk_single_threaded(void) {
-#ifdef TK_HAS_LIBC_SINGLE_THREADED
-    return __atomic_load_n(&__libc_single_threaded, __ATOMIC_RELAXED) != 0;
-#else
-    return 0;
-#endif
 }
 
 /// epoll, eventfd and timerfd, wrapped so Swift never touches the packed `struct epoll_event`.

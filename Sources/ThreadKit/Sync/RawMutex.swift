@@ -1,9 +1,7 @@
 // RawMutex: the futex mutex state machine under TKLock, TKRecursiveLock, TKCondition and
 // TKConditionLock. It knows nothing of names or recursion; the public types add those and turn
 // the results into misuse messages. The word is touched by any thread; the owner field inside it
-// changes only by the owning thread's unlock or by an acquiring CAS (or, while the process has one
-// thread, by that thread's plain stores: tryLockFast).
-import CThreadKit
+// changes only by the owning thread's unlock or by an acquiring CAS.
 import Synchronization
 
 /// A mutex whose futex word records the owner:
@@ -32,19 +30,10 @@ struct RawMutex: @unchecked Sendable {
 
     func deallocate() { word.deallocate() }
 
-    /// Takes the mutex if it is free: a CAS 0 → tid, whose acquire ordering pairs with the release
-    /// of the previous owner's unlock. While the process has one thread (`tk_single_threaded`, as
-    /// glibc's mutexes do), a plain load and store instead: no other thread can read or write the
-    /// word, and pthread_create orders them before anything the second thread does.
+    /// Acquire ordering pairs with the release of the previous owner's unlock.
     @inlinable @inline(__always)
     func tryLockFast(_ tid: UInt32) -> Bool {
-        let atomic = word.pointer
-        if tk_single_threaded() {
-            guard atomic.pointee.load(ordering: .relaxed) == 0 else { return false }
-            atomic.pointee.store(tid, ordering: .relaxed)
-            return true
-        }
-        return atomic.pointee.compareExchange(
+        word.pointer.pointee.compareExchange(
             expected: 0, desired: tid, successOrdering: .acquiring,
             failureOrdering: .relaxed
         ).exchanged
@@ -103,18 +92,10 @@ struct RawMutex: @unchecked Sendable {
         tryUnlockFast(tid) || unlockSlow(tid)
     }
 
-    /// The uncontended release: the word goes from `tid` straight to 0, by a CAS that is also the
-    /// ownership check (it fails when another thread holds it or a waiter set the parked bit). With
-    /// one thread in the process, a plain load that checks the same and a plain store (tryLockFast).
+    /// The uncontended release: the word goes from `tid` straight to 0.
     @inlinable @inline(__always)
     func tryUnlockFast(_ tid: UInt32) -> Bool {
-        let atomic = word.pointer
-        if tk_single_threaded() {
-            guard atomic.pointee.load(ordering: .relaxed) == tid else { return false }
-            atomic.pointee.store(0, ordering: .relaxed)
-            return true
-        }
-        return atomic.pointee.compareExchange(
+        word.pointer.pointee.compareExchange(
             expected: tid, desired: 0, successOrdering: .releasing,
             failureOrdering: .relaxed
         ).exchanged

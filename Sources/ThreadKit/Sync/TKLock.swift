@@ -20,10 +20,8 @@ public final class TKLock: TKLocking, @unchecked Sendable {
     }
 
     // lock() and unlock() are inlinable so the uncontended path compiles into the caller: one
-    // thread-local load and one CAS each (a plain load and store while the process has one thread,
-    // as glibc's mutexes do: RawMutex.tryLockFast), plus one relaxed load and a branch for the
-    // lock-order checker (docs/Diagnostics.md §1). About 30 instructions a pair against
-    // pthread_mutex_lock + unlock's 63 to 65 (docs/Parking.md, "The uncontended path").
+    // thread-local load and one CAS each, as with Synchronization.Mutex, plus one relaxed load and
+    // a branch for the lock-order checker (docs/Diagnostics.md §1).
 
     /// Takes the lock, blocking until it is free, like `NSLock.lock()`. Locking it again on the
     /// thread that holds it would deadlock: it stops the process with a message instead.

@@ -27,8 +27,7 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
     }
 
     // lock() and unlock() are inlinable and take at most one atomic read-modify-write each, at
-    // any depth: the first lock is a CAS 0 → tid, the last unlock a CAS tid → 0 (plain stores
-    // while the process has one thread: RawMutex.tryLockFast), re-entry and an
+    // any depth: the first lock is a CAS 0 → tid, the last unlock a CAS tid → 0, re-entry and an
     // inner unlock none (a plain load of the owner word, which no other thread can make equal to
     // our id, and a plain store of the depth). The thread id is one thread-local load
     // (SystemCall.currentThreadID). Contention, misuse and the lock-order hook of the last unlock
