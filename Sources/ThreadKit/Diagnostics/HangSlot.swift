@@ -25,6 +25,7 @@ struct HangMark: Sendable {
     var started: UInt64
 }
 
+// safety: `mark` only under `mutex`; `reportedStart` is atomic; `tid` is immutable.
 /// One thread's current activity. Owned by its thread (through a thread-local); listed by the
 /// watchdog until the thread exits.
 final class HangSlot: @unchecked Sendable {

@@ -11,6 +11,7 @@
 import CThreadKit
 import Synchronization
 
+// safety: the slot table and the thread's bookkeeping are touched only under `mutex`.
 final class HangWatchdog: @unchecked Sendable {
     static let shared = HangWatchdog()
 

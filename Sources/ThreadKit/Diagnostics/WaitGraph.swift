@@ -68,6 +68,7 @@ protocol WaitTarget: AnyObject {
     var waitHolder: WaitHolder { get }
 }
 
+// safety: `state` is read and written only under `mutex`; `tid` and `thread` are immutable.
 /// One thread's published waits and activities.
 final class WaitRecord: @unchecked Sendable {
     /// What the thread waits for: the object, the kind of wait and the call that waits.

@@ -5,6 +5,8 @@
 
 import Synchronization
 
+// safety: the count and flags are one atomic word; notifications and waiters are touched only
+// under `notifyLock`.
 /// A count of unfinished tasks plus two "maybe" flags:
 ///
 /// | bits   | meaning                                                              |

@@ -90,6 +90,8 @@ extension TKDispatchQueue {
     }
 }
 
+// safety: the counters are atomic; `work` is written before any participant starts and only
+// read until `done` is set, after which the caller frees it.
 /// The shared state of one concurrentPerform call.
 final class ConcurrentPerformJob: @unchecked Sendable {
     let iterations: Int

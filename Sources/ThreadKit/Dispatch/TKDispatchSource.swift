@@ -13,6 +13,7 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: `state` is touched only under `lock`; `lastData` is atomic; the rest is immutable.
 /// An event source whose handler runs on a queue, like `DispatchSource`: timers, signals,
 /// descriptor readiness, user data, process exits, file-system object changes and memory
 /// pressure, all watched by ThreadKit's manager thread (one epoll set: timerfd, inotify, pidfd,

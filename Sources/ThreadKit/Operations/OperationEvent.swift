@@ -2,6 +2,7 @@
 // first waiter under the operation's lock, set once by the finishing thread. Waits go through
 // `Parking`, so a pool worker waiting here is seen by the pool as blocked.
 
+// safety: its only field is an atomic event word.
 final class OperationEvent: @unchecked Sendable {
     /// The one event-word design (System/ParkingEvent.swift).
     private let event = ParkingEvent()

@@ -33,6 +33,7 @@ struct QueuedPortMessage {
     }
 }
 
+// safety: the queue and its counters are touched only under `mutex`; `limit` is immutable.
 final class PortInbox: @unchecked Sendable {
     enum PushResult { case queued, full, closed }
 

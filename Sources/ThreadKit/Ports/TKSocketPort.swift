@@ -24,6 +24,8 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: the listener and security state are `Protected`; `remoteFD` is touched only under
+// `sender`, `readBuffer`'s bytes only under `listener`; the rest is immutable.
 /// A port that carries messages between processes over a TCP connection on loopback (or to
 /// another host), or over a Unix socket.
 public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConvertible, DescriptorWatcher {

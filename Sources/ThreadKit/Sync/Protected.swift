@@ -2,6 +2,7 @@
 // (lock names, thread attributes, registries). Any thread; the mutex is a leaf lock: `body` must
 // not take other ThreadKit locks or block.
 
+// safety: `value` is read and written only under `mutex`.
 final class Protected<Value>: @unchecked Sendable {
     private let mutex = RawMutex()
     private var value: Value // guarded by `mutex`

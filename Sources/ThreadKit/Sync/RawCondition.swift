@@ -2,6 +2,7 @@
 // TKConditionLock). Any thread may signal; waiters must hold the mutex they pass in.
 import Synchronization
 
+// safety: two atomic words; the owner frees them once, in its deinit.
 /// A sequence counter that signal and broadcast bump, plus a count of parked waiters so a signal
 /// with nobody asleep costs one atomic add and no syscall.
 ///

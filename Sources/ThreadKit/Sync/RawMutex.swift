@@ -4,6 +4,7 @@
 // changes only by the owning thread's unlock or by an acquiring CAS.
 import Synchronization
 
+// safety: an atomic word; the owner frees it once, in its deinit.
 /// A mutex whose futex word records the owner:
 ///
 /// | word                 | meaning                                               |

@@ -22,6 +22,7 @@ public struct TKOnce: ~Copyable, Sendable {
     }
 }
 
+// safety: its only field is an atomic futex word.
 /// The once's word, on the heap so that its address is stable for parking even though TKOnce is
 /// a value: 0 never run, `done` finished, otherwise the running thread's id with `waitersBit`
 /// set once another thread parks.

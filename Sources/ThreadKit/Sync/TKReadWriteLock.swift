@@ -10,6 +10,7 @@
 // after it is released.
 import Synchronization
 
+// safety: the state words are atomic; the waiting counts are touched only under `queue`.
 /// A reader-writer lock (pthread_rwlock with fairness). `unlock()` releases whichever side the
 /// caller holds.
 public final class TKReadWriteLock: @unchecked Sendable {

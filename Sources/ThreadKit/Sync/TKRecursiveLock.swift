@@ -1,6 +1,8 @@
 // TKRecursiveLock: NSRecursiveLock. A RawMutex plus a depth that only the holding thread writes.
 import Synchronization
 
+// safety: the lock count is written only by the holder of `raw` (see its note); the rest is
+// thread-safe.
 /// A lock the holding thread may take again; it is released when every `lock()` has been matched
 /// by an `unlock()`. Unlocking from a thread that does not hold it stops the process with a message.
 public final class TKRecursiveLock: TKLocking, @unchecked Sendable {

@@ -7,6 +7,7 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: its fields are an atomic word and a name, each thread-safe.
 /// A lock for very short critical sections: waiters spin first, then yield, then sleep.
 public final class TKSpinLock: TKLocking, @unchecked Sendable {
     /// 0: unlocked; 1: locked; 2: locked and a waiter may be parked (it must be woken).

@@ -4,6 +4,7 @@
 // the word itself may be touched from any thread while the owner is alive.
 import Synchronization
 
+// safety: the word is atomic; the owner frees it once, in its deinit, when no thread uses it.
 @usableFromInline
 struct FutexWord: @unchecked Sendable {
     @usableFromInline let pointer: UnsafeMutablePointer<Atomic<UInt32>>

@@ -3,6 +3,7 @@
 // waiting for its drainer, a concurrentPerform caller, and waiters of a work item or operation.
 // Any number of threads may wait (set wakes them all); any thread sets it.
 
+// safety: an atomic word; the owner frees it once, in its deinit.
 /// | word | meaning                                   |
 /// |------|-------------------------------------------|
 /// | 0    | not set, the waiter is not asleep          |

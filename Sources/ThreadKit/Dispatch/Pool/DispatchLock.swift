@@ -14,6 +14,7 @@ import Synchronization
 /// | 0    | unlocked                                 |
 /// | 1    | locked, nobody sleeping                  |
 /// | 2    | locked, one or more threads may sleep    |
+// safety: the word is atomic; the owner keeps the value alive and frees it once, in its deinit.
 struct DispatchLock: @unchecked Sendable {
     private let word: FutexWord
 
