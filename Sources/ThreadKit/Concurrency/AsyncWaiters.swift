@@ -59,8 +59,6 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
 
     init() {}
 
-    deinit { mutex.deallocate() }
-
     // MARK: Waiting
 
     /// Suspends the calling task until a `popFirstLocked`, `resumeAll` or `close` resumes it, or

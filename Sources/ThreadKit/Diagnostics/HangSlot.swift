@@ -38,7 +38,6 @@ final class HangSlot: @unchecked Sendable {
     let reportedStart = Atomic<UInt64>(0)
 
     init(tid: UInt32) { self.tid = tid }
-    deinit { mutex.deallocate() }
 
     /// Sets the current activity and returns the one it replaces (restored by `restore`).
     func replace(_ new: HangActivity, at time: UInt64) -> HangMark {

@@ -104,8 +104,6 @@ final class WaitRecord: @unchecked Sendable {
         self.thread = thread
     }
 
-    deinit { mutex.deallocate() }
-
     /// Publishes `wait`; returns the one it replaces (restored by `restore`). Own thread only.
     func replace(with wait: Wait) -> Wait? {
         let tid = mutex.lockInternal()

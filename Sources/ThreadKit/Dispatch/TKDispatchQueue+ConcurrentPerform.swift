@@ -113,8 +113,6 @@ final class ConcurrentPerformJob: @unchecked Sendable {
         self.work = work
     }
 
-    deinit { done.deallocate() }
-
     /// Claims and runs chunks until none is left.
     func participate() {
         while true {

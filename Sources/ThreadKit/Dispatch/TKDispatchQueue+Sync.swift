@@ -248,8 +248,6 @@ final class SyncWaiter: @unchecked Sendable {
         handsOff = false
     }
 
-    deinit { done.deallocate() }
-
     /// Drainer's thread. The block is released before the caller is woken: the caller's
     /// `withoutActuallyEscaping` requires that nothing holds it when the call returns. A hand-off
     /// waiter never gets here: the lanes hand the queue over before running an entry.

@@ -149,7 +149,6 @@ public final class TKDispatchQueue: @unchecked Sendable {
         if let finalizer, let contextValue, let target {
             target.async { finalizer(contextValue) }
         }
-        lock.deallocate()
     }
 
     /// The global queue of `qos`: one shared pool, run queues per QoS.

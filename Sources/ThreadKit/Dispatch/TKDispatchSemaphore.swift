@@ -75,8 +75,6 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
         self.value = Atomic(value)
     }
 
-    deinit { wakeups.deallocate() }
-
     /// Releases one unit; hands it to one waiter (thread or task) if any. Returns 1 if a waiter
     /// was given the unit, else 0.
     @discardableResult
@@ -259,7 +257,6 @@ final class ThreadWaiter: LinkedNode, @unchecked Sendable {
     unowned(unsafe) var previous: ThreadWaiter?
 
     init(ticket: UInt64) { self.ticket = ticket }
-    deinit { word.deallocate() }
 
     /// Acquiring: pairs with the signal's releasing store of `granted`.
     var isGranted: Bool { word.pointer.pointee.load(ordering: .acquiring) == ThreadWaiter.granted }

@@ -101,7 +101,6 @@ public final class TKDispatchSource: @unchecked Sendable {
         if state.holdsSignal, case .signal(let signal) = kind { DispatchManager.shared.releaseSignal(signal) }
         // An active source is held by the manager until cancelled, so here it is unregistered.
         releaseOwnedLocked()
-        lock.deallocate()
     }
 
     /// Closes the descriptors the source opened and gives back its inotify watch. Caller holds

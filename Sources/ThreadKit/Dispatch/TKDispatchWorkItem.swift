@@ -27,11 +27,6 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
         self.block = block
     }
 
-    deinit {
-        finished.deallocate()
-        notifyLock.deallocate()
-    }
-
     /// Runs the block on the calling thread, unless the item was cancelled; either way the item
     /// has then finished (waiters return, notifications are submitted).
     public func perform() {

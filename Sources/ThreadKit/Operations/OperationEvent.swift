@@ -7,8 +7,6 @@ final class OperationEvent: @unchecked Sendable {
     /// The one event-word design (System/ParkingEvent.swift).
     private let event = ParkingEvent()
 
-    deinit { event.deallocate() }
-
     /// Sets the event and wakes every waiter. Releasing: a waiter that returns sees everything
     /// the finishing thread did before (the completion block included). The setter holds a
     /// reference, so the word outlives the wake call.
@@ -19,7 +17,7 @@ final class OperationEvent: @unchecked Sendable {
 
     /// The operation layer's counter wait (a queue's `drained` sequence): a short spin, then parks
     /// through `Parking` while `word` holds `value`. Acquiring: pairs with the releasing store or bump that changes it.
-    static func wait(on word: FutexWord, whileEqualTo value: UInt32) {
+    static func wait(on word: borrowing FutexWord, whileEqualTo value: UInt32) {
         var spin = SpinWait(limit: DispatchSpin.longWait)
         while word.pointer.pointee.load(ordering: .acquiring) == value {
             if spin.spin() { continue }

@@ -84,8 +84,6 @@ open class TKOperation: @unchecked Sendable {
     /// to a `TKOperationQueue`, or call `start()` yourself once it is ready.
     public init() {}
 
-    deinit { lock.deallocate() }
-
     // MARK: Subclass points
 
     /// The work of a synchronous operation. The default does nothing. Never call it directly.

@@ -90,11 +90,6 @@ public final class TKOperationQueue: @unchecked Sendable {
         core.underlying = TKDispatchQueue.main
     }
 
-    deinit {
-        lock.deallocate()
-        drained.deallocate()
-    }
-
     /// How misuse messages name the queue.
     var described: String {
         if let name { return "TKOperationQueue \"\(name)\"" }

@@ -70,11 +70,6 @@ final class PortInbox: @unchecked Sendable {
 
     init(limit: Int) { self.limit = max(1, limit) }
 
-    deinit {
-        space.deallocate()
-        mutex.deallocate()
-    }
-
     var mayHaveMessages: Bool { published.load(ordering: .sequentiallyConsistent) > 0 }
 
     /// The number of messages waiting.

@@ -184,7 +184,6 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
     deinit {
         // An invalidated port has closed everything already; a dropped valid one closes here.
         closeEverything()
-        sender.deallocate()
         readBuffer?.deallocate()
     }
 

@@ -13,7 +13,6 @@ import Synchronization
 final class PerformRequest: @unchecked Sendable {
     static let pending: UInt32 = 0, done: UInt32 = 1, failed: UInt32 = 2
     let state = FutexWord(PerformRequest.pending)
-    deinit { state.deallocate() }
 
     /// Settles the request once; false if it was already settled. Releasing: pairs with the
     /// sender's acquiring load, so the block's effects are visible when it returns.

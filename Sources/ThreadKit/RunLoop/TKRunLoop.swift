@@ -123,8 +123,6 @@ public final class TKRunLoop: @unchecked Sendable {
         if ownerThread == TKRunLoop.mainThreadID { BlockingChecker.mainLoopMade(self) }
     }
 
-    deinit { lock.deallocate() }
-
     // MARK: Getting loops
 
     /// The calling thread's loop, created on first use and released with the thread.

@@ -30,11 +30,6 @@ final class BoundPipe: @unchecked Sendable {
         ring = [UInt8](repeating: 0, count: min(self.capacity, 4096))
     }
 
-    deinit {
-        changed.deallocate()
-        mutex.deallocate()
-    }
-
     func attach(reader: TKInputStream, writer: TKOutputStream) {
         mutex.withLock {
             self.reader = reader

@@ -92,8 +92,6 @@ final class SocketChannel: @unchecked Sendable {
 
     deinit {
         if fd >= 0 { Glibc.close(fd) }
-        changed.deallocate()
-        mutex.deallocate()
     }
 
     func attach(input: TKInputStream, output: TKOutputStream) {

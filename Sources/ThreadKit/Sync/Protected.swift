@@ -8,7 +8,6 @@ final class Protected<Value>: @unchecked Sendable {
     private var value: Value // guarded by `mutex`
 
     init(_ value: Value) { self.value = value }
-    deinit { mutex.deallocate() }
 
     func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         try mutex.withLock { try body(&value) }

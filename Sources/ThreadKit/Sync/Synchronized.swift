@@ -103,7 +103,6 @@ final class SyncTable: @unchecked Sendable {
         init(_ tokenWords: UnsafeMutablePointer<Atomic<UInt>>, slots: Int) {
             self.slots = (0..<slots).map { Entry(overflowStripe: nil, tokenWord: tokenWords + $0) }
         }
-        deinit { mutex.deallocate() }
     }
 
     @usableFromInline static let slotsPerStripe = 4

@@ -13,10 +13,6 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
 
     /// Creates a condition whose lock is free, like `NSCondition()`.
     public init() {}
-    deinit {
-        raw.deallocate()
-        condition.deallocate()
-    }
 
     /// A name for diagnostics: misuse messages, lock-order reports, contention counters and
     /// traces name the condition by it. Thread-safe.

@@ -18,10 +18,6 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
     public init(condition: Int = 0) {
         value = condition
     }
-    deinit {
-        raw.deallocate()
-        changed.deallocate()
-    }
 
     /// A name for diagnostics: misuse messages, lock-order reports, contention counters and
     /// traces name the lock by it. Thread-safe.

@@ -11,7 +11,6 @@ public final class TKLock: TKLocking, @unchecked Sendable {
 
     /// Creates an unlocked lock with no name, like `NSLock()`.
     public init() {}
-    deinit { raw.deallocate() }
 
     /// A name for diagnostics: misuse messages, lock-order reports, contention counters and
     /// traces name the lock by it (unnamed locks are named by address). Thread-safe.

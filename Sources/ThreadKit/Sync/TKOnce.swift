@@ -31,7 +31,6 @@ final class OnceState: @unchecked Sendable {
     static let waitersBit: UInt32 = 0x8000_0000
 
     let word = FutexWord(0)
-    deinit { word.deallocate() }
 
     func runSlow(_ body: () -> Void) {
         let tid = SystemCall.currentThreadID

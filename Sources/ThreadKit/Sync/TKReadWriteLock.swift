@@ -48,11 +48,6 @@ public final class TKReadWriteLock: @unchecked Sendable {
 
     /// Creates an unlocked reader-writer lock.
     public init() {}
-    deinit {
-        queue.deallocate()
-        readerGeneration.deallocate()
-        writerGeneration.deallocate()
-    }
 
     /// Runs `body` holding the lock for reading; released however `body` exits.
     public func withReadLock<T>(_ body: () throws -> T) rethrows -> T {
@@ -292,7 +287,7 @@ public final class TKReadWriteLock: @unchecked Sendable {
 
     // MARK: Waiting
 
-    private func waitForChange(_ word: FutexWord, from value: UInt32) {
+    private func waitForChange(_ word: borrowing FutexWord, from value: UInt32) {
         var spin = SpinWait(limit: SpinWait.conditionLimit)
         // Acquiring: pairs with the releasing bump by the thread that admitted us.
         while word.pointer.pointee.load(ordering: .acquiring) == value {

@@ -17,7 +17,6 @@ public final class TKSpinLock: TKLocking, @unchecked Sendable {
 
     /// Creates an unlocked spin lock.
     public init() {}
-    deinit { word.deallocate() }
 
     /// Takes the lock if it is free now; never blocks or spins.
     public func tryLock() -> Bool {

@@ -134,11 +134,6 @@ open class TKThread: @unchecked Sendable {
         return a
     }
 
-    deinit {
-        finished.deallocate()
-        started.deallocate()
-    }
-
     /// Starts a detached thread running `block` and returns its object.
     @discardableResult
     public static func detachNewThread(name: String? = nil, _ block: @escaping @Sendable () -> Void) -> TKThread {

@@ -55,7 +55,6 @@ final class InjectionStage: @unchecked Sendable {
         deinit {
             hot.deinitialize(count: 1)
             hot.deallocate()
-            lock.deallocate()
         }
     }
 

@@ -108,8 +108,6 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     }
 
     deinit {
-        event.deallocate()
-        localLock.deallocate()
         threadStateStorage.deinitialize(count: 1)
         threadStateStorage.deallocate()
     }
