@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks the house rule that every unsafe construct says why it is safe (STYLE.md; issue 51):
 #   - in the dispatch pool (Sources/ThreadKit/Dispatch/Pool) and System/JobRing.swift, every line
-#     that uses an unsafe pointer, Unmanaged, an unsafe addressor or bit cast, memory binding,
-#     a raw allocation or @exclusivity(unchecked);
+#     that uses an unsafe pointer, Unmanaged, unowned(unsafe), an unsafe addressor or bit cast,
+#     memory binding, a raw allocation, a pointer's initialize/move, or @exclusivity(unchecked);
 #   - everywhere in Sources/, every `@unchecked Sendable`;
 # must have a `// safety:` comment on the line itself or above it: in the comment block right
 # above, or with at most 2 lines of code between (one note may cover a short run of sites). A
@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-unsafe='Unsafe[A-Za-z]*Pointer|Unmanaged|_withUnsafeGuaranteedRef|unsafe(Mutable)?Address|unsafeBitCast|assumingMemoryBound|bindMemory|\.allocate\(|@exclusivity\(unchecked\)|@unchecked Sendable'
+unsafe='Unsafe[A-Za-z]*Pointer|unowned\(unsafe\)|\.move\(\)|moveInitialize|\.initialize\(|Unmanaged|_withUnsafeGuaranteedRef|unsafe(Mutable)?Address|unsafeBitCast|assumingMemoryBound|bindMemory|\.allocate\(|@exclusivity\(unchecked\)|@unchecked Sendable'
 sendable='@unchecked Sendable'
 
 check() { # pattern files...

@@ -271,6 +271,7 @@ final class JobRing<Element>: @unchecked Sendable {
         let newBuffer = UnsafeMutablePointer<Element>.allocate(capacity: newCapacity)
         let firstRun = min(count, capacity - head)
         newBuffer.moveInitialize(from: buffer + head, count: firstRun)
+        // safety: the wrapped rest, from the buffer's start: count - firstRun live elements.
         (newBuffer + firstRun).moveInitialize(from: buffer, count: count - firstRun)
         Self.free(buffer, capacity: capacity)
         buffer = newBuffer

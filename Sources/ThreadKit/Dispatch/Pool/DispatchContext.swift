@@ -8,6 +8,8 @@ final class DispatchContext {
     /// a barrier: nothing else of it can run until the thread leaves. The queue is unowned: a frame
     /// lives only while the queue runs one of its entries, and the entry's job retains the queue.
     struct Frame {
+        // safety: a frame is pushed when the queue starts running an entry and popped before the
+        // entry's job (which retains the queue) is released, so the queue outlives the frame.
         unowned(unsafe) let queue: TKDispatchQueue
         let exclusive: Bool
     }
@@ -61,6 +63,8 @@ final class DispatchContext {
 
     @inline(__always) func push(_ queue: TKDispatchQueue, exclusive: Bool) {
         if stack.pointee.count == stack.pointee.capacity { grow() }
+        // safety: count < capacity after the grow check; frames are trivial, so the slot needs
+        // no deinitialization when popped.
         (stack.pointee.base + stack.pointee.count).initialize(to: Frame(queue: queue, exclusive: exclusive))
         stack.pointee.count += 1
     }

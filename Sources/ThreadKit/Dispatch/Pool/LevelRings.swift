@@ -10,6 +10,7 @@ struct LevelRings: ~Copyable {
     private let rings: UnsafeMutablePointer<Unmanaged<JobRing<DispatchEntry>>>
 
     init(capacity: Int) {
+        // safety: one slot per level, each initialized here to a +1 reference; freed in deinit.
         rings = .allocate(capacity: RunQueues.levelCount)
         for level in 0..<RunQueues.levelCount { (rings + level).initialize(to: .passRetained(JobRing(capacity: capacity))) }
     }

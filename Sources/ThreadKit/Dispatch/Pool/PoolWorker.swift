@@ -15,6 +15,7 @@ import Synchronization
 final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendable {
     /// unowned(unsafe): the pool lives as long as the process (a checked `unowned` paid an atomic
     /// strong-retain and a release on every use, several per job).
+    // safety: the only pool is `DispatchPool.shared`, never released.
     unowned(unsafe) let pool: DispatchPool
     /// Serves the background level (at the background OS class) instead of the normal ones.
     let background: Bool
