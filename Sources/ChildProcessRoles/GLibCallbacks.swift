@@ -5,6 +5,7 @@
 #if GLib
     import CGLib
 
+    // safety: immutable after init; GLib calls `body` only on the thread iterating its context.
     /// A closure behind a GLib callback. Touched only by the thread iterating its context.
     package final class GLibCallback: @unchecked Sendable {
         let body: (GIOCondition) -> Bool

@@ -24,6 +24,8 @@
     import Glibc
     import ThreadKit
 
+    // safety: the mutable state is touched on the loop's thread only (made and invalidated there,
+    // driven by its sources); the rest is immutable.
     /// Runs a GLib `GMainContext` on a ThreadKit run loop's thread: while the loop runs, GLib's
     /// timeouts, I/O watches and idle sources attached to the context are dispatched on that
     /// thread, GLib's descriptors watched as `TKFileDescriptorSource`s and its timeout kept as a

@@ -24,6 +24,7 @@
     import Synchronization
     import ThreadKit
 
+    // safety: the mutable state is touched on the loop's thread only; the rest is immutable.
     /// Runs a `TKRunLoop` from a GLib main loop (or GTK's): attached to a `GMainContext` as one
     /// `GSource`, it makes `g_main_loop_run` serve the loop's timers, sources, ports, perform
     /// blocks and — for `TKRunLoop.main` — `TKDispatchQueue.main`, `DispatchQueue.main` and

@@ -17,6 +17,8 @@
     import PostgresNIO
     import ThreadKit
 
+    // safety: `closedFlag` is touched only under `stateLock`; the connection is thread-safe; the
+    // rest is immutable.
     final class PostgresSession: @unchecked Sendable {
         let connection: PostgresConnection
         /// What the session is for, for error messages ("TKPostgresLock(\"orders\")").
@@ -151,6 +153,7 @@
         private static func nextID() -> Int { Int(ids.increment()) }
     }
 
+    // safety: `result` is touched only under `lock`.
     /// A future's result, handed from the event loop to the parked caller. Written once before the
     /// semaphore is signalled and read after the wait returns, so the semaphore orders the two; the
     /// lock only keeps a late completion (after a timed-out wait) from racing the caller's read.

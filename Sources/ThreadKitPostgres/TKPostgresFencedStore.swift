@@ -11,6 +11,7 @@
     import PostgresNIO
     import ThreadKit
 
+    // safety: `session` is touched only under `callLock`; the rest is immutable.
     /// A value in PostgreSQL guarded by fencing tokens: a write whose token is lower than the highest
     /// token already seen for the resource is refused.
     public final class TKPostgresFencedStore: @unchecked Sendable {

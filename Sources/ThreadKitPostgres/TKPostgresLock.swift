@@ -35,6 +35,8 @@
     import PostgresNIO
     import ThreadKit
 
+    // safety: `state` is touched only under `stateLock`; the session and the test hooks only
+    // under `callLock`; the rest is immutable.
     /// A lock shared by processes on any hosts that reach one PostgreSQL database. Session-level
     /// advisory lock, so a holder that crashes releases it when its connection drops; each
     /// acquisition gets a fencing token larger than every earlier one; `onLost` is called when the

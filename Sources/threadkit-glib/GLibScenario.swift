@@ -36,6 +36,7 @@
         }
     }
 
+    // safety: holds only an immutable reference to the log, which checks its own thread.
     final class TourPortDelegate: TKPortDelegate, @unchecked Sendable {
         let log: TourLog
         init(_ log: TourLog) { self.log = log }

@@ -9,7 +9,6 @@ import XCTest
 final class ParkingTests: XCTestCase {
     func testParkTimesOutNeverEarly() {
         let word = FutexWord(5)
-        defer { word.deallocate() }
         for ms in [1, 10, 50] {
             let deadline = ContinuousClock.now + .milliseconds(ms)
             while Parking.park(word, expected: 5, deadline: deadline) {}
@@ -20,7 +19,6 @@ final class ParkingTests: XCTestCase {
 
     func testParkReturnsAtOnceWhenTheWordDiffers() {
         let word = FutexWord(1)
-        defer { word.deallocate() }
         XCTAssertTrue(Parking.park(word, expected: 2, deadline: .now + .seconds(30)))
     }
 
@@ -34,7 +32,6 @@ final class ParkingTests: XCTestCase {
         word.pointer.pointee.store(1, ordering: .releasing)
         Parking.unparkAll(word)
         XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
-        word.deallocate()
     }
 
     final class CountingObserver: ParkingObserver, @unchecked Sendable {

@@ -10,6 +10,8 @@
 // held, on whichever thread ends the iteration: the iterating task (cancelled, or done), or the
 // thread that drops the iterator's last copy (`AsyncBufferLifetime`).
 
+// safety: `elements`, `terminated` and `onTermination` are touched only under the waiters'
+// mutex; `policy` and `waiters` are immutable.
 /// A buffered, single-consumer stream of elements that ends when its consumer goes away.
 final class AsyncBuffer<Element: Sendable>: @unchecked Sendable {
     enum Policy {

@@ -31,10 +31,13 @@
 // Every node is resumed exactly once, by whichever of the event and the cancellation took it out
 // of `queued` (or `arriving`) under the mutex first, and never stays in the list after either.
 
+// safety: the list and every node's fields are touched only under `mutex`; each continuation
+// is resumed once, by whoever takes its node out of the list under it.
 /// A FIFO of tasks suspended until an event. `Value` is what a resumed waiter receives.
 final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
     typealias Continuation = UnsafeContinuation<Value, any Error>
 
+    // safety: every field is read and written only under the list's mutex.
     /// One task in `suspend`. Every field is guarded by the list's mutex.
     private final class Waiter: LinkedNode, @unchecked Sendable {
         enum Stage { case arriving, queued, cancelled, resumed }
@@ -55,8 +58,6 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
     private var closedValue: Value? // guarded by mutex
 
     init() {}
-
-    deinit { mutex.deallocate() }
 
     // MARK: Waiting
 

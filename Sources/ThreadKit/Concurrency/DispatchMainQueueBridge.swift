@@ -8,6 +8,8 @@
 import CThreadKit
 import Glibc
 
+// safety: `signalled` and `drainDepth` are touched on the main thread only; the descriptor is
+// immutable after init.
 final class DispatchMainQueueBridge: DescriptorWatcher, @unchecked Sendable {
     /// The bridge, nil when libdispatch is not in the process (then the main loop serves only
     /// ThreadKit's own work).

@@ -31,6 +31,7 @@
 import Glibc
 import Synchronization
 
+// safety: every stored property is immutable; `tally` holds only atomics.
 /// The same loop serving jobs in other modes than the common ones (a tracking mode, say). Each
 /// call of `TKRunLoop.executor(forModes:)` makes a distinct executor: actors sharing one share its
 /// serial order.

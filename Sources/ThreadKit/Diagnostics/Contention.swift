@@ -9,6 +9,7 @@
 // when either feature is on, and each is recorded by the features on (Metrics.swift).
 import Glibc
 
+// safety: `rows` is read and written only under `mutex`, which is immutable.
 final class Contention: @unchecked Sendable {
     static let shared = Contention()
 

@@ -2,6 +2,7 @@
 // handlers, whether reports are printed, the stored hang reports, and the read-modify-write of
 // the switch word. Everything is guarded by `mutex` (a leaf: handlers run after it is released).
 
+// safety: the state is read and written only under `mutex` (immutable after init).
 /// The mutable state behind TKDiagnostics, guarded by `mutex` (a leaf: handlers run outside it).
 final class DiagnosticsState: @unchecked Sendable {
     static let shared = DiagnosticsState()

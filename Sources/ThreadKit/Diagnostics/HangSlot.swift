@@ -25,6 +25,7 @@ struct HangMark: Sendable {
     var started: UInt64
 }
 
+// safety: `mark` only under `mutex`; `reportedStart` is atomic; `tid` is immutable.
 /// One thread's current activity. Owned by its thread (through a thread-local); listed by the
 /// watchdog until the thread exits.
 final class HangSlot: @unchecked Sendable {
@@ -37,7 +38,6 @@ final class HangSlot: @unchecked Sendable {
     let reportedStart = Atomic<UInt64>(0)
 
     init(tid: UInt32) { self.tid = tid }
-    deinit { mutex.deallocate() }
 
     /// Sets the current activity and returns the one it replaces (restored by `restore`).
     func replace(_ new: HangActivity, at time: UInt64) -> HangMark {

@@ -11,6 +11,7 @@
 import CThreadKit
 import Synchronization
 
+// safety: the slot table and the thread's bookkeeping are touched only under `mutex`.
 final class HangWatchdog: @unchecked Sendable {
     static let shared = HangWatchdog()
 
@@ -161,7 +162,6 @@ final class HangWatchdog: @unchecked Sendable {
 
     private static func sampleStackLocked(of tid: UInt32) -> [UInt] {
         let done = FutexWord(0)
-        defer { done.deallocate() }
         var frames: [UInt] = []
         if tk_hang_sample_request(tid, done.address) == 0 {
             let deadline = ContinuousClock.now + .milliseconds(500)
@@ -169,6 +169,7 @@ final class HangWatchdog: @unchecked Sendable {
                 if !Parking.park(done, expected: 0, deadline: deadline) { break }
             }
             tk_hang_sample_cancel()
+            // The last use of `done`, after the cancel: the word is freed only after it.
             let count = Int(done.pointer.pointee.load(ordering: .acquiring))
             if count > 0, let buffer = tk_hang_sample_frames() {
                 // Skip the handler's own frame and the signal trampoline.

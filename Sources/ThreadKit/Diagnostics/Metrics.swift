@@ -106,8 +106,6 @@ public final class TKMetricsSource: @unchecked Sendable {
         self.isRecorded = isRecorded
     }
 
-    deinit { exporterLock.deallocate() }
-
     /// Runs `body` with this source's exporter state (nil at first) under the source's own lock,
     /// so an exporter can make its metric handles for the source once and find them again with
     /// each timed item. Keep `body` short: it must not block.

@@ -24,6 +24,8 @@
 // holds nothing a dump would keep, so a registering thread takes it over first.
 import CThreadKit
 
+// safety: `raw` is written by its owning thread and read by dumps through the C ring's
+// own protocol; `cachedNames` is the owning thread's only; the rest only under the registry's lock.
 /// One thread's ring and what the Swift side keeps for it.
 final class TraceRing: @unchecked Sendable {
     let raw: UnsafeMutablePointer<tk_trace_ring>

@@ -68,6 +68,7 @@ protocol WaitTarget: AnyObject {
     var waitHolder: WaitHolder { get }
 }
 
+// safety: `state` is read and written only under `mutex`; `tid` and `thread` are immutable.
 /// One thread's published waits and activities.
 final class WaitRecord: @unchecked Sendable {
     /// What the thread waits for: the object, the kind of wait and the call that waits.
@@ -102,8 +103,6 @@ final class WaitRecord: @unchecked Sendable {
         self.tid = tid
         self.thread = thread
     }
-
-    deinit { mutex.deallocate() }
 
     /// Publishes `wait`; returns the one it replaces (restored by `restore`). Own thread only.
     func replace(with wait: Wait) -> Wait? {

@@ -5,6 +5,8 @@
 
 import Synchronization
 
+// safety: the count and flags are one atomic word; notifications and waiters are touched only
+// under `notifyLock`.
 /// A count of unfinished tasks plus two "maybe" flags:
 ///
 /// | bits   | meaning                                                              |
@@ -44,8 +46,6 @@ public final class TKDispatchGroup: @unchecked Sendable {
     deinit {
         // A group whose count is above zero holds itself: it is freed only at zero.
         assert(state.load(ordering: .relaxed) & TKDispatchGroup.countMask == 0, "TKDispatchGroup freed while entered")
-        generation.deallocate()
-        notifyLock.deallocate()
     }
 
     /// One more unfinished task. Sequentially consistent, like every access to `state`: pairs with

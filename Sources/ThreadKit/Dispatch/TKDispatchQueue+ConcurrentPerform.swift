@@ -90,6 +90,8 @@ extension TKDispatchQueue {
     }
 }
 
+// safety: the counters are atomic; `work` is written before any participant starts and only
+// read until `done` is set, after which the caller frees it.
 /// The shared state of one concurrentPerform call.
 final class ConcurrentPerformJob: @unchecked Sendable {
     let iterations: Int
@@ -110,8 +112,6 @@ final class ConcurrentPerformJob: @unchecked Sendable {
         chunk = max(1, iterations / (participants * 8))
         self.work = work
     }
-
-    deinit { done.deallocate() }
 
     /// Claims and runs chunks until none is left.
     func participate() {

@@ -217,12 +217,16 @@ extension TKDispatchQueue {
     }
 }
 
+// safety: written by the drainer before it sets the waiter's event and read by the caller after
+// its wait returns: the event's release and acquire order the two.
 /// The result of a block run by the drainer for a waiting `sync` caller. Written by the drainer
 /// before it sets the waiter's event; read by the caller after.
 final class SyncResult<T>: @unchecked Sendable {
     var value: Result<T, any Error>?
 }
 
+// safety: `block` is set before the entry is published by the queue's lock and cleared by the
+// drainer before it sets `done`, which the caller waits for; the rest is immutable.
 /// A `sync` caller waiting in a queue. A hand-off waiter (no block): the drainer that reaches it
 /// hands the queue over (`handOff`) and the caller runs its block on its own thread. A main-queue
 /// waiter (a block): the main thread runs the block with the queue's exclusion in force, drops it,
@@ -243,8 +247,6 @@ final class SyncWaiter: @unchecked Sendable {
         self.block = block
         handsOff = false
     }
-
-    deinit { done.deallocate() }
 
     /// Drainer's thread. The block is released before the caller is woken: the caller's
     /// `withoutActuallyEscaping` requires that nothing holds it when the call returns. A hand-off

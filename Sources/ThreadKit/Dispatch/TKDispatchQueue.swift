@@ -14,6 +14,9 @@
 // activation's unlock. `context` and `finalizer` are guarded by `lock` (read once more in deinit).
 import Synchronization
 
+// safety: the queue's state, rings and values are touched only under `lock`; `batch` only by
+// the thread draining the queue (one at a time, handed over under `lock`); the rest is
+// immutable or atomic.
 /// A FIFO queue of work that ThreadKit's own thread pool runs: `DispatchQueue` without libdispatch.
 ///
 /// A serial queue runs one item at a time, in submission order; a concurrent queue starts items
@@ -146,7 +149,6 @@ public final class TKDispatchQueue: @unchecked Sendable {
         if let finalizer, let contextValue, let target {
             target.async { finalizer(contextValue) }
         }
-        lock.deallocate()
     }
 
     /// The global queue of `qos`: one shared pool, run queues per QoS.

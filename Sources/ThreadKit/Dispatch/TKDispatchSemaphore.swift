@@ -48,6 +48,8 @@ import Synchronization
 /// signal (under the mutex), an acquiring load in the parked thread. Tasks are handed their unit
 /// through the waiters' mutex and the continuation.
 public final class TKDispatchSemaphore: @unchecked Sendable {
+    // safety: the value and wake-ups are atomic; the thread queue, debt and tickets only
+    // under the async waiters' mutex.
     private let value: Atomic<Int>
     /// Units signalled while no waiter was queued, taken by spinning waiters.
     private let wakeups = FutexWord(0)
@@ -72,8 +74,6 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
         }
         self.value = Atomic(value)
     }
-
-    deinit { wakeups.deallocate() }
 
     /// Releases one unit; hands it to one waiter (thread or task) if any. Returns 1 if a waiter
     /// was given the unit, else 0.
@@ -245,6 +245,8 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
     var currentValue: Int { value.load(ordering: .sequentiallyConsistent) }
 }
 
+// safety: `word` is atomic; the links only under the semaphore's waiters' mutex; `ticket` is
+// immutable.
 /// A thread queued in `TKDispatchSemaphore.wait`: parks on `word` until a signal grants it a unit.
 final class ThreadWaiter: LinkedNode, @unchecked Sendable {
     static let waiting: UInt32 = 0, granted: UInt32 = 1
@@ -255,7 +257,6 @@ final class ThreadWaiter: LinkedNode, @unchecked Sendable {
     unowned(unsafe) var previous: ThreadWaiter?
 
     init(ticket: UInt64) { self.ticket = ticket }
-    deinit { word.deallocate() }
 
     /// Acquiring: pairs with the signal's releasing store of `granted`.
     var isGranted: Bool { word.pointer.pointee.load(ordering: .acquiring) == ThreadWaiter.granted }

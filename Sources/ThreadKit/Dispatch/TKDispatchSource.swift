@@ -13,6 +13,7 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: `state` is touched only under `lock`; `lastData` is atomic; the rest is immutable.
 /// An event source whose handler runs on a queue, like `DispatchSource`: timers, signals,
 /// descriptor readiness, user data, process exits, file-system object changes and memory
 /// pressure, all watched by ThreadKit's manager thread (one epoll set: timerfd, inotify, pidfd,
@@ -100,7 +101,6 @@ public final class TKDispatchSource: @unchecked Sendable {
         if state.holdsSignal, case .signal(let signal) = kind { DispatchManager.shared.releaseSignal(signal) }
         // An active source is held by the manager until cancelled, so here it is unregistered.
         releaseOwnedLocked()
-        lock.deallocate()
     }
 
     /// Closes the descriptors the source opened and gives back its inotify watch. Caller holds

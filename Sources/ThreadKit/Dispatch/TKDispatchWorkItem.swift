@@ -5,6 +5,8 @@
 // races with the finish without being lost or run twice). `block` and `flags` are immutable.
 import Synchronization
 
+// safety: the notifications and waiters are touched only under `notifyLock`; the flags are
+// atomic or immutable.
 /// A block with a life of its own, like `DispatchWorkItem`: run it directly with ``perform()`` or
 /// submit it with `TKDispatchQueue.async(execute:)`, then wait for it, get notified when it has
 /// finished, or cancel it before it starts. Thread-safe.
@@ -23,11 +25,6 @@ public final class TKDispatchWorkItem: @unchecked Sendable {
     public init(flags: TKDispatchQueue.WorkFlags = [], block: @escaping @Sendable () -> Void) {
         self.flags = flags
         self.block = block
-    }
-
-    deinit {
-        finished.deallocate()
-        notifyLock.deallocate()
     }
 
     /// Runs the block on the calling thread, unless the item was cancelled; either way the item

@@ -1,5 +1,7 @@
 // TKNotification: what a notification center delivers (NSNotification). Immutable values.
 
+// safety: immutable; the sender (`object`) is never used by ThreadKit except to compare its
+// identity, as NSNotification's: what an observer does with it is the poster's contract.
 /// A notification: a name, an optional sender and optional user info.
 public struct TKNotification: @unchecked Sendable {
     /// A notification name.

@@ -10,6 +10,7 @@
 // posting is synchronous for every observer, as Apple's is.
 import Synchronization
 
+// safety: the registry is a `Protected`; nothing else is stored.
 /// Delivers notifications to the observers registered for their name and/or sender.
 public final class TKNotificationCenter: @unchecked Sendable {
     /// The process's shared center (`NotificationCenter.default`), where ThreadKit itself posts
@@ -110,6 +111,8 @@ public final class TKNotificationCenter: @unchecked Sendable {
     }
 }
 
+// safety: immutable after init except `active` (atomic); the weak references load safely
+// from any thread.
 /// The handle of one registration; equal only to itself. Keep it to remove the observer.
 public final class TKObservationToken: Hashable, @unchecked Sendable {
     fileprivate weak var center: TKNotificationCenter?

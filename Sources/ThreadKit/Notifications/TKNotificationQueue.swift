@@ -36,6 +36,8 @@
 // users only and removes its hook when it goes. When the owner thread has finished (its loop is
 // gone), queued styles can no longer post: what is queued then stays until dequeued.
 
+// safety: the queued notifications are in a `Protected`; the rest is immutable (`loop` is a weak
+// reference, safe to load from any thread).
 /// Queues notifications for a thread's run loop (NSNotificationQueue). Thread-safe; a queue
 /// belongs to the thread that created it and posts its queued notifications on that thread.
 public final class TKNotificationQueue: @unchecked Sendable {
@@ -206,6 +208,8 @@ public final class TKNotificationQueue: @unchecked Sendable {
 
     // MARK: The hook
 
+    // safety: the weak references load safely from any thread; `retained` is touched only under the
+    // queue's state lock.
     /// The link from the owner loop's observer back to the queue. Owned by the observer's handler.
     private final class Hook: @unchecked Sendable {
         weak var queue: TKNotificationQueue?

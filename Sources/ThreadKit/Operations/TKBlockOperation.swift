@@ -2,6 +2,7 @@
 // by the operation's lock; `firstBlock` is immutable. Once `main()` has taken the blocks (`frozen`),
 // adding one is a misuse: it could never run.
 
+// safety: `moreBlocks` and `frozen` are touched only under the operation's lock.
 /// An operation that runs one or more blocks; with several, they run concurrently on the global
 /// pool (the first on the operation's own thread), and the operation finishes when all are done.
 public final class TKBlockOperation: TKOperation, @unchecked Sendable {

@@ -18,6 +18,8 @@
 // - `priorityRaw`, `qosRaw`: relaxed atomics; a value read when the operation is dispatched.
 import Synchronization
 
+// safety: the lifecycle is one atomic word; names, completion, waiters and the queue's links
+// are touched only under `lock` (the links under the queue's lock, as documented per field).
 /// One unit of work with a lifecycle: dependencies, priority, cancellation, a completion block.
 /// Subclass and override `main()` (synchronous), or override `isAsynchronous` to return true and
 /// `start()` (or `main()`), and call `finish()` when the work is done.
@@ -81,8 +83,6 @@ open class TKOperation: @unchecked Sendable {
     /// Creates a pending operation with no dependencies, `.normal` priority and no name; add it
     /// to a `TKOperationQueue`, or call `start()` yourself once it is ready.
     public init() {}
-
-    deinit { lock.deallocate() }
 
     // MARK: Subclass points
 

@@ -16,6 +16,7 @@
 // `waitUntilAllOperationsAreFinished` parks on: bumped under `lock`, woken after. `isMain` is
 // immutable.
 
+// safety: `core` is touched only under `lock`; `drained` is atomic; the rest is immutable.
 /// Runs operations on ThreadKit's dispatch pool, respecting dependencies, priorities, barriers and
 /// a concurrency limit.
 public final class TKOperationQueue: @unchecked Sendable {
@@ -87,11 +88,6 @@ public final class TKOperationQueue: @unchecked Sendable {
         core.limit = 1
         core.qos = .userInteractive
         core.underlying = TKDispatchQueue.main
-    }
-
-    deinit {
-        lock.deallocate()
-        drained.deallocate()
     }
 
     /// How misuse messages name the queue.

@@ -33,6 +33,7 @@ struct QueuedPortMessage {
     }
 }
 
+// safety: the queue and its counters are touched only under `mutex`; `limit` is immutable.
 final class PortInbox: @unchecked Sendable {
     enum PushResult { case queued, full, closed }
 
@@ -68,11 +69,6 @@ final class PortInbox: @unchecked Sendable {
     struct WeakLoop { weak var loop: TKRunLoop? }
 
     init(limit: Int) { self.limit = max(1, limit) }
-
-    deinit {
-        space.deallocate()
-        mutex.deallocate()
-    }
 
     var mayHaveMessages: Bool { published.load(ordering: .sequentiallyConsistent) > 0 }
 

@@ -2,6 +2,7 @@
 // message sent to it is queued in its inbox and delivered on the loop it was added to.
 // Thread-safe.
 
+// safety: adds no stored state to TKPort.
 /// A port for messages between threads of one process. Add it to a run loop and set a delegate;
 /// `TKPortMessage.send(before:)` from any thread queues a message and wakes that loop.
 public final class TKMessagePort: TKPort, @unchecked Sendable, CustomStringConvertible {

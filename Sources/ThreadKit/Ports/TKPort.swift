@@ -17,6 +17,8 @@ public protocol TKPortDelegate: AnyObject, Sendable {
     func handlePortMessage(_ message: TKPortMessage)
 }
 
+// safety: the links are a `Protected`, the flags atomic; `batch` is touched only by the thread
+// that won `delivering`; the inbox locks itself.
 /// A communication endpoint a run loop can wait on (NSPort). Use the concrete kinds:
 /// `TKMessagePort` within a process, `TKSocketPort` between processes.
 public class TKPort: @unchecked Sendable {

@@ -2,6 +2,8 @@
 // it goes to and the port for replies. Built and sent by one thread; a received message is a
 // fresh object handed to the receiving delegate. Not meant to be mutated from two threads at once.
 
+// safety: a message belongs to one thread at a time (its sender until the send, then the
+// receiving loop's delivering thread), so its mutable fields are never touched concurrently.
 /// A message sent through a port. On the receiving side `sendPort` is the port to reply to (the
 /// sender's `receivePort`) and `receivePort` is the port it arrived on, as in Foundation.
 public final class TKPortMessage: @unchecked Sendable {

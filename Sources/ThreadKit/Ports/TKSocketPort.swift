@@ -24,6 +24,8 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: the listener and security state are `Protected`; `remoteFD` is touched only under
+// `sender`, `readBuffer`'s bytes only under `listener`; the rest is immutable.
 /// A port that carries messages between processes over a TCP connection on loopback (or to
 /// another host), or over a Unix socket.
 public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConvertible, DescriptorWatcher {
@@ -182,7 +184,6 @@ public final class TKSocketPort: TKPort, @unchecked Sendable, CustomStringConver
     deinit {
         // An invalidated port has closed everything already; a dropped valid one closes here.
         closeEverything()
-        sender.deallocate()
         readBuffer?.deallocate()
     }
 

@@ -8,11 +8,11 @@
 // run and senders are woken with it released).
 import Synchronization
 
+// safety: its only field is an atomic futex word.
 /// One request whose sender waits: 0 pending, 1 done, 2 failed (the thread finished first).
 final class PerformRequest: @unchecked Sendable {
     static let pending: UInt32 = 0, done: UInt32 = 1, failed: UInt32 = 2
     let state = FutexWord(PerformRequest.pending)
-    deinit { state.deallocate() }
 
     /// Settles the request once; false if it was already settled. Releasing: pairs with the
     /// sender's acquiring load, so the block's effects are visible when it returns.
@@ -200,6 +200,8 @@ extension TKRunLoop {
     }
 }
 
+// safety: `timer` is set once before the request is published (under the loop's lock); the
+// rest is immutable or a weak reference.
 /// A pending `perform(afterDelay:)`: its timer and what it can be cancelled by. The target is held
 /// weakly (as an identity), so a request never keeps its target alive.
 final class DelayedRequest: @unchecked Sendable {

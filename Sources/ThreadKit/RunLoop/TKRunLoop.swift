@@ -13,6 +13,8 @@
 import Glibc
 import Synchronization
 
+// safety: the modes, blocks and requests are touched only under `lock` (or by the owner
+// thread, where a field says so); the rest is immutable or thread-safe (`poll`).
 /// A thread's event loop (NSRunLoop, CFRunLoop): it sleeps until a signalled source, a port
 /// message, a due timer or a performed block needs it, runs that work on its thread, and tells
 /// observers about each stage of a pass.
@@ -120,8 +122,6 @@ public final class TKRunLoop: @unchecked Sendable {
         commonModes = ownerThread == TKRunLoop.mainThreadID ? [.default, .modalPanel, .eventTracking] : [.default]
         if ownerThread == TKRunLoop.mainThreadID { BlockingChecker.mainLoopMade(self) }
     }
-
-    deinit { lock.deallocate() }
 
     // MARK: Getting loops
 

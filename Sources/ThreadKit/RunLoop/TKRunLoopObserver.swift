@@ -43,6 +43,7 @@ public struct TKRunLoopActivity: OptionSet, Sendable, CustomStringConvertible {
     }
 }
 
+// safety: immutable apart from `valid` (atomic) and `memberships` (`Protected`).
 /// Watches a loop's passes. Observers in a mode run in `order`; a non-repeating observer is
 /// invalidated after its first call.
 public final class TKRunLoopObserver: @unchecked Sendable {

@@ -5,6 +5,7 @@
 // to put the source on that loop's ready lists).
 import Synchronization
 
+// safety: immutable apart from the atomic flags and `memberships` (`Protected`).
 /// A custom input source. Another thread calls `signal()` and then `wakeUp()` on the target loop;
 /// the loop calls `perform` during its next pass in a mode that holds the source.
 public final class TKRunLoopSource: @unchecked Sendable {

@@ -4,6 +4,7 @@
 // The block runs on the loop's thread.
 import Synchronization
 
+// safety: the mutable state is a `Protected`; the rest is immutable.
 /// A timer that fires its block on a run loop: never early, at most `tolerance` late when the loop
 /// is free, and — when repeating — on its original schedule: fires missed while the loop was busy
 /// are skipped, not caught up.

@@ -6,6 +6,7 @@
 // Threads: any. `mutex` guards every field below it; streams are called back after it is released.
 import Glibc
 
+// safety: the ring and its flags are touched only under `mutex`; `capacity` is immutable.
 final class BoundPipe: @unchecked Sendable {
     private let mutex = RawMutex()
     private let changed = RawCondition()
@@ -27,11 +28,6 @@ final class BoundPipe: @unchecked Sendable {
     init(capacity: Int) {
         self.capacity = max(1, capacity)
         ring = [UInt8](repeating: 0, count: min(self.capacity, 4096))
-    }
-
-    deinit {
-        changed.deallocate()
-        mutex.deallocate()
     }
 
     func attach(reader: TKInputStream, writer: TKOutputStream) {
@@ -157,7 +153,7 @@ final class BoundPipe: @unchecked Sendable {
 }
 
 /// The ends of a bound pair.
-final class PipeInput: InputSide, @unchecked Sendable {
+final class PipeInput: InputSide, Sendable {
     let pipe: BoundPipe
     init(_ pipe: BoundPipe) { self.pipe = pipe }
     func open(_ stream: TKInputStream) { stream.opened() }
@@ -167,7 +163,7 @@ final class PipeInput: InputSide, @unchecked Sendable {
     func close() { pipe.closeReader() }
 }
 
-final class PipeOutput: OutputSide, @unchecked Sendable {
+final class PipeOutput: OutputSide, Sendable {
     let pipe: BoundPipe
     init(_ pipe: BoundPipe) { self.pipe = pipe }
     func open(_ stream: TKOutputStream) { stream.opened() }

@@ -27,6 +27,8 @@ enum EpollBits {
     static let failure: UInt32 = error | hangUp
 }
 
+// safety: `token` and `armed` are touched only under the owner's lock; the weak references
+// load safely from any thread; `fd` is immutable.
 final class DescriptorRegistration: DescriptorWatcher, @unchecked Sendable {
     let fd: Int32
     /// The loop's poll. Weak: a loop whose thread ended closes its epoll set, and a registration

@@ -22,6 +22,7 @@ protocol LoopPresenceOwner: AnyObject, Sendable {
     func perform()
 }
 
+// safety: its only field is a `Protected`.
 final class LoopPresence: @unchecked Sendable {
     private struct Member {
         weak var loop: TKRunLoop?

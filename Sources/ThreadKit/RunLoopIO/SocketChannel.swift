@@ -19,6 +19,8 @@
 import CThreadKit
 import Glibc
 
+// safety: the phase, descriptor, sides and memberships are touched only under `mutex`; `host`
+// and `port` are immutable.
 final class SocketChannel: @unchecked Sendable {
     enum Side { case input, output }
 
@@ -90,8 +92,6 @@ final class SocketChannel: @unchecked Sendable {
 
     deinit {
         if fd >= 0 { Glibc.close(fd) }
-        changed.deallocate()
-        mutex.deallocate()
     }
 
     func attach(input: TKInputStream, output: TKOutputStream) {
@@ -443,7 +443,7 @@ extension Result {
 }
 
 /// The socket sides of a stream pair.
-final class SocketInput: InputSide, @unchecked Sendable {
+final class SocketInput: InputSide, Sendable {
     let channel: SocketChannel
     init(_ channel: SocketChannel) { self.channel = channel }
     func open(_ stream: TKInputStream) { channel.open(.input) }
@@ -455,7 +455,7 @@ final class SocketInput: InputSide, @unchecked Sendable {
     func left(_ loop: TKRunLoop) { channel.left(loop, .input) }
 }
 
-final class SocketOutput: OutputSide, @unchecked Sendable {
+final class SocketOutput: OutputSide, Sendable {
     let channel: SocketChannel
     init(_ channel: SocketChannel) { self.channel = channel }
     func open(_ stream: TKOutputStream) { channel.open(.output) }

@@ -52,7 +52,7 @@ extension OutputSide {
 }
 
 /// Bytes given at init, read front to back.
-final class MemoryInput: InputSide, @unchecked Sendable {
+final class MemoryInput: InputSide, Sendable {
     private let state: Protected<(data: [UInt8], offset: Int)>
 
     init(_ data: [UInt8]) { state = Protected((data, 0)) }
@@ -80,7 +80,7 @@ final class MemoryInput: InputSide, @unchecked Sendable {
 }
 
 /// A regular file read from its start, by offset (pread), so nothing else moves our position.
-final class FileInput: InputSide, @unchecked Sendable {
+final class FileInput: InputSide, Sendable {
     private let fd: Int32
     private let offset = Protected<Int>(0)
 
@@ -120,7 +120,7 @@ final class FileInput: InputSide, @unchecked Sendable {
 }
 
 /// Bytes collected in memory (`dataWrittenToMemory`).
-final class MemoryOutput: OutputSide, @unchecked Sendable {
+final class MemoryOutput: OutputSide, Sendable {
     let bytes = Protected<[UInt8]>([])
 
     func open(_ stream: TKOutputStream) { stream.opened() }
@@ -136,7 +136,7 @@ final class MemoryOutput: OutputSide, @unchecked Sendable {
 }
 
 /// A regular file written at its end (append) or from its start (truncated at open).
-final class FileOutput: OutputSide, @unchecked Sendable {
+final class FileOutput: OutputSide, Sendable {
     private let fd: Int32
     private let append: Bool
 

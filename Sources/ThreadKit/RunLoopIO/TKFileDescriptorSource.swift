@@ -9,6 +9,7 @@
 import Glibc
 import Synchronization
 
+// safety: the mutable state is a `Protected`; the rest is immutable.
 /// Watches a file descriptor for read and write readiness on run loops (CFFileDescriptor).
 public final class TKFileDescriptorSource: @unchecked Sendable {
     /// The kinds of readiness a callback reports (kCFFileDescriptorReadCallBack / WriteCallBack).

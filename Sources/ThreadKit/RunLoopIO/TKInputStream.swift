@@ -2,6 +2,7 @@
 // (docs/RunLoopIO.md, "Streams"). Threads: see TKStream; `read` by one thread at a time.
 import Glibc
 
+// safety: adds only an immutable side (each side locks itself) to TKStream.
 /// A stream to read bytes from (NSInputStream).
 public final class TKInputStream: TKStream, @unchecked Sendable {
     let side: any InputSide

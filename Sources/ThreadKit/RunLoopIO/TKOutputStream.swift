@@ -2,6 +2,7 @@
 // (docs/RunLoopIO.md, "Streams"). Threads: see TKStream; `write` by one thread at a time.
 import Glibc
 
+// safety: adds only an immutable side (each side locks itself) to TKStream.
 /// A stream to write bytes to (NSOutputStream).
 public final class TKOutputStream: TKStream, @unchecked Sendable {
     let side: any OutputSide

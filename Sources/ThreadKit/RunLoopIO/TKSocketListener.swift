@@ -9,6 +9,7 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: the mutable state is a `Protected`; the rest is immutable.
 /// A listening TCP socket that accepts on a run loop (CFSocket's accept callback).
 public final class TKSocketListener: @unchecked Sendable {
     /// The most connections accepted per readiness report, so one busy listener cannot starve the

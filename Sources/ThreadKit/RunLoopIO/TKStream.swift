@@ -23,6 +23,7 @@ public protocol TKStreamDelegate: AnyObject, Sendable {
     func stream(_ aStream: TKStream, handle eventCode: TKStream.Event)
 }
 
+// safety: the mutable state is a `Protected` (`core`); `presence` locks itself.
 /// A stream of bytes that can be read or written blocking, or scheduled on a run loop and
 /// driven by events (NSStream). Use TKInputStream and TKOutputStream.
 public class TKStream: @unchecked Sendable {

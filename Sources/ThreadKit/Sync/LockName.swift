@@ -3,6 +3,7 @@
 // Names are read on the misuse and diagnostics paths and by debuggers, written rarely.
 import Synchronization
 
+// safety: the name is a `Protected`; the id is atomic; the metrics slot locks itself.
 @usableFromInline
 final class LockName: @unchecked Sendable {
     private let storage: Protected<String?>

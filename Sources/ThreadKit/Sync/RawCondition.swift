@@ -2,6 +2,7 @@
 // TKConditionLock). Any thread may signal; waiters must hold the mutex they pass in.
 import Synchronization
 
+// safety: two atomic words, owned by this ~Copyable value and freed with it.
 /// A sequence counter that signal and broadcast bump, plus a count of parked waiters so a signal
 /// with nobody asleep costs one atomic add and no syscall.
 ///
@@ -12,18 +13,13 @@ import Synchronization
 /// `parked` pairs with `sequence` like Dekker's flags: the waiter increments `parked` and then the
 /// kernel reads `sequence`; the signaller bumps `sequence` and then reads `parked`. Both are
 /// sequentially consistent, so at least one side sees the other.
-struct RawCondition: @unchecked Sendable {
+struct RawCondition: ~Copyable, @unchecked Sendable {
     let sequence = FutexWord(0)
     let parked = FutexWord(0)
 
-    func deallocate() {
-        sequence.deallocate()
-        parked.deallocate()
-    }
-
     /// Releases `mutex` (held by `tid`), waits for a signal or the deadline, and re-acquires it.
     /// Returns false only when the deadline has passed. May return true spuriously.
-    func wait(_ mutex: RawMutex, _ tid: UInt32, deadline: ContinuousClock.Instant?) -> Bool {
+    func wait(_ mutex: borrowing RawMutex, _ tid: UInt32, deadline: ContinuousClock.Instant?) -> Bool {
         let seen = sequence.pointer.pointee.load(ordering: .relaxed)
         let released = mutex.unlock(tid)
         assert(released, "callers check ownership before waiting")

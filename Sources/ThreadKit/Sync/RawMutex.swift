@@ -4,6 +4,7 @@
 // changes only by the owning thread's unlock or by an acquiring CAS.
 import Synchronization
 
+// safety: an atomic word, owned by this ~Copyable value and freed with it.
 /// A mutex whose futex word records the owner:
 ///
 /// | word                 | meaning                                               |
@@ -18,7 +19,7 @@ import Synchronization
 /// thread; a thread that parked acquires with the parked bit set again, since others may still
 /// sleep (Drepper, "Futexes Are Tricky", mutex 3).
 @usableFromInline
-struct RawMutex: @unchecked Sendable {
+struct RawMutex: ~Copyable, @unchecked Sendable {
     static let parkedBit: UInt32 = 0x8000_0000
     @usableFromInline static let ownerMask: UInt32 = 0x7FFF_FFFF
 
@@ -27,8 +28,6 @@ struct RawMutex: @unchecked Sendable {
     @usableFromInline let word = FutexWord(0)
 
     init() {}
-
-    func deallocate() { word.deallocate() }
 
     /// Acquire ordering pairs with the release of the previous owner's unlock.
     @inlinable @inline(__always)

@@ -40,6 +40,7 @@ public func synchronized<T>(_ token: AnyObject, _ body: () throws -> T) rethrows
     return try body()
 }
 
+// safety: the stripes are immutable after init and each locks itself.
 /// The table of per-token locks: 64 stripes of `slotsPerStripe` sticky slots plus an overflow
 /// list each. A token's identity stays valid while the caller holds it, so it cannot be reused
 /// by another object during that time; a slot left bound to a dead identity is simply rebound,
@@ -49,6 +50,8 @@ public func synchronized<T>(_ token: AnyObject, _ body: () throws -> T) rethrows
 final class SyncTable: @unchecked Sendable {
     @usableFromInline static let shared = SyncTable()
 
+    // safety: the token word is atomic; `users`, `waiters` and `orderToken` are touched only under
+    // the stripe's mutex or the entry's lock, as each says.
     @usableFromInline
     final class Entry: @unchecked Sendable {
         let lock = TKRecursiveLock()
@@ -91,6 +94,7 @@ final class SyncTable: @unchecked Sendable {
         }
     }
 
+    // safety: `overflow` is touched only under `mutex`; `slots` is immutable.
     fileprivate final class Stripe: @unchecked Sendable {
         let mutex = RawMutex()
         /// The sticky slots, made once; the array never changes.
@@ -99,7 +103,6 @@ final class SyncTable: @unchecked Sendable {
         init(_ tokenWords: UnsafeMutablePointer<Atomic<UInt>>, slots: Int) {
             self.slots = (0..<slots).map { Entry(overflowStripe: nil, tokenWord: tokenWords + $0) }
         }
-        deinit { mutex.deallocate() }
     }
 
     @usableFromInline static let slotsPerStripe = 4

@@ -19,6 +19,7 @@ public typealias TKAtomicInt = TKAtomic<Int>
 /// A thread-safe pointer-sized unsigned integer (OSAtomic's `…Long` and `…Ptr` integer width).
 public typealias TKAtomicUInt = TKAtomic<UInt>
 
+// safety: its only field is an `Atomic`.
 /// An integer with OSAtomic semantics: arithmetic and bitwise operations return the *new* value,
 /// `testAndSet`/`testAndClear` use OSAtomicTestAndSet's bit numbering and return the old bit.
 /// The value lives in an atomic `Value.Word`, the signed integer of its width: two's-complement arithmetic and bitwise operations give the same bits either

@@ -4,6 +4,7 @@
 // orders the pointer only (publish with `barrier: true`, as with OSAtomic's Barrier variants).
 import Synchronization
 
+// safety: its only field is an `Atomic`.
 /// An atomic pointer: `TKAtomicPointer<UnsafeMutableRawPointer>` for `void *`,
 /// `TKAtomicPointer<UnsafeMutablePointer<Node>>` for a typed one (a lock-free stack's head).
 /// It holds an optional, so nil is a value like any other (NULL in OSAtomic). Any pointer-sized

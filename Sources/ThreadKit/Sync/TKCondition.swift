@@ -1,6 +1,7 @@
 // TKCondition: NSCondition, a lock and a condition variable in one object. Thread-safe; `wait`
 // must be called by the thread holding the lock.
 
+// safety: its fields are a mutex, a condition and a name, each thread-safe.
 /// A condition variable with its own lock (NSCondition). Lock it, test your predicate, and `wait`
 /// in a loop until the predicate holds: like POSIX condition variables, `wait` may return
 /// spuriously. `signal` wakes one waiter, `broadcast` all; both may be called with or without
@@ -12,10 +13,6 @@ public final class TKCondition: TKLocking, @unchecked Sendable {
 
     /// Creates a condition whose lock is free, like `NSCondition()`.
     public init() {}
-    deinit {
-        raw.deallocate()
-        condition.deallocate()
-    }
 
     /// A name for diagnostics: misuse messages, lock-order reports, contention counters and
     /// traces name the condition by it. Thread-safe.

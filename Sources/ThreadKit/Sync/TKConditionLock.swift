@@ -3,6 +3,7 @@
 // by it; threads waiting for a particular value sleep on `changed`, which is broadcast whenever
 // an unlock changes the value.
 
+// safety: `value` is touched only under `raw`; the rest is thread-safe.
 /// A lock associated with an integer condition (NSConditionLock). `lock(whenCondition:)` waits
 /// until the lock is free *and* its condition equals the one asked for; `unlock(withCondition:)`
 /// sets the condition as it releases the lock, waking the threads waiting for that value.
@@ -16,10 +17,6 @@ public final class TKConditionLock: TKLocking, @unchecked Sendable {
     /// Creates an unlocked lock whose condition is `condition`, like `NSConditionLock(condition:)`.
     public init(condition: Int = 0) {
         value = condition
-    }
-    deinit {
-        raw.deallocate()
-        changed.deallocate()
     }
 
     /// A name for diagnostics: misuse messages, lock-order reports, contention counters and

@@ -24,6 +24,7 @@
 import FoundationEssentials
 import Glibc
 
+// safety: the mutable state is `Protected`; the rest is immutable.
 /// A lock that works across processes and hosts sharing a directory (NSDistributedLock).
 /// `tryLock` never blocks. A holder that crashes leaves the lock taken until someone calls
 /// `breakLock()`; `holder` tells who holds it and whether that process is certainly gone.

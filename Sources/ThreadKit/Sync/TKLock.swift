@@ -1,6 +1,7 @@
 // TKLock: NSLock. A non-recursive mutex on RawMutex; thread-safe. Misuse (unlock by a thread that
 // does not hold it, locking twice on one thread) stops the process with a message.
 
+// safety: its fields are a mutex and a name, each thread-safe.
 /// A mutual-exclusion lock (NSLock). Not recursive: locking it again on the thread that holds it is
 /// a detected deadlock and stops the process with a message, as does unlocking it from a thread
 /// that does not hold it.
@@ -10,7 +11,6 @@ public final class TKLock: TKLocking, @unchecked Sendable {
 
     /// Creates an unlocked lock with no name, like `NSLock()`.
     public init() {}
-    deinit { raw.deallocate() }
 
     /// A name for diagnostics: misuse messages, lock-order reports, contention counters and
     /// traces name the lock by it (unnamed locks are named by address). Thread-safe.

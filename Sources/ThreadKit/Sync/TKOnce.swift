@@ -22,6 +22,7 @@ public struct TKOnce: ~Copyable, Sendable {
     }
 }
 
+// safety: its only field is an atomic futex word.
 /// The once's word, on the heap so that its address is stable for parking even though TKOnce is
 /// a value: 0 never run, `done` finished, otherwise the running thread's id with `waitersBit`
 /// set once another thread parks.
@@ -30,7 +31,6 @@ final class OnceState: @unchecked Sendable {
     static let waitersBit: UInt32 = 0x8000_0000
 
     let word = FutexWord(0)
-    deinit { word.deallocate() }
 
     func runSlow(_ body: () -> Void) {
         let tid = SystemCall.currentThreadID

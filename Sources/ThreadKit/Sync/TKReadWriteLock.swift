@@ -10,6 +10,7 @@
 // after it is released.
 import Synchronization
 
+// safety: the state words are atomic; the waiting counts are touched only under `queue`.
 /// A reader-writer lock (pthread_rwlock with fairness). `unlock()` releases whichever side the
 /// caller holds.
 public final class TKReadWriteLock: @unchecked Sendable {
@@ -47,11 +48,6 @@ public final class TKReadWriteLock: @unchecked Sendable {
 
     /// Creates an unlocked reader-writer lock.
     public init() {}
-    deinit {
-        queue.deallocate()
-        readerGeneration.deallocate()
-        writerGeneration.deallocate()
-    }
 
     /// Runs `body` holding the lock for reading; released however `body` exits.
     public func withReadLock<T>(_ body: () throws -> T) rethrows -> T {
@@ -291,7 +287,7 @@ public final class TKReadWriteLock: @unchecked Sendable {
 
     // MARK: Waiting
 
-    private func waitForChange(_ word: FutexWord, from value: UInt32) {
+    private func waitForChange(_ word: borrowing FutexWord, from value: UInt32) {
         var spin = SpinWait(limit: SpinWait.conditionLimit)
         // Acquiring: pairs with the releasing bump by the thread that admitted us.
         while word.pointer.pointee.load(ordering: .acquiring) == value {

@@ -1,6 +1,8 @@
 // TKRecursiveLock: NSRecursiveLock. A RawMutex plus a depth that only the holding thread writes.
 import Synchronization
 
+// safety: the lock count is written only by the holder of `raw` (see its note); the rest is
+// thread-safe.
 /// A lock the holding thread may take again; it is released when every `lock()` has been matched
 /// by an `unlock()`. Unlocking from a thread that does not hold it stops the process with a message.
 public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
@@ -17,7 +19,6 @@ public final class TKRecursiveLock: TKLocking, @unchecked Sendable {
 
     /// Creates an unlocked lock with no name, like `NSRecursiveLock()`.
     public init() {}
-    deinit { raw.deallocate() }
 
     /// A name for diagnostics: misuse messages, lock-order reports, contention counters and
     /// traces name the lock by it (unnamed locks are named by address). Thread-safe.

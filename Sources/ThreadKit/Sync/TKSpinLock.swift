@@ -7,6 +7,7 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: its fields are an atomic word and a name, each thread-safe.
 /// A lock for very short critical sections: waiters spin first, then yield, then sleep.
 public final class TKSpinLock: TKLocking, @unchecked Sendable {
     /// 0: unlocked; 1: locked; 2: locked and a waiter may be parked (it must be woken).
@@ -16,7 +17,6 @@ public final class TKSpinLock: TKLocking, @unchecked Sendable {
 
     /// Creates an unlocked spin lock.
     public init() {}
-    deinit { word.deallocate() }
 
     /// Takes the lock if it is free now; never blocks or spins.
     public func tryLock() -> Bool {

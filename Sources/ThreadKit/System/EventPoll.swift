@@ -18,6 +18,8 @@ struct EpollError: Error {
     let code: Int32
 }
 
+// safety: the watcher table is a `Protected`; `tokens` and `events` are the polling thread's
+// only; the descriptors are immutable; the rest is atomic.
 final class EventPoll: @unchecked Sendable {
     static let wakeToken: UInt64 = 0
     static let timerToken: UInt64 = 1

@@ -1,11 +1,14 @@
 // FutexWord: a 32-bit atomic at a stable heap address, usable both with Swift's Atomic (which
 // ThreadSanitizer understands) and as a futex address. Every ThreadKit blocking primitive keeps
-// its state in one or more of these. The owner object allocates it in init and frees it in deinit;
-// the word itself may be touched from any thread while the owner is alive.
+// its state in one or more of these. It owns its word (~Copyable: one owner, no aliasing copy) and
+// frees it in its deinit, which runs when its owner goes; the word itself may be touched from any
+// thread while the owner is alive.
 import Synchronization
 
+// safety: the word is atomic; ~Copyable, so one value owns it and frees it once, in deinit,
+// when its owner goes and no thread can use it any more.
 @usableFromInline
-struct FutexWord: @unchecked Sendable {
+struct FutexWord: ~Copyable, @unchecked Sendable {
     @usableFromInline let pointer: UnsafeMutablePointer<Atomic<UInt32>>
 
     init(_ initial: UInt32 = 0) {
@@ -24,8 +27,8 @@ struct FutexWord: @unchecked Sendable {
         pointer.initialize(to: Atomic(initial))
     }
 
-    /// Called exactly once, from the owner's deinit, when no thread can be using the word.
-    func deallocate() {
+    /// Runs when the owner goes, when no thread can be using the word.
+    deinit {
         pointer.deinitialize(count: 1)
         pointer.deallocate()
     }

@@ -8,18 +8,27 @@
 // `settle`); owners that never call it keep their buffers, as before.
 import Glibc
 
+// safety: every ring is touched by one thread at a time: under its owner's lock, or by the one
+// thread it belongs to (see above); handing it to another thread goes through that lock.
 final class JobRing<Element>: @unchecked Sendable {
     // Guarded by the owner (see above): the runtime's dynamic exclusivity checks are off for the
     // fields, which every push and pop touches.
+    // safety: the owner's lock (or single owning thread) keeps accesses to these fields from
+    // overlapping, which is all the runtime check would catch. `buffer` holds `capacity`
+    // elements, owned by the ring (freed when replaced and in deinit); live ones are the `count`
+    // from `head`, wrapping with the power-of-two mask.
     @exclusivity(unchecked) private var buffer: UnsafeMutablePointer<Element>
     /// Always a power of two, so positions wrap with a mask.
     @exclusivity(unchecked) private var capacity: Int
     @exclusivity(unchecked) private var head = 0
+    // safety: guarded by the owner, as `buffer`.
     @exclusivity(unchecked) private(set) var count = 0
     /// The most elements the buffer held since the last `settle`. Belongs to the buffer: it moves
     /// with it in `swapContents`.
+    // safety: guarded by the owner, as the fields above.
     @exclusivity(unchecked) private var highWater = 0
     /// When (`settle`'s clock) the buffer's size was last found needed; belongs to the buffer.
+    // safety: guarded by the owner, as the fields above.
     @exclusivity(unchecked) private var neededAt: UInt64 = 0
     /// The capacity the ring starts with, and shrinks back to (a power of two).
     let baseCapacity: Int
@@ -27,6 +36,7 @@ final class JobRing<Element>: @unchecked Sendable {
     init(capacity: Int = 16) {
         self.capacity = capacity
         baseCapacity = capacity
+        // safety: freed in deinit, or by `settle`/`grow` when replaced.
         buffer = .allocate(capacity: capacity)
     }
 
@@ -40,6 +50,7 @@ final class JobRing<Element>: @unchecked Sendable {
     @inline(__always)
     func append(_ element: consuming Element) {
         if count == capacity { grow() }
+        // safety: count < capacity now, so the masked slot past the last element is free.
         (buffer + ((head &+ count) & (capacity &- 1))).initialize(to: element)
         count &+= 1
         if count > highWater { highWater = count }
@@ -47,6 +58,8 @@ final class JobRing<Element>: @unchecked Sendable {
 
     /// Makes room for one more element at the back and returns its slot, which the caller
     /// initializes at once (so an element can be moved in without the ring being retained).
+    // safety: the slot is inside the buffer and already counted, so the caller must initialize
+    // it before anyone else can reach the ring: it still holds the owner's lock when it does.
     @inline(__always)
     func reserveLast() -> UnsafeMutablePointer<Element> {
         if count == capacity { grow() }
@@ -60,6 +73,7 @@ final class JobRing<Element>: @unchecked Sendable {
     func prepend(_ element: Element) {
         if count == capacity { grow() }
         head = (head &- 1) & (capacity &- 1)
+        // safety: count < capacity after the grow check, so the slot before the head is free.
         (buffer + head).initialize(to: element)
         count &+= 1
         if count > highWater { highWater = count }
@@ -72,6 +86,7 @@ final class JobRing<Element>: @unchecked Sendable {
     @inline(__always)
     func popFirst() -> Element? {
         guard count > 0 else { return nil }
+        // safety: count > 0, so the head slot holds a live element; it is uncounted just below.
         let element = (buffer + head).move()
         count &-= 1
         head = count == 0 ? 0 : (head &+ 1) & (capacity &- 1)
@@ -82,6 +97,7 @@ final class JobRing<Element>: @unchecked Sendable {
     func popLast() -> Element? {
         guard count > 0 else { return nil }
         count &-= 1
+        // safety: the slot of the last element, live until this move (count was > 0).
         return (buffer + ((head &+ count) & (capacity &- 1))).move()
     }
 
@@ -130,6 +146,8 @@ final class JobRing<Element>: @unchecked Sendable {
             let from = (source.head &+ moved) & (source.capacity &- 1)
             let to = (start &+ moved) & mask
             let run = min(n &- moved, source.capacity &- from, capacity &- to)
+            // safety: `run` stops at both buffers' ends; the source slots are live, the target
+            // ones free (room for n was made above); both rings are under the caller's lock(s).
             (buffer + to).moveInitialize(from: source.buffer + from, count: run)
             moved &+= run
         }
@@ -181,6 +199,8 @@ final class JobRing<Element>: @unchecked Sendable {
     /// freed there merges into the arena's top, whose pages stay resident — malloc_trim trims
     /// only the main arena's top. Measured: 8–16 MiB of a burst's stale entries stayed after every
     /// ring had shrunk (issue 49).
+    // safety: callers pass the ring's own buffer with its elements moved out or destroyed, and
+    // replace or drop the reference at once, so nothing reads the buffer after this.
     private static func free(_ buffer: UnsafeMutablePointer<Element>, capacity: Int) {
         if capacity > retainedCapacity {
             let page = UInt(sysconf(Int32(_SC_PAGESIZE)))
@@ -223,6 +243,7 @@ final class JobRing<Element>: @unchecked Sendable {
         guard count == 0, now &- neededAt >= Self.quietNanoseconds else { return false }
         Self.free(buffer, capacity: capacity)
         capacity = baseCapacity
+        // safety: replaces the buffer just freed (it held no element: count == 0).
         buffer = .allocate(capacity: baseCapacity)
         head = 0
         neededAt = 0
@@ -245,9 +266,12 @@ final class JobRing<Element>: @unchecked Sendable {
     /// the same pages as the last one.
     private func grow() {
         let newCapacity = capacity < Self.bulkCapacity ? capacity * 2 : capacity * 8
+        // safety: the `count` live elements move in (two runs, head to end then the wrapped
+        // rest) before the old buffer is freed; the caller holds the owner's lock throughout.
         let newBuffer = UnsafeMutablePointer<Element>.allocate(capacity: newCapacity)
         let firstRun = min(count, capacity - head)
         newBuffer.moveInitialize(from: buffer + head, count: firstRun)
+        // safety: the wrapped rest, from the buffer's start: count - firstRun live elements.
         (newBuffer + firstRun).moveInitialize(from: buffer, count: count - firstRun)
         Self.free(buffer, capacity: capacity)
         buffer = newBuffer

@@ -36,7 +36,7 @@ enum Parking {
     /// the short critical sections of ThreadKit's internal locks (`RawMutex.lockInternal`), which
     /// the blocking checker does not report.
     static func park(
-        _ word: FutexWord, expected: UInt32, deadline: ContinuousClock.Instant? = nil,
+        _ word: borrowing FutexWord, expected: UInt32, deadline: ContinuousClock.Instant? = nil,
         retryThreadStarts: Bool = false, diagnosed: Bool = true
     ) -> Bool {
         var timeout: Duration? = nil
@@ -76,12 +76,12 @@ enum Parking {
     }
 
     /// Wakes one thread parked on `word`. Call after publishing the state change that lets it go.
-    static func unparkOne(_ word: FutexWord) {
+    static func unparkOne(_ word: borrowing FutexWord) {
         SystemCall.futexWake(word.address, count: 1)
     }
 
     /// Wakes every thread parked on `word`.
-    static func unparkAll(_ word: FutexWord) {
+    static func unparkAll(_ word: borrowing FutexWord) {
         SystemCall.futexWake(word.address, count: Int32.max)
     }
 

@@ -3,6 +3,7 @@
 // waiting for its drainer, a concurrentPerform caller, and waiters of a work item or operation.
 // Any number of threads may wait (set wakes them all); any thread sets it.
 
+// safety: an atomic word, owned by this ~Copyable value and freed with it.
 /// | word | meaning                                   |
 /// |------|-------------------------------------------|
 /// | 0    | not set, the waiter is not asleep          |
@@ -11,12 +12,10 @@
 ///
 /// `set` costs a futex wake only when the waiter had gone to sleep (2): a waiter first spins,
 /// and most sets land while it spins.
-struct ParkingEvent: @unchecked Sendable {
+struct ParkingEvent: ~Copyable, @unchecked Sendable {
     private let word = FutexWord(0)
 
     init() {}
-
-    func deallocate() { word.deallocate() }
 
     /// Back to "not set". Only the waiter, while no setter can be racing (the setter that will
     /// set it is chosen later, under a lock both take).

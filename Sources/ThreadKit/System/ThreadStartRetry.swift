@@ -19,6 +19,8 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: `parties`, `backoff` and `failedAgain` are touched only while holding `guardWord`;
+// the rest is atomic or immutable.
 final class ThreadStartRetry: @unchecked Sendable {
     static let shared = ThreadStartRetry()
 

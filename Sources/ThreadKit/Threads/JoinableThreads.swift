@@ -3,6 +3,7 @@
 // main thread returns. Any thread; the set is guarded by its Protected lock.
 import Glibc
 
+// safety: its fields are a `Protected` table and a once-state, each thread-safe.
 final class JoinableThreads: @unchecked Sendable {
     static let shared = JoinableThreads()
 

@@ -4,6 +4,7 @@
 // its Protected lock; joiners read it after the end, which the join's acquiring wait orders after
 // the write anyway.
 
+// safety: adds an immutable body and a `Protected` outcome to TKThread.
 /// A thread whose body returns a `Result` for the threads that join it (`joinValue()`), or ends
 /// early with one (`TKJoinableThread<Result>.exit(with:)`, pthread_exit's counterpart). Joinable
 /// from the start (`isDetached` is false, so the process waits for it at exit, as for any

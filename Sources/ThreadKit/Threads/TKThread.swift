@@ -15,6 +15,8 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: the attributes are `Protected`, the flags atomic or events; `exitRounds` is the
+// exiting thread's only; `threadDictionary` belongs to the thread itself, as in Foundation.
 /// A thread of the process, like `Thread` (`NSThread`), on POSIX threads: create it with a block
 /// or subclass it and override ``main()``, set its name, stack size, QoS and priority, then
 /// ``start()`` it.
@@ -130,11 +132,6 @@ open class TKThread: @unchecked Sendable {
             a.threadPriority = inForce.priority
         }
         return a
-    }
-
-    deinit {
-        finished.deallocate()
-        started.deallocate()
     }
 
     /// Starts a detached thread running `block` and returns its object.

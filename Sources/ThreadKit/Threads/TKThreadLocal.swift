@@ -13,6 +13,8 @@
 // deinit racing with the exit (glibc reads the value, then calls the destructor) is never touched.
 import Glibc
 
+// safety: immutable after init: a pthread key and a Sendable destructor; each thread's value
+// is its own.
 /// One value per thread (pthread_key_create/pthread_setspecific). A thread's value starts as nil;
 /// when the thread exits with a value set, `destructor` runs on that thread with the value.
 /// Deinitialising the TKThreadLocal deletes the key and finishes the values other threads still

@@ -7,6 +7,7 @@
 import ChildProcessRoles
 import ThreadKit
 
+// safety: touched on the loop's thread only after `start()` (see the header).
 final class HTTPConnection: TKStreamDelegate, @unchecked Sendable {
     /// What the connection tells its owner, on the loop's thread (NSURLConnectionDataDelegate).
     struct Callbacks {

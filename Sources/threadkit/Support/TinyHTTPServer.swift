@@ -9,6 +9,8 @@ import Glibc
 import Synchronization
 import ThreadKit
 
+// safety: the counters are atomic, `connections` under `connectionsLock`; `acceptor` is set in
+// init and joined in stop().
 final class TinyHTTPServer: @unchecked Sendable {
     let port: UInt16
     /// Connections accepted, requests read, responses sent in full, responses cut short

@@ -20,6 +20,8 @@ import ChildProcessRoles
 import Glibc
 import ThreadKit
 
+// safety: `registry` is touched on the main thread only, each buffer under its lock, `events`
+// under `eventsLock` (see the header).
 final class CustomSourceDemo: @unchecked Sendable {
     enum Command: Sendable { case work(round: Int, replyTo: SourceContext), stop }
 
@@ -29,6 +31,8 @@ final class CustomSourceDemo: @unchecked Sendable {
         let source: CommandSource
     }
 
+    // safety: `source` is set in init; `context` only on the owning loop's thread; `buffer` under
+    // `bufferLock`.
     /// The seed's MainThreadRunLoopSource / SecondaryThreadRunLoopSource: a version-0 source with
     /// a command buffer. `context` is set once by the schedule callback, on the source's own thread.
     final class CommandSource: @unchecked Sendable {

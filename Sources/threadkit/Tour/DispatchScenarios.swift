@@ -20,6 +20,8 @@ enum DispatchScenarios {
         name: "gcd-photo-store", title: "a photo store: sync reads and barrier writes on a custom concurrent queue",
         source: "GCD article: readers-writers with dispatch_barrier_async and dispatch_sync on a concurrent queue"
     ) { say in
+        // safety: `photos` is read in sync blocks and written in barrier blocks of `queue`, which
+        // never overlap.
         final class PhotoStore: @unchecked Sendable {
             let queue = TKDispatchQueue(label: "photo-store", attributes: .concurrent)
             private var photos: [String] = [] // read in sync blocks, written in barrier blocks of `queue`
@@ -89,6 +91,7 @@ enum DispatchScenarios {
         name: "gcd-once", title: "a singleton made once while 100 queue items ask for it",
         source: "GCD article: dispatch_once for a shared instance"
     ) { say in
+        // safety: `instance` is written once inside `once`, which publishes it to every caller.
         final class Holder: @unchecked Sendable {
             let once = TKOnce()
             var instance: String? // written once inside `once`

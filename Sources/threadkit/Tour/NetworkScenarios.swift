@@ -278,6 +278,7 @@ enum NetworkScenarios {
         return result
     }
 
+    // safety: touched on the loop's thread only (its stream delegate calls).
     /// The server side of one echo connection: writes back what it reads, keeping what the socket
     /// would not take until it has room (loop thread only).
     final class EchoConnection: TKStreamDelegate, @unchecked Sendable {
@@ -330,6 +331,7 @@ enum NetworkScenarios {
         }
     }
 
+    // safety: touched on the loop's thread only (its stream delegate calls).
     /// One client: sends `size` bytes seeded by its id, reads them back, checks them.
     final class EchoClient: TKStreamDelegate, @unchecked Sendable {
         let id: Int, size: Int

@@ -219,6 +219,7 @@ enum PortScenarios {
     }
 }
 
+// safety: `remaining` is touched only under `condition`.
 /// A countdown the tour waits on (a TKCondition underneath).
 final class Latch: @unchecked Sendable {
     private let condition = TKCondition()

@@ -152,6 +152,7 @@ enum RunLoopScenarios {
         source:
             "CSDN NSThread article: NSTimer(fireDate: now + 1, interval: 0.5) passed to CustomThread(myTimer:), addTimer(forMode: NSRunLoopCommonModes), runUntilDate(now + 5)"
     ) { say in
+        // safety: its fields are immutable (`ranFor` is a box written by the thread, read after join).
         final class CustomThread: TKThread, @unchecked Sendable {
             let myTimer: TKTimer
             let say: Narrator

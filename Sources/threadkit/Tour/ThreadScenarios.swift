@@ -39,6 +39,7 @@ enum ThreadScenarios {
         }
         object.start()
         object.join()
+        // safety: its fields are immutable.
         final class Downloader: TKThread, @unchecked Sendable {
             let url: String, retries: Int
             let report: @Sendable (String) -> Void

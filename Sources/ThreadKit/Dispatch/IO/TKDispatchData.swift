@@ -5,6 +5,7 @@
 // them changes after construction (`append` builds a new region list on the caller's copy).
 import Glibc
 
+// safety: immutable: nobody writes the bytes once wrapped, and the deallocator runs once, in deinit.
 /// A buffer of bytes no one writes once wrapped, and how to release it.
 final class DataBuffer: @unchecked Sendable {
     let base: UnsafeRawPointer

@@ -6,6 +6,7 @@
 import CThreadKit
 import Glibc
 
+// safety: the mutable fields are touched only on the channel's serial queue.
 /// One read, write or barrier of a channel. Fields: channel queue only.
 final class IOOperation: @unchecked Sendable {
     enum Kind {

@@ -37,6 +37,7 @@ extension TKDispatchIO {
     }
 }
 
+// safety: touched only on the channel's serial queue, where its handler runs.
 /// What a one-shot read has collected. Touched only on the channel's queue, where its handler
 /// runs.
 private final class OneShotBuffer: @unchecked Sendable {

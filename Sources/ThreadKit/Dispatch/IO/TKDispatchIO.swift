@@ -11,6 +11,8 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: the mutable fields are touched only on the channel's serial queue (`channel`); the
+// rest is immutable or atomic (`descriptor`).
 /// A channel that reads and writes a descriptor or a path in the background, like `DispatchIO`
 /// (`dispatch_io_t`): stream or random access, results handed to a queue in parts bounded by
 /// high and low water marks and an interval, and a cleanup handler that runs once the channel

@@ -14,6 +14,8 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: the registrations (timers, sources, owned descriptors, inotify holders) are read and
+// written only under `lock`; the thread loop's locals are its own; the descriptors are set once.
 final class DispatchManager: @unchecked Sendable {
     static let shared = DispatchManager()
     static let idleTimeout: Duration = .seconds(2)
@@ -346,6 +348,8 @@ final class DispatchManager: @unchecked Sendable {
                 armed = wakeAt
             }
             // 4. Sleep until something is ready.
+            // safety: both arrays hold 64 elements and stay alive and unmoved for the call; the
+            // kernel writes at most 64 (the count passed).
             let n = tokens.withUnsafeMutableBufferPointer { t in
                 events.withUnsafeMutableBufferPointer { e in
                     tk_epoll_wait(epoll, t.baseAddress, e.baseAddress, 64, -1)
@@ -526,6 +530,8 @@ final class DispatchManager: @unchecked Sendable {
         var masks = [UInt32](repeating: 0, count: 256)
         while true {
             let ifd = lock.withLock { inotifyFD }
+            // safety: both arrays hold 256 elements, alive and unmoved for the call, which writes
+            // at most 256 (the count passed).
             let n = wds.withUnsafeMutableBufferPointer { w in
                 masks.withUnsafeMutableBufferPointer { m in tk_inotify_read(ifd, w.baseAddress, m.baseAddress, 256) }
             }

@@ -8,6 +8,8 @@ final class DispatchContext {
     /// a barrier: nothing else of it can run until the thread leaves. The queue is unowned: a frame
     /// lives only while the queue runs one of its entries, and the entry's job retains the queue.
     struct Frame {
+        // safety: a frame is pushed when the queue starts running an entry and popped before the
+        // entry's job (which retains the queue) is released, so the queue outlives the frame.
         unowned(unsafe) let queue: TKDispatchQueue
         let exclusive: Bool
     }
@@ -17,13 +19,18 @@ final class DispatchContext {
     /// ~250 instructions, callgrind); a `let` pointer pays none. Frames are trivial values (an
     /// unowned(unsafe) reference and a flag).
     private struct Stack {
+        // safety: `capacity` frames, owned by the context (grown in `grow`, freed in deinit);
+        // only the context's own thread touches it.
         var base: UnsafeMutablePointer<Frame>
         var capacity: Int
         var count: Int
     }
+    // safety: allocated in init and freed in deinit (with `base`); read and written only by the
+    // context's own thread, so accesses never overlap.
     private let stack: UnsafeMutablePointer<Stack>
 
     init() {
+        // safety: both freed in deinit.
         stack = .allocate(capacity: 1)
         stack.initialize(to: Stack(base: .allocate(capacity: 8), capacity: 8, count: 0))
     }
@@ -50,10 +57,14 @@ final class DispatchContext {
     static func install(_ context: DispatchContext) { slot.value = context }
 
     /// The frames, outermost first. Valid until the next push or pop.
+    // safety: the caller is the context's thread, which alone pushes and pops, and uses the
+    // buffer before its next push or pop (`frame(for:)`).
     var frames: UnsafeBufferPointer<Frame> { UnsafeBufferPointer(start: stack.pointee.base, count: stack.pointee.count) }
 
     @inline(__always) func push(_ queue: TKDispatchQueue, exclusive: Bool) {
         if stack.pointee.count == stack.pointee.capacity { grow() }
+        // safety: count < capacity after the grow check; frames are trivial, so the slot needs
+        // no deinitialization when popped.
         (stack.pointee.base + stack.pointee.count).initialize(to: Frame(queue: queue, exclusive: exclusive))
         stack.pointee.count += 1
     }
@@ -71,6 +82,8 @@ final class DispatchContext {
 
     private func grow() {
         let n = stack.pointee.capacity
+        // safety: the frames move to the new buffer before the old one is freed; only this
+        // thread holds either.
         let bigger = UnsafeMutablePointer<Frame>.allocate(capacity: 2 * n)
         bigger.moveInitialize(from: stack.pointee.base, count: n)
         stack.pointee.base.deallocate()

@@ -30,6 +30,7 @@ struct DispatchEntry {
     /// owes its leave to keeps the count there until `run` leaves. (libdispatch's rule too: a
     /// retain and a release per item, two atomic read-modify-writes, saved.) So an entry with a
     /// group is never copied (its leave would run twice): it is moved, as every entry is.
+    // safety: unretained, because the group keeps itself alive until the leave this entry owes.
     var group: Unmanaged<TKDispatchGroup>?
     var work: DispatchWork
     /// Runs alone on a concurrent queue, after everything submitted before it.
@@ -40,6 +41,7 @@ struct DispatchEntry {
 
     init(_ work: DispatchWork, group: TKDispatchGroup? = nil, barrier: Bool = false) {
         self.work = work
+        // safety: the caller entered the group, so its self-reference holds it (see `group`).
         self.group = group.map { Unmanaged.passUnretained($0) }
         self.barrier = barrier
     }

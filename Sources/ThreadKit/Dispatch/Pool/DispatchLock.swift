@@ -14,18 +14,16 @@ import Synchronization
 /// | 0    | unlocked                                 |
 /// | 1    | locked, nobody sleeping                  |
 /// | 2    | locked, one or more threads may sleep    |
-struct DispatchLock: @unchecked Sendable {
+// safety: the word is atomic, owned by this ~Copyable value and freed with it.
+struct DispatchLock: ~Copyable, @unchecked Sendable {
     private let word: FutexWord
 
     init() { word = FutexWord(0) }
 
-    private init(word: FutexWord) { self.word = word }
+    private init(word: consuming FutexWord) { self.word = word }
 
     /// A lock whose word sits alone on its cache line (`FutexWord.onItsOwnCacheLine`).
     static func onItsOwnCacheLine() -> DispatchLock { DispatchLock(word: .onItsOwnCacheLine()) }
-
-    /// Called once, from the owner's deinit.
-    func deallocate() { word.deallocate() }
 
     /// Acquiring on success: pairs with the releasing exchange in `unlock`.
     @inline(__always)

@@ -39,6 +39,8 @@ extension DispatchPool {
     /// Whether the calling thread is a background-tier worker (nice 10, SCHED_BATCH).
     static var onBackgroundWorker: Bool {
         guard let raw = tk_pool_worker_get() else { return false }
+        // safety: set by `PoolWorker.run` to its own worker and cleared before it returns, so a
+        // non-nil value is this thread's live worker.
         return Unmanaged<PoolWorker>.fromOpaque(raw).takeUnretainedValue().background
     }
 

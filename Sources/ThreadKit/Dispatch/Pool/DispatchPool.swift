@@ -18,6 +18,9 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: the scheduler, the monitor's state and the counters below are reached only under `lock`
+// (the addressors and `…Locked` functions); everything else is atomic, immutable after init, or
+// has a lock of its own (the stage's shards, each worker's local queue).
 final class DispatchPool: @unchecked Sendable {
     static let shared = DispatchPool()
 
@@ -65,8 +68,11 @@ final class DispatchPool: @unchecked Sendable {
     /// calls under the lock (`saturatedWithWork`, `published`, the tier subscript's `_read`) are
     /// `@inline(__always)`; `invariantHolds` and the state descriptions, debug and diagnostics
     /// only, are not.
+    // safety: allocated and initialized in init, freed in deinit (never, for `shared`); every
+    // access goes through the addressors below, under `lock`, so no two overlap.
     private let schedulerStorage: UnsafeMutablePointer<Scheduler>
     var scheduler: Scheduler {
+        // safety: `schedulerStorage` lives as long as `self`; the caller holds `lock`.
         unsafeAddress { UnsafePointer(schedulerStorage) }
         unsafeMutableAddress { schedulerStorage }
     }
@@ -118,15 +124,20 @@ final class DispatchPool: @unchecked Sendable {
     let idleSpinners = Atomic<Int>(0)
     let maxIdleSpinners: Int
     /// The monitor's state, guarded by lock; in memory of its own like the scheduler.
+    // safety: allocated in init, freed in deinit; read and written only under `lock`.
     let monitor: UnsafeMutablePointer<MonitorState>
     /// Set to wake the monitor thread (docs/DispatchPool.md, "Workers blocked outside ThreadKit").
     let monitorEvent = ParkingEvent()
+    // safety: this and the two counters below are touched only by the holder of `lock`, so
+    // accesses never overlap; the runtime check would cost on every locked section.
     @exclusivity(unchecked) private var nextWorkerNumber = 0 // guarded by lock
     /// Acquisitions of `lock` (TKPoolIntrospection), guarded by lock: a plain increment by each
     /// holder, so counting adds no atomic operation and no shared cache line of its own.
+    // safety: only by the holder of `lock` (as `nextWorkerNumber`).
     @exclusivity(unchecked) private var lockAcquisitions = 0
     /// Those made by a submission to wake a worker (the only time a producer takes it), guarded
     /// by lock like `lockAcquisitions`.
+    // safety: only by the holder of `lock` (as `nextWorkerNumber`).
     @exclusivity(unchecked) private var submitterLockAcquisitions = 0
     /// Set once the thread cap has been reported (`reportThreadCapReached`).
     private let reportedThreadCap = Atomic<Bool>(false)
@@ -141,14 +152,24 @@ final class DispatchPool: @unchecked Sendable {
         threadCap = DispatchPool.threadCap(width: width)
         maxIdleSpinners = max(2, width / 4)
         stage = InjectionStage(width: width)
+        // safety: both freed in deinit.
         schedulerStorage = .allocate(capacity: 1)
         schedulerStorage.initialize(
             to: Scheduler(
                 width: width, threadCap: threadCap,
                 idleTimeout: DispatchPool.idleTimeoutNanoseconds,
                 roomForReplacement: { PidsBudget.headroom() }))
+        // safety: freed in deinit.
         monitor = .allocate(capacity: 1)
         monitor.initialize(to: MonitorState())
+    }
+
+    /// Never runs for `shared` (it lives as long as the process); frees what init allocated.
+    deinit {
+        schedulerStorage.deinitialize(count: 1)
+        schedulerStorage.deallocate()
+        monitor.deinitialize(count: 1)
+        monitor.deallocate()
     }
 
     /// What a locked section decided to do once the lock is released: per tier, at most one worker
@@ -343,6 +364,8 @@ final class DispatchPool: @unchecked Sendable {
     func submit(_ entry: consuming DispatchEntry, level: Int) {
         // Submitted by a job running on a worker of the right tier: its local queue, no lock.
         if let raw = tk_pool_worker_get() {
+            // safety: the thread-local is set by `PoolWorker.run` to its own worker and cleared
+            // before it returns, so a non-nil value is this thread's worker, alive while it runs.
             let worker = Unmanaged<PoolWorker>.fromOpaque(raw).takeUnretainedValue()
             if worker.background == (level == RunQueues.background) && worker.mayPushLocal {
                 switch worker.pushLocal(entry, level: level) {

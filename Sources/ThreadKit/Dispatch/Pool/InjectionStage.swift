@@ -14,9 +14,13 @@
 import CThreadKit
 import Synchronization
 
+// safety: the shards are reached under their own locks or through atomics; `spares` and
+// `drainedTiers` only under the pool's lock; `pending` and `stagedLevels` are atomic.
 final class InjectionStage: @unchecked Sendable {
     /// One producer-side FIFO. A thread always stages into the same shard (chosen by its thread
     /// id), so its own jobs reach the run queues in the order it submitted them.
+    // safety: every mutable field is reached under `lock` (the rings, `total`) or is atomic
+    // (`hasJobs`); the rest is set in init and never written again.
     final class Shard: @unchecked Sendable {
         /// Alone on its cache line: producers on different shards never share the line they lock.
         let lock = DispatchLock.onItsOwnCacheLine()
@@ -24,18 +28,39 @@ final class InjectionStage: @unchecked Sendable {
         /// levels the run queues' QoS order decides anyway). Entries are moved in and out, never
         /// copied. Guarded by `lock`.
         let rings = LevelRings(capacity: 16)
-        /// Jobs ever staged here (for tests), guarded by `lock`.
-        @exclusivity(unchecked) var total = 0
-        /// The tiers (`InjectionStage.tierBit`) whose rings hold a job. Written only under `lock`
-        /// (so a read under it is exact) and only when it changes; the drainer reads it without
-        /// the lock to skip a shard with nothing of the tiers it drains (sequentially consistent:
-        /// see `drain`).
-        let hasJobs = Atomic<UInt8>(0)
-        /// Keeps the next shard's allocations off this shard's ring header.
-        private let padding = UnsafeMutableRawPointer.allocate(byteCount: 128, alignment: 64)
+        /// The fields a producer writes besides the lock's word and the rings, in a block of their
+        /// own aligned to 128 bytes (a cache line and its adjacent-line prefetch pair), so two
+        /// shards' flags never share a line wherever the allocator puts the shards themselves.
+        struct Hot: ~Copyable {
+            /// The tiers (`InjectionStage.tierBit`) whose rings hold a job. Written only under
+            /// `lock` (so a read under it is exact) and only when it changes; the drainer reads it
+            /// without the lock to skip a shard with nothing of the tiers it drains (sequentially
+            /// consistent: see `drain`).
+            let hasJobs = Atomic<UInt8>(0)
+            /// Jobs ever staged here (for tests), guarded by `lock`.
+            var total = 0
+        }
+        // safety: allocated (128-byte aligned, 128 bytes, `Hot` is 16) and initialized in init,
+        // freed in deinit, which runs once no thread holds the shard (its stage released it);
+        // `total` is written only under `lock`, `hasJobs` is atomic.
+        let hot: UnsafeMutablePointer<Hot>
+
+        init() {
+            assert(MemoryLayout<Hot>.size <= 128)
+            // safety: 128 bytes at 128-byte alignment hold one `Hot`; freed in deinit.
+            hot = UnsafeMutableRawPointer.allocate(byteCount: 128, alignment: 128).bindMemory(to: Hot.self, capacity: 1)
+            hot.initialize(to: Hot())
+        }
+
+        deinit {
+            hot.deinitialize(count: 1)
+            hot.deallocate()
+        }
     }
 
     /// Reached without retaining (a Swift array of classes retains on every read).
+    // safety: `mask + 1` entries, each a +1 reference taken in init and released in deinit only;
+    // indexed through `& mask` or `0...mask`, so never out of bounds.
     private let shards: UnsafeMutablePointer<Unmanaged<Shard>>
     private let mask: Int
     /// One flag per tier (`tierBit`): raised (sequentially consistent) by a producer after it
@@ -79,6 +104,8 @@ final class InjectionStage: @unchecked Sendable {
     private let spares = LevelRings(capacity: 64)
     /// Tiers (`Tier.bit`) that received drained jobs since the pool's lock was
     /// taken, so its holder offers that work before unlocking. Guarded by the pool's lock.
+    // safety: read and written only by the holder of the pool's lock, so accesses never overlap
+    // and the runtime's exclusivity check (a cost on every drain) has nothing to catch.
     @exclusivity(unchecked) var drainedTiers: UInt8 = 0
 
     /// `width`: the pool's width. Shards: the next power of two at or above twice the width, at
@@ -87,8 +114,16 @@ final class InjectionStage: @unchecked Sendable {
         var count = 4
         while count < 2 * width && count < 64 { count *= 2 }
         mask = count - 1
+        // safety: `count` slots, each initialized here to a +1 reference; released in deinit.
         shards = .allocate(capacity: count)
         for i in 0..<count { (shards + i).initialize(to: Unmanaged.passRetained(Shard())) }
+    }
+
+    /// Runs once no thread can stage or drain any more (the last reference is gone).
+    deinit {
+        for i in 0...mask { shards[i].release() }
+        shards.deinitialize(count: mask + 1)
+        shards.deallocate()
     }
 
     /// Appends a job to the calling thread's shard. Returns true when this call raised its tier's
@@ -100,14 +135,18 @@ final class InjectionStage: @unchecked Sendable {
         let bit = Self.tierBit(level: level)
         // The slot is reserved under the lock and a guaranteed reference, then the entry is moved
         // into it (a consumed value cannot be moved inside the closure).
+        // safety: the stage keeps every shard alive (+1 in `shards`) while `self` is; the slot
+        // is reserved and initialized while this thread holds the shard's lock, so no drainer
+        // sees it half-made.
         shard._withUnsafeGuaranteedRef { shard in
             shard.lock.lock()
             return shard.rings.withRing(level) { $0.reserveLast() }
         }.initialize(to: entry)
+        // safety: the same shard, kept alive by the stage; its lock is still held.
         shard._withUnsafeGuaranteedRef { shard in
-            shard.total += 1
-            let tiers = shard.hasJobs.load(ordering: .relaxed)
-            if tiers & bit == 0 { shard.hasJobs.store(tiers | bit, ordering: .sequentiallyConsistent) }
+            shard.hot.pointee.total += 1
+            let tiers = shard.hot.pointee.hasJobs.load(ordering: .relaxed)
+            if tiers & bit == 0 { shard.hot.pointee.hasJobs.store(tiers | bit, ordering: .sequentiallyConsistent) }
             shard.lock.unlock()
         }
         let levelBit = UInt8(1) << level
@@ -124,7 +163,8 @@ final class InjectionStage: @unchecked Sendable {
     /// Jobs ever staged, over all shards (tests: the stress test checks the path was taken).
     var stagedSoFar: Int {
         (0...mask).reduce(0) { sum, i in
-            sum + shards[i]._withUnsafeGuaranteedRef { shard in shard.lock.withLock { shard.total } }
+            // safety: kept alive by the stage (+1 in `shards`); `total` read under the shard's lock.
+            sum + shards[i]._withUnsafeGuaranteedRef { shard in shard.lock.withLock { shard.hot.pointee.total } }
         }
     }
 
@@ -159,8 +199,10 @@ final class InjectionStage: @unchecked Sendable {
             return now
         }
         for i in 0...mask {
+            // safety: kept alive by the stage (+1 in `shards`); the rings are touched under the
+            // shard's lock, the spares under the pool's, which the caller holds.
             let levels = shards[i]._withUnsafeGuaranteedRef { shard -> UInt8 in
-                guard shard.hasJobs.load(ordering: .sequentiallyConsistent) & raised != 0 else { return 0 }
+                guard shard.hot.pointee.hasJobs.load(ordering: .sequentiallyConsistent) & raised != 0 else { return 0 }
                 shard.lock.lock()
                 var levels: UInt8 = 0
                 for level in 0..<RunQueues.levelCount where wanted & (1 << level) != 0 {
@@ -172,8 +214,8 @@ final class InjectionStage: @unchecked Sendable {
                         if ring.isOversized { ring.settle(now: stamp()) }
                     }
                 }
-                let left = shard.hasJobs.load(ordering: .relaxed)
-                shard.hasJobs.store(left & ~raised, ordering: .sequentiallyConsistent)
+                let left = shard.hot.pointee.hasJobs.load(ordering: .relaxed)
+                shard.hot.pointee.hasJobs.store(left & ~raised, ordering: .sequentiallyConsistent)
                 shard.lock.unlock()
                 return levels
             }
@@ -196,6 +238,7 @@ final class InjectionStage: @unchecked Sendable {
     func settleRings(now: UInt64) {
         for level in 0..<RunQueues.levelCount { spares.withRing(level) { _ = $0.settle(now: now) } }
         for i in 0...mask {
+            // safety: kept alive by the stage (+1 in `shards`); its rings touched under its lock.
             shards[i]._withUnsafeGuaranteedRef { shard in
                 shard.lock.lock()
                 for level in 0..<RunQueues.levelCount { shard.rings.withRing(level) { _ = $0.settle(now: now) } }

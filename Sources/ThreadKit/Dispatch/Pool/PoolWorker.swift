@@ -9,21 +9,29 @@
 import CThreadKit
 import Synchronization
 
+// safety: the scheduler's fields (`isIdle`, `idleDeadline`, `nextIdle`) and the monitor's are
+// touched only under the pool's lock, the local queue's under `localLock`, `mine` only by the
+// worker's own thread; the rest is atomic or immutable after init.
 final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendable {
     /// unowned(unsafe): the pool lives as long as the process (a checked `unowned` paid an atomic
     /// strong-retain and a release on every use, several per job).
+    // safety: the only pool is `DispatchPool.shared`, never released.
     unowned(unsafe) let pool: DispatchPool
     /// Serves the background level (at the background OS class) instead of the normal ones.
     let background: Bool
     /// Set by the waker that took this worker off the idle stack.
     let event = ParkingEvent()
     /// On the pool's idle stack. Written by the scheduler, under the pool's lock.
+    // safety: this and the next two are read and written only under the pool's lock, so accesses
+    // never overlap; the runtime check cost a call per scheduler transition.
     @exclusivity(unchecked) var isIdle = false
     /// An idle background worker wakes at this `RunQueues.stamp` to check whether waiting
     /// background work has aged (0: no such work). Written by the scheduler, under the pool's lock.
+    // safety: only under the pool's lock (see `isIdle`).
     @exclusivity(unchecked) var idleDeadline: UInt64 = 0
     /// The next worker down the idle stack (`PoolScheduler.TierState.idleTop`). Written by the
     /// scheduler, under the pool's lock.
+    // safety: only under the pool's lock (see `isIdle`).
     @exclusivity(unchecked) var nextIdle: PoolWorker?
     /// Set once the thread runs (a failed thread start never sets it).
     let started = Atomic<Bool>(false)
@@ -36,9 +44,11 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     /// front; a thief takes the newer half from the back; the pool moves them back to its run
     /// queues when the worker blocks, stalls, or another level waits.
     let local = JobRing<DispatchEntry>(capacity: DispatchPool.localCapacity)
+    // safety: this and `localBatched` only under `localLock`, so accesses never overlap.
     @exclusivity(unchecked) var localLevel = 0
     /// How many jobs at the front of `local` came from the run queues in a batch (the rest were
     /// submitted by this worker's jobs). Guarded by `localLock`.
+    // safety: only under `localLock`.
     @exclusivity(unchecked) var localBatched = 0
     let localLock = DispatchLock()
     /// The progress word the pool's monitor watches (docs/DispatchPool.md, "Workers blocked outside
@@ -51,9 +61,11 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     /// and tells the pool. Acquire-release RMWs; the counts themselves are under the pool's lock.
     let activity = Atomic<UInt64>(0)
     /// The word the monitor saw at its previous tick. Guarded by the pool's lock.
+    // safety: only under the pool's lock (the monitor's tick), so accesses never overlap.
     @exclusivity(unchecked) var monitorSeen: UInt64 = 0
     /// The window the monitor judges this worker over while it stays inside one job
     /// (`DispatchPool.RunnableWindow`); nil when none is open. Guarded by the pool's lock.
+    // safety: only under the pool's lock, like `monitorSeen`.
     @exclusivity(unchecked) var monitorWindow: DispatchPool.RunnableWindow?
     /// The worker's kernel thread id (0 until it runs), for the monitor's look at its state.
     let threadID = Atomic<UInt32>(0)
@@ -76,8 +88,11 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     }
     /// Kept in memory of its own and reached through addressors: a stored `var` of a class pays a
     /// runtime exclusivity check on every access (two per job: 230 instructions, callgrind).
+    // safety: allocated in init, freed in deinit; touched only by the worker's own thread (in
+    // `run` and what it calls), so accesses never overlap.
     private let threadStateStorage: UnsafeMutablePointer<ThreadState>
     private var mine: ThreadState {
+        // safety: `threadStateStorage` lives as long as `self`; only the worker's thread calls.
         unsafeAddress { UnsafePointer(threadStateStorage) }
         unsafeMutableAddress { threadStateStorage }
     }
@@ -88,12 +103,12 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     init(pool: DispatchPool, background: Bool) {
         self.pool = pool
         self.background = background
+        // safety: freed in deinit.
         threadStateStorage = .allocate(capacity: 1)
         threadStateStorage.initialize(to: ThreadState())
     }
 
     deinit {
-        event.deallocate()
         threadStateStorage.deinitialize(count: 1)
         threadStateStorage.deallocate()
     }
@@ -104,6 +119,8 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
         started.store(true, ordering: .releasing)
         DispatchContext.install(context)
         Parking.setObserverForCurrentThread(self)
+        // safety: unretained is enough: the thread-local is cleared (defer below) before `run`
+        // returns, and the thread running `run` holds the worker until then.
         tk_pool_worker_set(Unmanaged.passUnretained(self).toOpaque())
         defer {
             tk_pool_worker_set(nil)
@@ -234,6 +251,7 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
         becomeObservable()
         if entry.isUserWork {
             // A block of a global queue runs "inside" that global queue.
+            // safety: the root queues are held for the life of the process (`TKDispatchQueue.roots`).
             roots[level]._withUnsafeGuaranteedRef { root in
                 context.push(root, exclusive: false)
                 entry.runObserved(on: root, exclusive: false)

@@ -3,11 +3,12 @@
 // by the pool's lock. Time comes from `clock` (the real one in the pool, a hand-moved one in the
 // scheduler's deterministic tests), read only when levels compete and when a level holding a
 // burst's buffer empties (`settleEmptied`: its rings give such buffers back once quiet, JobRing.settle).
+// It owns its rings and its two per-level arrays, freed in its deinit (~Copyable: one owner).
 import Glibc
 
 /// Levels are numbered by importance: 0 background (served by the background tier only),
 /// 1 utility, 2 default, 3 userInitiated, 4 userInteractive.
-struct RunQueues {
+struct RunQueues: ~Copyable {
     static let levelCount = 5
     static let background = 0
     /// Aging (a bounded share): a waiting level L is served ahead of more important levels of its
@@ -42,6 +43,11 @@ struct RunQueues {
         self.clock = clock
     }
 
+    deinit {
+        waitingSince.deallocate()
+        passes.deallocate()
+    }
+
     /// Runs `body` with level `level`'s ring, without retaining it.
     @inline(__always)
     private func withRing<R>(_ level: Int, _ body: (JobRing<DispatchEntry>) -> R) -> R {
@@ -52,6 +58,8 @@ struct RunQueues {
     /// Since when level L has waited with other levels non-empty (its aging clock, a `stamp()`); 0
     /// while it has not competed yet or was just served. Stamped lazily, so a level alone never
     /// reads the clock.
+    // safety: this value's own memory (allocated here, freed in deinit, ~Copyable so never
+    // aliased by a copy); indexed only by levels below `levelCount`, under the owner's lock.
     private let waitingSince: UnsafeMutablePointer<UInt64> = {
         let stamps = UnsafeMutablePointer<UInt64>.allocate(capacity: RunQueues.levelCount)
         stamps.initialize(repeating: 0, count: RunQueues.levelCount)
@@ -59,6 +67,7 @@ struct RunQueues {
     }()
     /// Jobs of more important levels started while level L waited, since it was last served or
     /// became non-empty; saturates at `agingStarts[L]` (which keeps the bound in the docs' argument).
+    // safety: as for `waitingSince`: owned by this value, freed in deinit, indexed by level.
     private let passes: UnsafeMutablePointer<Int> = {
         let passes = UnsafeMutablePointer<Int>.allocate(capacity: RunQueues.levelCount)
         passes.initialize(repeating: 0, count: RunQueues.levelCount)
@@ -93,6 +102,8 @@ struct RunQueues {
     mutating func push(_ entry: consuming DispatchEntry, level: Int) {
         markNonEmpty(level)
         // The slot is reserved under a guaranteed reference, then the entry is moved into it.
+        // safety: the slot was just reserved (uninitialized, counted) and nothing else can touch
+        // the ring before this initialize: the caller holds the owner's lock.
         withRing(level) { $0.reserveLast() }.initialize(to: entry)
     }
 
