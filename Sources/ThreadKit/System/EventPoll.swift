@@ -20,6 +20,8 @@ struct EpollError: Error {
     let code: Int32
 }
 
+// safety: the watcher table is a `Protected`; `tokens` and `events` are the polling thread's
+// only; the descriptors are immutable; the rest is atomic.
 final class EventPoll: @unchecked Sendable {
     static let wakeToken: UInt64 = 0
     static let timerToken: UInt64 = 1
@@ -228,6 +230,8 @@ final class EventPoll: @unchecked Sendable {
     func wait(block: Bool, _ ready: (UInt64, UInt32) -> Void) {
         var n: Int32
         repeat {
+            // safety: both arrays hold 64 elements and stay alive and unmoved for the call; the
+            // kernel writes at most 64 (the count passed).
             n = tokens.withUnsafeMutableBufferPointer { t in
                 events.withUnsafeMutableBufferPointer { e in
                     tk_epoll_wait(epoll, t.baseAddress, e.baseAddress, 64, block ? -1 : 0)

@@ -60,6 +60,8 @@ extension DispatchManager {
         var masks = [UInt32](repeating: 0, count: 256)
         while true {
             let ifd = lock.withLock { inotifyFD }
+            // safety: both arrays hold 256 elements, alive and unmoved for the call, which writes
+            // at most 256 (the count passed).
             let n = wds.withUnsafeMutableBufferPointer { w in
                 masks.withUnsafeMutableBufferPointer { m in tk_inotify_read(ifd, w.baseAddress, m.baseAddress, 256) }
             }

@@ -18,6 +18,8 @@ import CThreadKit
 import Glibc
 import Synchronization
 
+// safety: the registrations (timers, sources, owned descriptors, inotify holders) are read and
+// written only under `lock`; the thread loop's locals are its own; the poll is set once.
 final class DispatchManager: @unchecked Sendable {
     static let shared = DispatchManager()
     static let idleTimeout: Duration = .seconds(2)
