@@ -31,13 +31,7 @@ extension DispatchManager {
     /// One source no longer holds `wd`; the last one removes the inotify watch.
     func releaseFileWatch(_ wd: Int32) {
         lock.withLock {
-            guard let n = inotifyHolders[wd] else { return }
-            if n > 1 {
-                inotifyHolders[wd] = n - 1
-                return
-            }
-            inotifyHolders[wd] = nil
-            _ = tk_inotify_unwatch(inotifyFD, wd)
+            if DispatchManager.dropHolder(wd, from: &inotifyHolders) { _ = tk_inotify_unwatch(inotifyFD, wd) }
         }
     }
 

@@ -23,13 +23,7 @@ extension DispatchManager {
     /// One source of `signal` is gone; the last one restores the previous action.
     func releaseSignal(_ signal: Int32) {
         lock.withLock {
-            guard let n = caughtSignals[signal] else { return }
-            if n > 1 {
-                caughtSignals[signal] = n - 1
-                return
-            }
-            caughtSignals[signal] = nil
-            _ = tk_signal_restore(signal)
+            if DispatchManager.dropHolder(signal, from: &caughtSignals) { _ = tk_signal_restore(signal) }
         }
     }
 

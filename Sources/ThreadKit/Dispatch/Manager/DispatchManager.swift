@@ -125,6 +125,19 @@ final class DispatchManager: @unchecked Sendable {
             && inotifySources.isEmpty && ownSignalSources.isEmpty)
     }
 
+    /// Drops one holder of `key` from `holders` (a count per key: sources per caught signal,
+    /// per inotify watch); true when that was the last, so the caller releases what the key
+    /// holds. Caller holds lock.
+    static func dropHolder<Key: Hashable>(_ key: Key, from holders: inout [Key: Int]) -> Bool {
+        guard let n = holders[key] else { return false }
+        if n > 1 {
+            holders[key] = n - 1
+            return false
+        }
+        holders[key] = nil
+        return true
+    }
+
     /// Makes the manager's epoll_wait return (coalesced by the poll's `wakePending`: cleared by the
     /// manager thread after the poll drained the eventfd, before it looks at its state again).
     func wake() {
