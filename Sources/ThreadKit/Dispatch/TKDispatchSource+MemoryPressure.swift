@@ -100,7 +100,7 @@ extension TKDispatchSource {
     /// Caller holds lock (activation).
     func registerMemoryPressureLocked() -> AfterRegistering {
         for fd in state.ownedFDs {
-            let error = DispatchManager.shared.watchOwned(fd, events: DispatchManager.pollPri, source: self)
+            let error = DispatchManager.shared.watchOwned(fd, events: EventPoll.pollPri, source: self)
             if error != 0 { return .refused(error) }
         }
         return .nothing
@@ -108,7 +108,7 @@ extension TKDispatchSource {
 
     /// A trigger descriptor is ready (manager thread, no lock held).
     func pressureTriggered(fd: Int32, events: UInt32) {
-        guard events & DispatchManager.pollPri != 0 else { return } // POLLERR: the trigger is gone
+        guard events & EventPoll.pollPri != 0 else { return } // POLLERR: the trigger is gone
         let critical = lock.withLock { fd == state.pressure.criticalFD }
         pressureTriggered(critical: critical)
     }

@@ -68,7 +68,7 @@ extension TKDispatchSource {
         if mask.contains(.signal) { DispatchManager.shared.watchOwnSignals(self) }
         if state.exitedBeforeWatch { return .merge(ProcessEvent.exit.rawValue) }
         for fd in state.ownedFDs {
-            let error = DispatchManager.shared.watchOwned(fd, events: DispatchManager.pollIn | DispatchManager.pollOneShot, source: self)
+            let error = DispatchManager.shared.watchOwned(fd, events: EventPoll.pollIn | EventPoll.pollOneShot, source: self)
             if error != 0 { return .refused(error) }
         }
         return .nothing

@@ -1,8 +1,10 @@
-// EventPoll: the sleeping and waking machinery of one run loop: an epoll set holding an eventfd
-// (wakeUp), a timerfd (the next timer or run deadline) and the descriptors of socket ports.
-// Owned by its run loop: `wait`, `arm` and the drains run on the loop's thread only; `wake`,
-// `watch`, `modify` and `unwatch` from any thread (`watchers` is guarded by its own leaf lock,
-// held across their epoll_ctl calls; nothing else is taken under it).
+// EventPoll: the one epoll wrapper: an epoll set holding an eventfd (wakeUp), a timerfd (the next
+// deadline) and the descriptors its owner watches. Each run loop owns one (socket ports, run-loop
+// I/O); the dispatch manager owns one (Dispatch/Manager/). `wait`, `arm` and the drains run on the
+// owner's thread only; `wake`, `watch`, `modify` and `unwatch` from any thread (`watchers` is
+// guarded by its own leaf lock, held across their epoll_ctl calls; nothing else is taken under it).
+// `add`, `change` and `remove` (registrations keyed by the owner's own data word) take no lock:
+// their owner serializes them under its own (the dispatch manager's lock).
 import CThreadKit
 import Glibc
 import Synchronization
@@ -23,6 +25,15 @@ struct EpollError: Error {
 final class EventPoll: @unchecked Sendable {
     static let wakeToken: UInt64 = 0
     static let timerToken: UInt64 = 1
+
+    // epoll's event bits (<sys/epoll.h>): what `watch`/`add` wait for and what `wait` reports.
+    static let pollIn: UInt32 = 0x001
+    static let pollPri: UInt32 = 0x002
+    static let pollOut: UInt32 = 0x004
+    static let pollErr: UInt32 = 0x008
+    static let pollHup: UInt32 = 0x010
+    /// Reported once, then disarmed until the next `modify`/`change`.
+    static let pollOneShot: UInt32 = 1 << 30
 
     /// Watched descriptors by token (tokens from 2 up, never reused, so an event for a descriptor
     /// unwatched meanwhile finds no entry and is ignored), and which token owns each descriptor
@@ -65,6 +76,10 @@ final class EventPoll: @unchecked Sendable {
     /// descriptor in the set is ready. Never closed before the loop is released.
     var descriptor: Int32 { epoll }
     private let wakeFD: Int32
+    /// The wake eventfd, for a writer that cannot call `wake` (the dispatch manager's signal
+    /// handler, async-signal-safe: `tk_signal_set_wake_fd`). Its write makes `wait` report
+    /// `wakeToken`; it leaves `wakePending` alone.
+    var wakeDescriptor: Int32 { wakeFD }
     private let timerFD: Int32
     /// How many wake-up writes were made (for tests of coalescing). Relaxed: a statistic.
     let wakeWrites = Atomic<Int>(0)
@@ -72,7 +87,8 @@ final class EventPoll: @unchecked Sendable {
     private var tokens = [UInt64](repeating: 0, count: 64)
     private var events = [UInt32](repeating: 0, count: 64)
 
-    init() {
+    /// `owner` names it in the message when the descriptors cannot be made.
+    init(owner: String = "a run loop") {
         epoll = tk_epoll_create()
         wakeFD = tk_eventfd()
         timerFD = tk_timerfd()
@@ -80,8 +96,9 @@ final class EventPoll: @unchecked Sendable {
             tk_epoll_ctl(epoll, 1, wakeFD, 1, EventPoll.wakeToken) == 0,
             tk_epoll_ctl(epoll, 1, timerFD, 1, EventPoll.timerToken) == 0
         else {
-            // Out of file descriptors: a run loop cannot exist without them.
-            fatalError("ThreadKit: cannot create a run loop's epoll/eventfd/timerfd: \(SystemCall.errorName(errno))")
+            // Out of file descriptors: neither a run loop nor the dispatch manager can exist
+            // without them.
+            fatalError("ThreadKit: cannot create \(owner)'s epoll/eventfd/timerfd: \(SystemCall.errorName(errno))")
         }
     }
 
@@ -114,26 +131,20 @@ final class EventPoll: @unchecked Sendable {
         _ = write(wakeFD, &one, 8)
     }
 
-    /// Arms the timerfd to fire after `delay` (at least 1 ns); nil disarms it.
+    /// Arms the timerfd to fire once after `delay` (at least 1 ns); nil disarms it.
     func arm(after delay: Duration?) {
-        EventPoll.arm(timerFD, after: delay)
-    }
-
-    /// Arms the timerfd `fd` to fire once after `delay`; nil disarms it. Shared with the dispatch
-    /// manager's timerfd.
-    static func arm(_ fd: Int32, after delay: Duration?) {
         guard let delay else {
-            _ = tk_timerfd_arm(fd, 0, 0)
+            _ = tk_timerfd_arm(timerFD, 0, 0)
             return
         }
         // A deadline already past (a negative delay) must still fire: arm for 1 ns, since an
         // all-zero value would disarm the timer and the loop would sleep forever.
         guard delay > .zero else {
-            _ = tk_timerfd_arm(fd, 0, 1)
+            _ = tk_timerfd_arm(timerFD, 0, 1)
             return
         }
         let (seconds, nanoseconds) = delay.kernelTimespec
-        _ = tk_timerfd_arm(fd, seconds, seconds == 0 && nanoseconds == 0 ? 1 : nanoseconds)
+        _ = tk_timerfd_arm(timerFD, seconds, seconds == 0 && nanoseconds == 0 ? 1 : nanoseconds)
     }
 
     /// Adds `fd` to the set (level-triggered, for `events`); its watcher is called on the loop's
@@ -186,11 +197,41 @@ final class EventPoll: @unchecked Sendable {
         watchers.withLock { w in w.current(token).flatMap { entry in entry.watcher.map { ($0, entry.fd) } } }
     }
 
+    // MARK: Registrations keyed by the owner's data word
+
+    // For an owner that keeps its own table of what it watches, keyed by a data word it chooses,
+    // and serializes these calls under its own lock (the dispatch manager: descriptors by number,
+    // owned descriptors by number and generation). `wait` reports `data` as the token, as is. Such
+    // a set uses only these three, never `watch`, and its data words avoid `wakeToken` and
+    // `timerToken`. They take no lock here, so they stay one system call each.
+
+    /// EPOLL_CTL_ADD of `fd` for `events` (with `pollOneShot` or level-triggered). Returns 0 or
+    /// epoll's errno (EPERM: a regular file or a directory; EBADF: not open). Any thread.
+    @discardableResult
+    func add(_ fd: Int32, events: UInt32, data: UInt64) -> Int32 {
+        tk_epoll_ctl(epoll, 1 /* EPOLL_CTL_ADD */, fd, events, data) == 0 ? 0 : errno
+    }
+
+    /// EPOLL_CTL_MOD: waits for `events` with `data` from now on (re-arms a one-shot). Returns 0
+    /// or epoll's errno. Any thread.
+    @discardableResult
+    func change(_ fd: Int32, events: UInt32, data: UInt64) -> Int32 {
+        tk_epoll_ctl(epoll, 3 /* EPOLL_CTL_MOD */, fd, events, data) == 0 ? 0 : errno
+    }
+
+    /// EPOLL_CTL_DEL. Call before closing `fd`. Returns 0 or epoll's errno. Any thread.
+    @discardableResult
+    func remove(_ fd: Int32) -> Int32 {
+        tk_epoll_ctl(epoll, 2 /* EPOLL_CTL_DEL */, fd, 0, 0) == 0 ? 0 : errno
+    }
+
     /// Sleeps until something is ready (`block`) or only polls, then calls `ready` per token.
     /// The wake eventfd and the timerfd are drained here.
     func wait(block: Bool, _ ready: (UInt64, UInt32) -> Void) {
         var n: Int32
         repeat {
+            // safety: both arrays hold 64 elements and stay alive and unmoved for the call; the
+            // kernel writes at most 64 (the count passed).
             n = tokens.withUnsafeMutableBufferPointer { t in
                 events.withUnsafeMutableBufferPointer { e in
                     tk_epoll_wait(epoll, t.baseAddress, e.baseAddress, 64, block ? -1 : 0)
