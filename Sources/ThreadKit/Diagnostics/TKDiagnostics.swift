@@ -130,14 +130,16 @@ public enum TKDiagnostics {
         handler?(report)
     }
 
-    /// A hang found by the watchdog.
+    /// A hang found by the watchdog: printed first, then kept in `hangReports`, so that whoever
+    /// sees it there knows it was printed (a program that exits once it sees the report loses
+    /// nothing), then the handler.
     static func deliver(_ report: TKHangReport) {
-        let (prints, handler) = DiagnosticsState.shared.update { state -> (Bool, (@Sendable (TKHangReport) -> Void)?) in
+        if DiagnosticsState.shared.read({ $0.prints }) { printError(report.description) }
+        let handler = DiagnosticsState.shared.update { state -> (@Sendable (TKHangReport) -> Void)? in
             state.hangs.append(report)
             if state.hangs.count > 100 { state.hangs.removeFirst() }
-            return (state.prints, state.hangHandler)
+            return state.hangHandler
         }
-        if prints { printError(report.description) }
         handler?(report)
     }
 
