@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Models/check.sh: model-checks the dispatch pool's wake, staging, admission and staged-level protocols and the run
+# Models/check.sh: model-checks the dispatch pool's wake, staging, admission, staged-level and idle-word protocols and the run
 # loop's wake protocol with spin (Models/README.md).
 # Needs spin and a C compiler; installs nothing (CI installs spin). Works in a temporary
 # directory: no pan.* or trail files land in the repository. Fails when a model that must be
@@ -126,6 +126,16 @@ run "Admission MIRROR_FIRST (bug: load order)"   Admission.pml "$adm_bug" "-DMIR
 run "StagedLevels NP=2 ND=2 (safety)"       StagedLevels.pml clean ""              "$safety" "$pan_safety"
 run "StagedLevels NP=3 ND=3 (safety)"       StagedLevels.pml clean "-DNP=3 -DND=3" "$safety" "$pan_safety"
 run "StagedLevels CLEAR_AFTER_LOOK (bug)"   StagedLevels.pml "assertion violated" "-DCLEAR_AFTER_LOOK" "$safety" "$pan_safety"
+# PoolIdleWord: the producer's wake without the pool's lock (the idle word and the idle stack's own
+# lock; issue 48, docs/journal/2026-11-29-idle-word.md) must be clean at two sizes; an idle worker
+# that resets its event after pushing itself, one that loads `pending` before its word RMW, and a
+# producer that claims without looking again under the idle lock must each be caught.
+run "PoolIdleWord W=2 NP=2 J=2 (safety)"    PoolIdleWord.pml clean ""            "$safety_long" "$pan_safety"
+run "PoolIdleWord W=3 NP=2 J=1 (safety)"    PoolIdleWord.pml clean "-DW=3 -DJ=1" "$safety" "$pan_safety"
+run "PoolIdleWord W=3 NP=2 J=1 (no cycles)" PoolIdleWord.pml clean "-DW=3 -DJ=1" "$cycles" "$pan_cycles"
+run "PoolIdleWord RESET_AFTER_PUSH (bug)"   PoolIdleWord.pml "assertion violated" "-DRESET_AFTER_PUSH" "$safety" "$pan_safety"
+run "PoolIdleWord PENDING_BEFORE_WORD (bug)" PoolIdleWord.pml "assertion violated" "-DPENDING_BEFORE_WORD" "$safety" "$pan_safety"
+run "PoolIdleWord NO_RECHECK (bug)"         PoolIdleWord.pml "assertion violated \(stackSize>0\)" "-DNO_RECHECK" "$safety" "$pan_safety"
 # RunLoopWake: a run loop's wake-up across a nested run; without the nested run's hand-back (the
 # CI wedge of ci13 and ci32) the enclosing run must be caught asleep with a block queued.
 run "RunLoopWake nested hand-back (safety)" RunLoopWake.pml clean ""                 "$safety" "$pan_safety"

@@ -269,8 +269,12 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// Whether a producer that just staged a job must try the pool's lock (to drain the stage and
     /// have a worker woken), from the job's tier's `searching` and `running` as published at the
     /// last release of the lock (docs/DispatchPool.md, "Submitting without the pool's lock"):
-    /// - it raised the stage's `pending` flag: unless a searcher is on its way, or all `width`
-    ///   workers run and the monitor is awake (it drains within a tick if they never return);
+    /// - it raised the stage's `pending` flag: unless a searcher is on its way, whatever the
+    ///   monitor does (the searcher takes the lock and drains; the monitor sleeps whenever no
+    ///   worker is busy at its tick, most of the time in a single producer's flood, so asking it
+    ///   here cost that flood a lock visit every few items: docs/journal/2026-11-29-idle-word.md),
+    ///   or all `width` workers run and the monitor is awake (it drains within a tick if they
+    ///   never return);
     /// - the flag was up already: its drain will move this job, but the flag does not say when —
     ///   the thread that will drain may serve the other tier — so only while nobody of the job's
     ///   tier runs or searches ("A raised flag is not a wake").
@@ -278,7 +282,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     static func submitterTriesLock(
         raisedPending: Bool, searching: Int, running: Int, width: Int, monitorAwake: () -> Bool
     ) -> Bool {
-        if raisedPending { return searching == 0 && running < width || !monitorAwake() }
+        if raisedPending { return searching == 0 && (running < width || !monitorAwake()) }
         return searching == 0 && running == 0
     }
 
