@@ -261,6 +261,7 @@ final class DispatchManager: @unchecked Sendable {
     // MARK: The thread
 
     private func startThreadLocked() -> Bool {
+        lock.assertHeld("DispatchManager.lock")
         if threadRunning { return false }
         threadRunning = true
         return true
@@ -295,7 +296,8 @@ final class DispatchManager: @unchecked Sendable {
 
     /// Anything for the thread to serve. Caller holds lock.
     private var hasRegistrationsLocked: Bool {
-        !(heap.isEmpty && watches.isEmpty && signalSources.isEmpty && owned.isEmpty
+        lock.assertHeld("DispatchManager.lock")
+        return !(heap.isEmpty && watches.isEmpty && signalSources.isEmpty && owned.isEmpty
             && inotifySources.isEmpty && ownSignalSources.isEmpty)
     }
 
