@@ -26,7 +26,7 @@ enum ChildRoles {
         + TraceRoles.all + FlightRoles.all
         + DiagnosticsRoles.all + BlockingRoles.all + SymbolicationRoles.all
         + DispatchPoolRoles.all + DispatchMemoryRoles.all + WaitGraphRoles.all + DeadlockRoles.all
-        + SharedChildRoles.all
+        + LockOwnershipRoles.all + SharedChildRoles.all
 
     static func main(_ arguments: [String]) -> Int32 {
         ChildRole.main(

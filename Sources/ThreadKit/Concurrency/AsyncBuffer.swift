@@ -100,6 +100,7 @@ final class AsyncBuffer<Element: Sendable>: @unchecked Sendable {
 
     /// `.some(element)`, `.some(nil)` at the end, or nil: nothing yet. Mutex held.
     private func takeLocked() -> Element?? {
+        waiters.assertHeld("the mutex of AsyncBuffer.waiters")
         if let element = elements.popFirst() { return .some(element) }
         return terminated ? .some(nil) : nil
     }

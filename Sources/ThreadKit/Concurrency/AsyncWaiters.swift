@@ -159,18 +159,34 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
         try mutex.withLock(body)
     }
 
+    /// Debug builds: stops the process unless the calling thread is inside `withLock` (for an
+    /// owner's `…Locked` steps). Release builds: nothing.
+    @inline(__always)
+    func assertHeld(
+        _ lock: StaticString, function: StaticString = #function, file: StaticString = #fileID, line: UInt = #line
+    ) {
+        mutex.assertHeld(lock, function: function, file: file, line: line)
+    }
+
     /// Takes the longest-waiting waiter out of the list. Mutex held; resume it after unlocking.
     func popFirstLocked() -> Continuation? {
+        mutex.assertHeld("AsyncWaiters.mutex")
         guard let first = list.first else { return nil }
         unlink(first)
         return take(first)
     }
 
     /// The ticket of the longest-waiting waiter, nil if none waits. Mutex held.
-    var firstTicketLocked: UInt64? { list.first?.ticket }
+    var firstTicketLocked: UInt64? {
+        mutex.assertHeld("AsyncWaiters.mutex")
+        return list.first?.ticket
+    }
 
     /// Whether nobody waits. Mutex held.
-    var isEmptyLocked: Bool { list.isEmpty }
+    var isEmptyLocked: Bool {
+        mutex.assertHeld("AsyncWaiters.mutex")
+        return list.isEmpty
+    }
 
     /// The number of tasks waiting now (tests use it to check that no waiter is left behind).
     var count: Int { withLock { list.count } }
@@ -178,6 +194,7 @@ final class AsyncWaiters<Value: Sendable>: @unchecked Sendable {
     // MARK: The list (mutex held)
 
     private func takeAllLocked() -> [Continuation] {
+        mutex.assertHeld("AsyncWaiters.mutex")
         var taken: [Continuation] = []
         taken.reserveCapacity(list.count)
         while let first = list.first {

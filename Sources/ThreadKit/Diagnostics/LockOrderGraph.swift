@@ -269,6 +269,7 @@ final class LockOrderGraph: @unchecked Sendable {
     /// Decides how the new edge x → y (slots) enters: the cycle it closes (y … x, slots), whether
     /// it is ordered (positions moved if needed), and whether the search ran out of budget.
     private func placeLocked(_ x: Int, before y: Int) -> (cycle: [Int32]?, ordered: Bool, truncated: Bool, steps: Int) {
+        mutex.assertHeld("LockOrderGraph.mutex")
         let bound = max(order[x], unorderedBound)
         guard order[y] <= bound else {
             // Past the bound nothing leads back to x: no cycle, and y is already above x.
@@ -302,6 +303,7 @@ final class LockOrderGraph: @unchecked Sendable {
 
     /// A fresh visit stamp (all slots unvisited).
     private func nextStampLocked() -> UInt32 {
+        mutex.assertHeld("LockOrderGraph.mutex")
         stamp &+= 1
         if stamp == 0 {
             for i in stamps.indices { stamps[i] = 0 }
@@ -370,6 +372,7 @@ final class LockOrderGraph: @unchecked Sendable {
     /// Gives `backward` and then `forward` (each in its present relative order) the positions
     /// they hold together, lowest first.
     private func reorderLocked(backward: [Int32], forward: [Int32]) {
+        mutex.assertHeld("LockOrderGraph.mutex")
         let b = backward.sorted { order[Int($0)] < order[Int($1)] }
         let f = forward.sorted { order[Int($0)] < order[Int($1)] }
         let positions = (b + f).map { order[Int($0)] }.sorted()
@@ -379,6 +382,7 @@ final class LockOrderGraph: @unchecked Sendable {
     }
 
     private func insertEdgeLocked(_ x: Int, _ y: Int, _ edge: Edge, ordered: Bool) {
+        mutex.assertHeld("LockOrderGraph.mutex")
         let entry = EdgeEntry(
             edge: edge, successorIndex: successors[x].count, predecessorIndex: predecessors[y].count, ordered: ordered)
         edges[Self.key(nodes[x]!.id, nodes[y]!.id)] = entry
@@ -409,6 +413,7 @@ final class LockOrderGraph: @unchecked Sendable {
 
     /// The bound again from the unordered edges left (an edge of a freed lock went).
     private func recomputeUnorderedBoundLocked() {
+        mutex.assertHeld("LockOrderGraph.mutex")
         unorderedBound = Int.min
         guard unorderedEdges > 0 else { return }
         for slot in unorderedOut.indices where unorderedOut[slot] > 0 { unorderedBound = max(unorderedBound, order[slot]) }

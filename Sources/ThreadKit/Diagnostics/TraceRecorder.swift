@@ -85,6 +85,15 @@ enum TraceRecorder {
     static let keptRetired = 64
     static let registry = Protected(Registry())
 
+    /// `registry.assertHeld`, in debug builds only: in a release build even an empty check would
+    /// still touch `registry` (its lazy initialisation), so the check is left out here as a whole.
+    @inline(__always)
+    private static func assertRegistryHeld(function: StaticString = #function, file: StaticString = #fileID, line: UInt = #line) {
+        #if DEBUG
+        registry.assertHeld("TraceRecorder.registry", function: function, file: file, line: line)
+        #endif
+    }
+
     // MARK: Recording (hot path)
 
     /// Records one event on the calling thread.
@@ -200,7 +209,8 @@ enum TraceRecorder {
 
     /// Slots the current session's rings hold, `ring`'s aside. Registry held.
     private static func sessionSlotsLocked(_ r: Registry, excluding ring: TraceRing?) -> Int {
-        r.rings.reduce(0) { sum, other in
+        assertRegistryHeld()
+        return r.rings.reduce(0) { sum, other in
             other !== ring && other.raw.pointee.session == r.session ? sum + other.capacity : sum
         }
     }
@@ -208,6 +218,7 @@ enum TraceRecorder {
     /// The capacity `ring` (nil: a new one) gets for the session: the per-thread capacity while the
     /// budget lasts, else the largest power of two left of it, at least `minimumCapacity`.
     private static func ringCapacityLocked(_ r: Registry, for ring: TraceRing?) -> Int {
+        assertRegistryHeld()
         let left = r.totalCapacity - sessionSlotsLocked(r, excluding: ring)
         if left >= r.capacity { return r.capacity }
         var size = minimumCapacity
@@ -218,6 +229,7 @@ enum TraceRecorder {
     /// A retired ring this thread may take: one of an older session, or the oldest retired one of
     /// this session when more than `keptRetired` are kept. Registry held.
     private static func reusableRetiredRingLocked(_ r: Registry) -> TraceRing? {
+        assertRegistryHeld()
         var retiredThisSession = 0
         let window = FlightRecorder.activeWindowNanoseconds
         let now = window == nil ? 0 : tk_trace_now()
@@ -250,7 +262,8 @@ enum TraceRecorder {
 
     /// The retired ring of this session registered first. Registry held.
     private static func oldestRetiredRingLocked(_ r: Registry) -> TraceRing? {
-        r.rings.filter { tk_trace_is_retired($0.raw) != 0 && $0.raw.pointee.session == r.session }
+        assertRegistryHeld()
+        return r.rings.filter { tk_trace_is_retired($0.raw) != 0 && $0.raw.pointee.session == r.session }
             .min { $0.registeredAt < $1.registeredAt }
     }
 

@@ -39,6 +39,7 @@ extension TKDispatchQueue {
     /// What may start now that something changed (an entry, a resume, an activation, a finish).
     /// Caller holds lock.
     func planStartLocked() -> Start {
+        lock.assertHeld("TKDispatchQueue.lock")
         switch kind {
         case .root: return .nothing
         case .serial, .main:
@@ -141,6 +142,7 @@ extension TKDispatchQueue {
     /// nothing after it. A `sync` caller's entry takes its width (or the barrier) the same way but
     /// gets no token: the caller is handed the queue (`carryOut`). Caller holds lock.
     func pumpLocked() -> Start {
+        lock.assertHeld("TKDispatchQueue.lock")
         guard state.lifecycle == .active, state.suspendCount == 0, !state.barrierRunning else { return .nothing }
         var tokens = 0
         var handOffs: [SyncWaiter] = []

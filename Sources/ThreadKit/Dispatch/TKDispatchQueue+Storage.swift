@@ -15,6 +15,7 @@ extension TKDispatchQueue {
     /// remains that a later look may give back and none is scheduled yet: the caller then calls
     /// `scheduleRingLook` after unlocking. Caller holds lock.
     func settleRingsLocked() -> Bool {
+        lock.assertHeld("TKDispatchQueue.lock")
         let other: JobRing<DispatchEntry>?
         switch kind {
         case .root: return false

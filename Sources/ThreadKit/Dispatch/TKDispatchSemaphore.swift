@@ -175,6 +175,7 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
 
     /// Hands out the next queue ticket. Mutex held.
     private func nextTicketLocked() -> UInt64 {
+        asyncWaiters.assertHeld("the mutex of TKDispatchSemaphore.asyncWaiters")
         defer { tickets &+= 1 }
         return tickets
     }
@@ -204,6 +205,7 @@ public final class TKDispatchSemaphore: @unchecked Sendable {
     /// A waiter leaves without being granted (waiters' mutex held). Returns true if it took a
     /// token and keeps it (`keepToken`: a thread whose deadline passed as its grant arrived).
     private func withdrawLocked(keepToken: Bool) -> Bool {
+        asyncWaiters.assertHeld("the mutex of TKDispatchSemaphore.asyncWaiters")
         var v = value.load(ordering: .sequentiallyConsistent)
         while v < 0 {
             let (exchanged, original) = value.compareExchange(expected: v, desired: v + 1, ordering: .sequentiallyConsistent)

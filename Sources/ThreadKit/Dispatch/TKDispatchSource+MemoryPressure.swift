@@ -99,6 +99,7 @@ extension TKDispatchSource {
 
     /// Caller holds lock (activation).
     func registerMemoryPressureLocked() -> AfterRegistering {
+        lock.assertHeld("TKDispatchSource.lock")
         for fd in state.ownedFDs {
             let error = DispatchManager.shared.watchOwned(fd, events: EventPoll.pollPri, source: self)
             if error != 0 { return .refused(error) }
@@ -141,6 +142,7 @@ extension TKDispatchSource {
 
     /// Recomputes the level; returns it if it changed and the mask asks for it. Caller holds lock.
     private func updatePressureLevelLocked(_ now: ContinuousClock.Instant) -> UInt? {
+        lock.assertHeld("TKDispatchSource.lock")
         let p = state.pressure
         let level: MemoryPressureEvent =
             if let t = p.lastCritical, now - t < p.hold { .critical } else if let t = p.lastWarning, now - t < p.hold { .warning } else {
@@ -153,6 +155,7 @@ extension TKDispatchSource {
 
     /// When to look again (while elevated and no check is pending). Caller holds lock.
     private func scheduleRecheckLocked(_ now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        lock.assertHeld("TKDispatchSource.lock")
         guard state.pressure.level != .normal, !state.pressure.recheckScheduled else { return nil }
         state.pressure.recheckScheduled = true
         // When the current level's trigger expires (a critical level may fall to warning first).

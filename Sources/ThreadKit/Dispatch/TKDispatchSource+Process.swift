@@ -64,6 +64,7 @@ extension TKDispatchSource {
 
     /// Caller holds lock (activation).
     func registerProcessLocked() -> AfterRegistering {
+        lock.assertHeld("TKDispatchSource.lock")
         let mask = ProcessEvent(rawValue: eventMask)
         if mask.contains(.signal) { DispatchManager.shared.watchOwnSignals(self) }
         if state.exitedBeforeWatch { return .merge(ProcessEvent.exit.rawValue) }

@@ -100,12 +100,13 @@ public final class TKDispatchSource: @unchecked Sendable {
     deinit {
         if state.holdsSignal, case .signal(let signal) = kind { DispatchManager.shared.releaseSignal(signal) }
         // An active source is held by the manager until cancelled, so here it is unregistered.
-        releaseOwnedLocked()
+        lock.withLock { releaseOwnedLocked() }
     }
 
     /// Closes the descriptors the source opened and gives back its inotify watch. Caller holds
-    /// lock (or is deinit), after unregistering.
+    /// lock, after unregistering.
     func releaseOwnedLocked() {
+        lock.assertHeld("TKDispatchSource.lock")
         for fd in state.ownedFDs { close(fd) }
         state.ownedFDs = []
         if state.watchDescriptor >= 0 {
@@ -484,6 +485,7 @@ public final class TKDispatchSource: @unchecked Sendable {
 
     /// Whether a delivery entry must be submitted now; marks it scheduled. Caller holds lock.
     private func planDeliveryLocked() -> Bool {
+        lock.assertHeld("TKDispatchSource.lock")
         guard state.delivery == .idle, deliveryDueLocked() else { return false }
         state.delivery = .scheduled
         return true
@@ -491,6 +493,7 @@ public final class TKDispatchSource: @unchecked Sendable {
 
     /// Something for a delivery to do. Caller holds lock.
     private func deliveryDueLocked() -> Bool {
+        lock.assertHeld("TKDispatchSource.lock")
         guard state.suspendCount == 0 else { return false }
         switch state.lifecycle {
         case .inactive: return false
@@ -502,6 +505,7 @@ public final class TKDispatchSource: @unchecked Sendable {
     /// Adds timer fires to the pending data, saturating: a timer so far behind that its count
     /// overflows reports UInt.max. Caller holds lock.
     private func addFiresLocked(_ fires: UInt) {
+        lock.assertHeld("TKDispatchSource.lock")
         let (sum, overflow) = state.pendingData.addingReportingOverflow(fires)
         state.pendingData = overflow ? .max : sum
     }
@@ -509,6 +513,7 @@ public final class TKDispatchSource: @unchecked Sendable {
     /// A parked repeating timer (see `timerParked`) counts the slots that passed while it waited
     /// into the data being delivered and goes back in the manager's heap. Caller holds lock.
     private func unparkTimerLocked() {
+        lock.assertHeld("TKDispatchSource.lock")
         guard state.timerParked, let deadline = state.deadline, let interval = state.interval else { return }
         state.timerParked = false
         let (passed, next) = RepeatingSchedule.advance(start: deadline, interval: interval, now: .now)

@@ -35,6 +35,7 @@ extension TKOperationQueue {
     /// `callerWillLook`: the caller is this queue's token, its operation already finished, about
     /// to pop again: it counts as looking (a dependency chain then runs on one token).
     func planTokensLocked(qos: TKQualityOfService, callerWillLook: Bool = false) -> Plan {
+        lock.assertHeld("TKOperationQueue.lock")
         var plan = Plan(qos: qos, underlying: core.underlying)
         guard !core.suspended else { return plan }
         let wanted = min(core.ready.count, core.limit - core.executing + (callerWillLook ? 1 : 0))
@@ -48,6 +49,7 @@ extension TKOperationQueue {
 
     /// `planTokensLocked` at the queue's QoS, into a plan that may already wake waiters.
     func planMoreTokensLocked(_ plan: inout Plan) {
+        lock.assertHeld("TKOperationQueue.lock")
         let more = planTokensLocked(qos: core.qos)
         plan.tokens = more.tokens
         plan.qos = more.qos
@@ -95,6 +97,7 @@ extension TKOperationQueue {
 
     /// Caller holds lock.
     func pushLocked(_ operation: TKOperation) {
+        lock.assertHeld("TKOperationQueue.lock")
         if core.epochs.admit(operation) {
             core.ready.push(operation, level: ReadyQueue.level(operation.queuePriority))
         }
@@ -117,6 +120,7 @@ extension TKOperationQueue {
     /// epoch (which may release a barrier or open the next epoch), the unfinished count (which may
     /// release waiters). Caller holds lock; tokens are planned by the caller afterwards.
     func finishLocked(_ operation: TKOperation, _ plan: inout Plan) {
+        lock.assertHeld("TKOperationQueue.lock")
         core.executing -= 1
         if let next = operation.queueNext { next.queuePrev = operation.queuePrev } else { core.tail = operation.queuePrev }
         if let previous = operation.queuePrev { previous.queueNext = operation.queueNext } else { core.head = operation.queueNext }

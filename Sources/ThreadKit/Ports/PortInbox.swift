@@ -105,6 +105,7 @@ final class PortInbox: @unchecked Sendable {
     /// rather than an optional deadline: copying an optional `ContinuousClock.Instant`, a
     /// resilient type, went through value witnesses, ~100 instructions per message.)
     private func pushLocked(_ message: consuming QueuedPortMessage, _ tid: UInt32) -> PushResult {
+        mutex.assertHeld("PortInbox.mutex")
         if closed {
             mutex.unlockInternal(tid)
             return .closed

@@ -202,10 +202,16 @@ public final class TKRunLoop: @unchecked Sendable {
     }
 
     /// Whether `mode` is in the common set. Caller holds lock.
-    func isCommonLocked(_ mode: Mode) -> Bool { commonModes.contains(mode) }
+    func isCommonLocked(_ mode: Mode) -> Bool {
+        lock.assertHeld("TKRunLoop.lock")
+        return commonModes.contains(mode)
+    }
 
     /// The items of `mode` if any. Caller holds lock.
-    func itemsLocked(_ mode: Mode) -> ModeItems? { modes[mode] }
+    func itemsLocked(_ mode: Mode) -> ModeItems? {
+        lock.assertHeld("TKRunLoop.lock")
+        return modes[mode]
+    }
 
     // MARK: Sources
 
@@ -490,6 +496,7 @@ public final class TKRunLoop: @unchecked Sendable {
     /// Takes the queued movable jobs (`PendingBlock.isMovableJob`) out of the queue (the loop's
     /// thread has finished: `threadDidFinish`). Lock held.
     func takeMovableJobsLocked() -> [PendingBlock] {
+        lock.assertHeld("TKRunLoop.lock")
         guard blocks.contains(where: \.isMovableJob) else { return [] }
         let jobs = blocks.filter(\.isMovableJob)
         blocks.removeAll(where: \.isMovableJob)
@@ -550,6 +557,7 @@ public final class TKRunLoop: @unchecked Sendable {
 
     /// Whether blocks wait for `mode`. Caller holds lock.
     func hasBlocksLocked(for mode: Mode) -> Bool {
+        lock.assertHeld("TKRunLoop.lock")
         let common = commonModes.contains(mode)
         return blocks.contains { Self.accepts($0, mode, common) }
     }

@@ -233,6 +233,7 @@ final class SocketChannel: @unchecked Sendable {
 
     /// Caller holds the mutex.
     private func failLocked(_ error: TKError, _ notices: inout Notices) {
+        mutex.assertHeld("SocketChannel.mutex")
         if case .closed = phase { return }
         dropSocket()
         phase = .failed(error)

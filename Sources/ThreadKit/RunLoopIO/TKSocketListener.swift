@@ -92,6 +92,7 @@ public final class TKSocketListener: @unchecked Sendable {
 
     /// Caller holds `state`.
     private func closeLocked(_ s: inout State) {
+        state.assertHeld("TKSocketListener.state")
         for registration in s.registrations.values { registration.cancel() }
         s.registrations.removeAll()
         if s.listenFD >= 0 { close(s.listenFD) }

@@ -13,6 +13,15 @@ final class Protected<Value>: @unchecked Sendable {
         try mutex.withLock { try body(&value) }
     }
 
+    /// Debug builds: stops the process unless the calling thread is inside `withLock` (for code
+    /// handed the value by a `withLock` body). Release builds: nothing.
+    @inline(__always)
+    func assertHeld(
+        _ lock: StaticString, function: StaticString = #function, file: StaticString = #fileID, line: UInt = #line
+    ) {
+        mutex.assertHeld(lock, function: function, file: file, line: line)
+    }
+
     var current: Value {
         get { mutex.withLock { value } }
         set { mutex.withLock { value = newValue } }

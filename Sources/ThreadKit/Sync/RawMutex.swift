@@ -18,6 +18,10 @@ import Synchronization
 /// told so instead of sleeping forever. Unlocking stores 0 and, if the parked bit was set, wakes one
 /// thread; a thread that parked acquires with the parked bit set again, since others may still
 /// sleep (Drepper, "Futexes Are Tricky", mutex 3).
+///
+/// The owner in the word is also what `assertHeld` checks in debug builds: the acquiring CAS
+/// stores the caller's id and the release clears it, so no separate debug owner is needed and
+/// release builds carry nothing for the check.
 @usableFromInline
 struct RawMutex: ~Copyable, @unchecked Sendable {
     static let parkedBit: UInt32 = 0x8000_0000
@@ -129,6 +133,21 @@ struct RawMutex: ~Copyable, @unchecked Sendable {
         let tid = lockInternal()
         defer { unlockInternal(tid) }
         return try body()
+    }
+
+    /// Debug builds: stops the process unless the calling thread holds the mutex (`lock` names it
+    /// in the message; `function` is the `…Locked` function that needs it). Release builds: nothing.
+    /// A relaxed load suffices: only this thread stores its own id in the word, so it reads its own
+    /// id exactly when it holds the mutex.
+    @inline(__always)
+    func assertHeld(
+        _ lock: StaticString, function: StaticString = #function, file: StaticString = #fileID, line: UInt = #line
+    ) {
+        #if DEBUG
+        if owner() != SystemCall.currentThreadID {
+            lockNotHeld(lock, by: function, holder: ownerDescription(), file: file, line: line)
+        }
+        #endif
     }
 
     /// Describes the holder for misuse messages.

@@ -59,6 +59,7 @@ extension TKThread {
     /// is in force instead and returns false. Attributes lock held.
     @discardableResult
     func applySchedulingLocked(_ a: inout Attributes) -> Bool {
+        attributes.assertHeld("TKThread.attributes")
         if a.scheduling.apply(to: a.tid) { return true }
         guard let inForce = SchedulingClass.inForce(of: a.tid) else { return false }
         a.scheduling = inForce

@@ -39,7 +39,8 @@ extension DispatchManager {
     /// Takes the targets due at `now` off the heap and frees their slots. Caller holds lock;
     /// manager thread.
     func popDueLocked(_ now: ContinuousClock.Instant) -> [TimerTarget] {
-        heap.popDue(now).map { entry -> TimerTarget in
+        lock.assertHeld("DispatchManager.lock")
+        return heap.popDue(now).map { entry -> TimerTarget in
             let target = timerTargets[entry.payload]!
             timerTargets[entry.payload] = nil
             freeTimerSlots.append(entry.payload)

@@ -87,6 +87,7 @@ final class DispatchManager: @unchecked Sendable {
 
     /// Marks the thread running; true if the caller must start it (after unlocking). Caller holds lock.
     func startThreadLocked() -> Bool {
+        lock.assertHeld("DispatchManager.lock")
         if threadRunning { return false }
         threadRunning = true
         return true
@@ -121,7 +122,8 @@ final class DispatchManager: @unchecked Sendable {
 
     /// Anything for the thread to serve. Caller holds lock.
     private var hasRegistrationsLocked: Bool {
-        !(heap.isEmpty && watches.isEmpty && signalSources.isEmpty && owned.isEmpty
+        lock.assertHeld("DispatchManager.lock")
+        return !(heap.isEmpty && watches.isEmpty && signalSources.isEmpty && owned.isEmpty
             && inotifySources.isEmpty && ownSignalSources.isEmpty)
     }
 

@@ -14,9 +14,18 @@ import Synchronization
 /// | 0    | unlocked                                 |
 /// | 1    | locked, nobody sleeping                  |
 /// | 2    | locked, one or more threads may sleep    |
+///
+/// The word does not say who holds the lock, so debug builds keep the holder's thread id beside it
+/// (`holder`, stored after acquiring and cleared before releasing) for `assertHeld`. Release
+/// builds have no such field: their lock and unlock are the bare exchanges.
 // safety: the word is atomic, owned by this ~Copyable value and freed with it.
 struct DispatchLock: ~Copyable, @unchecked Sendable {
     private let word: FutexWord
+    #if DEBUG
+    /// The holder's thread id, 0 when free. Written only by the holder, so a relaxed load by a
+    /// thread reads its own id exactly when that thread holds the lock.
+    private let holder = FutexWord(0)
+    #endif
 
     init() { word = FutexWord(0) }
 
@@ -32,6 +41,9 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
             expected: 0, desired: 1, successOrdering: .acquiring,
             failureOrdering: .relaxed
         ).exchanged {
+            #if DEBUG
+            noteAcquired()
+            #endif
             return
         }
         lockSlow()
@@ -40,6 +52,9 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
     /// Releasing: publishes the critical section to the next acquirer.
     @inline(__always)
     func unlock() {
+        #if DEBUG
+        noteReleasing()
+        #endif
         if word.pointer.pointee.exchange(0, ordering: .releasing) == 2 {
             SystemCall.futexWake(word.address, count: 1)
         }
@@ -51,10 +66,14 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
     /// the flag after `unlockSequentiallyConsistent`; docs/DispatchPool.md, "Staging").
     @inline(__always)
     func tryLock() -> Bool {
-        word.pointer.pointee.compareExchange(
+        let taken = word.pointer.pointee.compareExchange(
             expected: 0, desired: 1, successOrdering: .sequentiallyConsistent,
             failureOrdering: .sequentiallyConsistent
         ).exchanged
+        #if DEBUG
+        if taken { noteAcquired() }
+        #endif
+        return taken
     }
 
     /// Whether threads sleep on the lock now (its word is 2): waiting for it would mean parking
@@ -66,6 +85,9 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
     /// half of the handshake above). The same instruction as `unlock` on x86.
     @inline(__always)
     func unlockSequentiallyConsistent() {
+        #if DEBUG
+        noteReleasing()
+        #endif
         if word.pointer.pointee.exchange(0, ordering: .sequentiallyConsistent) == 2 {
             SystemCall.futexWake(word.address, count: 1)
         }
@@ -79,6 +101,9 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
     }
 
     private func lockSlow() {
+        #if DEBUG
+        defer { noteAcquired() }
+        #endif
         let atomic = word.pointer
         var spin = SpinWait.forLock()
         while spin.spin() {
@@ -97,4 +122,27 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
             _ = SystemCall.futexWait(word.address, expected: 2, timeout: nil)
         }
     }
+
+    /// Debug builds: stops the process unless the calling thread holds the lock (`lock` names it in
+    /// the message; `function` is the `…Locked` function or accessor that needs it). Release
+    /// builds: nothing.
+    @inline(__always)
+    func assertHeld(
+        _ lock: StaticString, function: StaticString = #function, file: StaticString = #fileID, line: UInt = #line
+    ) {
+        #if DEBUG
+        let id = holder.pointer.pointee.load(ordering: .relaxed)
+        if id != SystemCall.currentThreadID {
+            lockNotHeld(
+                lock, by: function, holder: id == 0 ? "nobody holds it" : "it is held by thread \(id)",
+                file: file, line: line)
+        }
+        #endif
+    }
+
+    #if DEBUG
+    private func noteAcquired() { holder.pointer.pointee.store(SystemCall.currentThreadID, ordering: .relaxed) }
+
+    private func noteReleasing() { holder.pointer.pointee.store(0, ordering: .relaxed) }
+    #endif
 }

@@ -49,6 +49,7 @@ extension DispatchPool {
     /// submit path looks only at the run queues. Caller holds `lock`.
     @inline(__always)
     func watchLocked(_ t: Int, batches: Bool, _ actions: inout Actions) {
+        lock.assertHeld("DispatchPool.lock")
         guard !monitor.pointee.awake, needsWatchLocked(t, batches: batches) else { return }
         guard monitor.pointee.threadRunning else {
             // A thread inherits its creator's nice value and cannot raise it: a monitor started
@@ -64,6 +65,7 @@ extension DispatchPool {
     /// Whether tier `t` has work that a stuck worker could hold up: jobs waiting with no room to
     /// admit them, or jobs waiting in a busy worker's batch. Caller holds `lock`.
     private func needsWatchLocked(_ t: Int, batches: Bool) -> Bool {
+        lock.assertHeld("DispatchPool.lock")
         if scheduler.saturatedWithWork(Tier(rawValue: t)!) || scheduler[Tier(rawValue: t)!].crowdWaiting { return true }
         guard batches else { return false }
         for worker in scheduler[Tier(rawValue: t)!].workers where !worker.isIdle {
@@ -96,6 +98,7 @@ extension DispatchPool {
     /// whenever the pool starts a worker, so that the monitor, started at the normal class, is
     /// there to start normal workers for background ones.
     func ensureMonitorLocked(_ actions: inout Actions) {
+        lock.assertHeld("DispatchPool.lock")
         guard !monitor.pointee.threadRunning else { return }
         monitor.pointee.threadRunning = true
         monitor.pointee.awake = true
@@ -184,6 +187,7 @@ extension DispatchPool {
     /// progress since the previous tick, and lists in `looks` the ones whose window opens or closes
     /// now. Caller holds `lock`.
     private func scanLocked(_ t: Int, now: UInt64, _ actions: inout Actions, _ looks: inout [PendingLook]) {
+        lock.assertHeld("DispatchPool.lock")
         var freed = false
         let tier = Tier(rawValue: t)!
         for worker in scheduler[tier].workers where !worker.isIdle {
@@ -216,6 +220,7 @@ extension DispatchPool {
     /// ends after the mark finds `stalled` set and tells the pool, which then takes this same lock
     /// after this section. Caller holds `lock`.
     private func applyLooksLocked(_ looks: [PendingLook], _ actions: inout Actions, _ stalledNow: inout [UInt32]) {
+        lock.assertHeld("DispatchPool.lock")
         var stalledIn: UInt8 = 0
         for pending in looks {
             let worker = pending.worker

@@ -72,9 +72,16 @@ final class DispatchPool: @unchecked Sendable {
     // access goes through the addressors below, under `lock`, so no two overlap.
     private let schedulerStorage: UnsafeMutablePointer<Scheduler>
     var scheduler: Scheduler {
-        // safety: `schedulerStorage` lives as long as `self`; the caller holds `lock`.
-        unsafeAddress { UnsafePointer(schedulerStorage) }
-        unsafeMutableAddress { schedulerStorage }
+        // safety: `schedulerStorage` lives as long as `self`; the caller holds `lock` (checked in
+        // debug builds).
+        unsafeAddress {
+            lock.assertHeld("DispatchPool.lock")
+            return UnsafePointer(schedulerStorage)
+        }
+        unsafeMutableAddress {
+            lock.assertHeld("DispatchPool.lock")
+            return schedulerStorage
+        }
     }
     /// `scheduler.runQueues.nonEmpty` as of the last release of `lock`: a worker between the jobs
     /// of its batch reads it without the lock to see whether more important work has arrived.
@@ -251,6 +258,7 @@ final class DispatchPool: @unchecked Sendable {
     /// read-modify-write. Caller holds lock.
     @inline(__always)
     private func drainStageLocked(_ tiers: UInt8) {
+        lock.assertHeld("DispatchPool.lock")
         let tiers = InjectionStage.tiersToDrain(tiers)
         guard stage.pending.load(ordering: .relaxed) & tiers != 0 else { return }
         // The drain may lower the normal flag (also one raised after the look above): mark the
@@ -337,6 +345,7 @@ final class DispatchPool: @unchecked Sendable {
     /// Caller holds lock, and releases it right after (sequentially consistent).
     @inline(__always)
     private func publishMirrorsLocked() {
+        lock.assertHeld("DispatchPool.lock")
         let bits = scheduler.runQueues.nonEmpty
         if nonEmptyMirror.load(ordering: .relaxed) != bits { nonEmptyMirror.store(bits, ordering: .relaxed) }
         publish(scheduler.published(.normal), running: runningNormal, searching: searchingNormal, idle: idleNormal)
@@ -448,6 +457,7 @@ final class DispatchPool: @unchecked Sendable {
     /// The scheduler's wake decision for `tier`, recorded in `actions`; first makes sure the monitor
     /// watches if the tier cannot admit the work. Caller holds lock.
     func offerWorkLocked(_ tier: Tier, forStealing: Bool = false, _ actions: inout Actions) {
+        lock.assertHeld("DispatchPool.lock")
         if !forStealing { watchLocked(tier.rawValue, batches: false, &actions) }
         actions.add(scheduler.offer(tier, forStealing: forStealing), tier)
         if scheduler.capReached { reportThreadCapReached() }
@@ -511,6 +521,7 @@ final class DispatchPool: @unchecked Sendable {
     /// Moves the newer half of a busy worker's local queue to `thief`'s (empty) one and returns its
     /// first job. Caller holds lock; the two local locks are taken under it, one victim at a time.
     private func stealLocked(for thief: PoolWorker, _ t: Int, _ actions: inout Actions) -> (DispatchEntry, Int)? {
+        lock.assertHeld("DispatchPool.lock")
         for victim in scheduler[Tier(rawValue: t)!].workers where victim !== thief && !victim.isIdle {
             victim.localLock.lock()
             let count = victim.local.count
@@ -553,6 +564,7 @@ final class DispatchPool: @unchecked Sendable {
     /// Returns `worker`'s unstarted batch to the front of its level. Caller holds `lock` (any thread:
     /// the monitor takes a stalled worker's batch back).
     func giveBackLocked(_ worker: PoolWorker, toFront: Bool = true) {
+        lock.assertHeld("DispatchPool.lock")
         worker.localLock.lock()
         defer { worker.localLock.unlock() }
         worker.localBatched = 0
