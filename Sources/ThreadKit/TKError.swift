@@ -64,14 +64,14 @@ func misuse(_ message: String, file: StaticString = #file, line: UInt = #line) -
 }
 
 #if DEBUG
-/// Stops a debug build in which `function`, which runs only with `lock` held by the calling thread
-/// (the `…Locked` functions, the pool's scheduler), was reached without it. A ThreadKit bug, not a
-/// misuse: the fix is in the caller, the frame below `function` in the backtrace.
-func lockNotHeld(_ lock: StaticString, by function: StaticString, holder: String, file: StaticString, line: UInt) -> Never {
-    fatalError(
-        "ThreadKit lock not held: \(function) needs \(lock) held by the calling thread "
-            + "(thread \(SystemCall.currentThreadID)), but \(holder). Fix: take \(lock) in the caller before "
-            + "calling \(function), or call it only from code that already holds it.",
-        file: file, line: line)
-}
+    /// Stops a debug build in which `function`, which runs only with `lock` held by the calling thread
+    /// (the `…Locked` functions, the pool's scheduler), was reached without it. A ThreadKit bug, not a
+    /// misuse: the fix is in the caller, the frame below `function` in the backtrace.
+    func lockNotHeld(_ lock: StaticString, by function: StaticString, holder: String, file: StaticString, line: UInt) -> Never {
+        fatalError(
+            "ThreadKit lock not held: \(function) needs \(lock) held by the calling thread "
+                + "(thread \(SystemCall.currentThreadID)), but \(holder). Fix: take \(lock) in the caller before "
+                + "calling \(function), or call it only from code that already holds it.",
+            file: file, line: line)
+    }
 #endif

@@ -10,8 +10,8 @@
 // `report`) or alone (in `itemTimed`), never with a source's lock, and is held while the factory
 // makes handles (order: exporter lock → table → the factory's locks).
 import CoreMetrics
-import ThreadKit
 import Synchronization
+import ThreadKit
 
 final class SeriesTable: Sendable {
     /// One exported series: the handles of a (kind, label value).

@@ -90,7 +90,7 @@ enum TraceRecorder {
     @inline(__always)
     private static func assertRegistryHeld(function: StaticString = #function, file: StaticString = #fileID, line: UInt = #line) {
         #if DEBUG
-        registry.assertHeld("TraceRecorder.registry", function: function, file: file, line: line)
+            registry.assertHeld("TraceRecorder.registry", function: function, file: file, line: line)
         #endif
     }
 

@@ -144,9 +144,9 @@ struct RawMutex: ~Copyable, @unchecked Sendable {
         _ lock: StaticString, function: StaticString = #function, file: StaticString = #fileID, line: UInt = #line
     ) {
         #if DEBUG
-        if owner() != SystemCall.currentThreadID {
-            lockNotHeld(lock, by: function, holder: ownerDescription(), file: file, line: line)
-        }
+            if owner() != SystemCall.currentThreadID {
+                lockNotHeld(lock, by: function, holder: ownerDescription(), file: file, line: line)
+            }
         #endif
     }
 

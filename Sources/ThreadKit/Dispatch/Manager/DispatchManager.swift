@@ -123,7 +123,8 @@ final class DispatchManager: @unchecked Sendable {
     /// Anything for the thread to serve. Caller holds lock.
     private var hasRegistrationsLocked: Bool {
         lock.assertHeld("DispatchManager.lock")
-        return !(heap.isEmpty && watches.isEmpty && signalSources.isEmpty && owned.isEmpty
+        return
+            !(heap.isEmpty && watches.isEmpty && signalSources.isEmpty && owned.isEmpty
             && inotifySources.isEmpty && ownSignalSources.isEmpty)
     }
 

@@ -22,9 +22,9 @@ import Synchronization
 struct DispatchLock: ~Copyable, @unchecked Sendable {
     private let word: FutexWord
     #if DEBUG
-    /// The holder's thread id, 0 when free. Written only by the holder, so a relaxed load by a
-    /// thread reads its own id exactly when that thread holds the lock.
-    private let holder = FutexWord(0)
+        /// The holder's thread id, 0 when free. Written only by the holder, so a relaxed load by a
+        /// thread reads its own id exactly when that thread holds the lock.
+        private let holder = FutexWord(0)
     #endif
 
     init() { word = FutexWord(0) }
@@ -42,7 +42,7 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
             failureOrdering: .relaxed
         ).exchanged {
             #if DEBUG
-            noteAcquired()
+                noteAcquired()
             #endif
             return
         }
@@ -53,7 +53,7 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
     @inline(__always)
     func unlock() {
         #if DEBUG
-        noteReleasing()
+            noteReleasing()
         #endif
         if word.pointer.pointee.exchange(0, ordering: .releasing) == 2 {
             SystemCall.futexWake(word.address, count: 1)
@@ -71,7 +71,7 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
             failureOrdering: .sequentiallyConsistent
         ).exchanged
         #if DEBUG
-        if taken { noteAcquired() }
+            if taken { noteAcquired() }
         #endif
         return taken
     }
@@ -86,7 +86,7 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
     @inline(__always)
     func unlockSequentiallyConsistent() {
         #if DEBUG
-        noteReleasing()
+            noteReleasing()
         #endif
         if word.pointer.pointee.exchange(0, ordering: .sequentiallyConsistent) == 2 {
             SystemCall.futexWake(word.address, count: 1)
@@ -102,7 +102,7 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
 
     private func lockSlow() {
         #if DEBUG
-        defer { noteAcquired() }
+            defer { noteAcquired() }
         #endif
         let atomic = word.pointer
         var spin = SpinWait.forLock()
@@ -131,18 +131,18 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
         _ lock: StaticString, function: StaticString = #function, file: StaticString = #fileID, line: UInt = #line
     ) {
         #if DEBUG
-        let id = holder.pointer.pointee.load(ordering: .relaxed)
-        if id != SystemCall.currentThreadID {
-            lockNotHeld(
-                lock, by: function, holder: id == 0 ? "nobody holds it" : "it is held by thread \(id)",
-                file: file, line: line)
-        }
+            let id = holder.pointer.pointee.load(ordering: .relaxed)
+            if id != SystemCall.currentThreadID {
+                lockNotHeld(
+                    lock, by: function, holder: id == 0 ? "nobody holds it" : "it is held by thread \(id)",
+                    file: file, line: line)
+            }
         #endif
     }
 
     #if DEBUG
-    private func noteAcquired() { holder.pointer.pointee.store(SystemCall.currentThreadID, ordering: .relaxed) }
+        private func noteAcquired() { holder.pointer.pointee.store(SystemCall.currentThreadID, ordering: .relaxed) }
 
-    private func noteReleasing() { holder.pointer.pointee.store(0, ordering: .relaxed) }
+        private func noteReleasing() { holder.pointer.pointee.store(0, ordering: .relaxed) }
     #endif
 }
