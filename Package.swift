@@ -27,7 +27,8 @@
 //   Tests/ThreadKitPostgresTestChild             the same for ThreadKitPostgresTests
 //   Tests/ThreadKitTests, Tests/ThreadKitPostgresTests   the test targets
 //   Sources/ThreadKitMetrics                     the metrics exporter on apple/swift-metrics (product
-//                                                ThreadKitMetrics; docs/Metrics.md)
+//                                                ThreadKitMetrics; docs/Metrics.md); with the Postgres
+//                                                trait also TKPostgresOperationQueue's statistics
 //   Sources/threadkit-metrics                    the tour's metrics scenario on swift-prometheus (product
 //                                                threadkit-metrics: `swift run threadkit-metrics tour`)
 //   Tests/ThreadKitMetricsTests                  its tests
@@ -103,7 +104,14 @@ let package = Package(
         .executableTarget(
             name: "ThreadKitPostgresTestChild", dependencies: ["ThreadKit", "ThreadKitPostgres", "ChildProcessRoles"],
             path: "Tests/ThreadKitPostgresTestChild"),
-        .testTarget(name: "ThreadKitPostgresTests", dependencies: ["ThreadKitPostgres", "ThreadKitPostgresTestChild"]),
+        // ThreadKitPostgresTests also check TKPostgresQueueMetrics (ThreadKitMetrics, judged with
+        // MetricsTestKit) against the server, and that `threadkit-postgres queue NAME` lists the same figures.
+        .testTarget(
+            name: "ThreadKitPostgresTests",
+            dependencies: [
+                "ThreadKitPostgres", "ThreadKitPostgresTestChild", "ThreadKitMetrics", "threadkit-postgres",
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]),
         // GLib through pkg-config; only targets built with the GLib trait depend on it (their sources
         // are `#if GLib`), so a machine without libglib2.0-dev builds and tests everything else.
         .systemLibrary(name: "CGLib", pkgConfig: "glib-2.0", providers: [.apt(["libglib2.0-dev"])]),
@@ -116,10 +124,17 @@ let package = Package(
             dependencies: ["ThreadKit", "ThreadKitGLib", "ChildProcessRoles", .target(name: "CGLib", condition: .when(traits: ["GLib"]))],
             path: "Tests/ThreadKitGLibTestChild"),
         .testTarget(name: "ThreadKitGLibTests", dependencies: ["ThreadKitGLibTestChild"]),
+        // ThreadKitMetrics also exports TKPostgresOperationQueue's statistics (TKPostgresQueueMetrics),
+        // so it depends on ThreadKitPostgres, with the Postgres trait only: without the trait it builds
+        // no SwiftNIO; with it, the package that asked for the trait builds PostgresNIO anyway. The
+        // bridge lives here rather than in ThreadKitPostgres so that ThreadKitPostgres stays on
+        // PostgresNIO alone (a queue user who exports no metrics links no swift-metrics) and the
+        // metric names and labels are all defined in one module.
         .target(
             name: "ThreadKitMetrics",
             dependencies: [
                 "ThreadKit", .product(name: "Metrics", package: "swift-metrics"), .product(name: "CoreMetrics", package: "swift-metrics"),
+                .target(name: "ThreadKitPostgres", condition: .when(traits: ["Postgres"])),
             ]),
         .executableTarget(
             name: "threadkit-metrics",

@@ -1,5 +1,6 @@
 // TKPostgresQueueStatistics: what TKPostgresOperationQueue.statistics() reads in one query, for
-// monitoring (and for `threadkit-postgres queue NAME`). Immutable value.
+// monitoring: `threadkit-postgres queue NAME` prints it and ThreadKitMetrics' TKPostgresQueueMetrics
+// exports it through swift-metrics. Immutable value.
 #if Postgres
     /// A queue's state, counted in one snapshot of the database.
     public struct TKPostgresQueueStatistics: Sendable, Equatable {

@@ -5,6 +5,9 @@
 //   start ID TOKEN PID       the handler began a run
 //   effect ID TOKEN PID      its fenced write (resource "op-ID") was accepted
 //   refused ID TOKEN PID     its fenced write was refused (a later run wrote with a higher token)
+//   lost ID TOKEN PID        its fenced write failed on the way (the connection broke: a partition);
+//                            the handler then writes again, as a handler that insists on its side
+//                            effect would, until the write is accepted or refused (60 s at most)
 //   done ID TOKEN PID yes|no STATE   the worker settled the run: accepted by the database or not
 // Prints "ready" once its worker runs; runs until killed.
 #if Postgres
@@ -33,12 +36,20 @@
                     try queue.register("work", payload: Work.self) { work, context in
                         PostgresLockRoles.appendLine(log, "start \(context.operationID) \(context.token) \(pid)")
                         TKThread.sleep(for: .milliseconds(Int64(work.milliseconds)))
-                        do {
-                            try context.fencedWrite("\(pid)", resource: "op-\(context.operationID)")
-                            PostgresLockRoles.appendLine(log, "effect \(context.operationID) \(context.token) \(pid)")
-                        } catch {
-                            PostgresLockRoles.appendLine(log, "refused \(context.operationID) \(context.token) \(pid)")
-                            throw error
+                        let giveUp = ContinuousClock.now + .seconds(60)
+                        while true {
+                            do {
+                                try context.fencedWrite("\(pid)", resource: "op-\(context.operationID)")
+                                PostgresLockRoles.appendLine(log, "effect \(context.operationID) \(context.token) \(pid)")
+                                return
+                            } catch let error as TKError where error.code == .notLockOwner {
+                                PostgresLockRoles.appendLine(log, "refused \(context.operationID) \(context.token) \(pid)")
+                                throw error
+                            } catch {
+                                PostgresLockRoles.appendLine(log, "lost \(context.operationID) \(context.token) \(pid)")
+                                if ContinuousClock.now >= giveUp { throw error }
+                                TKThread.sleep(for: .milliseconds(50))
+                            }
                         }
                     }
                     _ = try queue.startWorker(

@@ -1,7 +1,8 @@
 // TKPostgresOperationQueue across worker processes and through their failures: kill -9 of a worker
-// mid-operation (its lease expires, another worker reruns the operation with a higher token), and
-// a worker paused past its lease (SIGSTOP, as a long GC pause or a partition would) whose fenced
-// write and result are refused when it resumes. Judged by the append-only log the workers'
+// mid-operation (its lease expires, another worker reruns the operation with a higher token), a
+// worker paused past its lease (SIGSTOP, as a long GC pause or a partition would) whose fenced
+// write and result are refused when it resumes, and workers cut off from the server by a proxy
+// that holds their packets, or drops them until their connections break. Judged by the append-only log the workers'
 // handlers write (PostgresQueueRoles.swift) and by psql, never by the library's own answers.
 #if Postgres
     import Foundation
@@ -219,6 +220,56 @@
             let words = try lines(log)
             XCTAssertTrue(words.contains { $0.first == "refused" && $0[3] == pid }, "the cut-off write was not refused: \(words)")
             XCTAssertTrue(words.contains { $0.first == "done" && $0[3] == pid && $0[4] == "no" }, "\(words)")
+            let verdict = try judge(log, ids: [id])
+            XCTAssertEqual(verdict.reruns, 1)
+            XCTAssertEqual(verdict.refused, 2)
+        }
+
+        /// A worker whose packets are dropped (by the proxy) past its lease while it runs an
+        /// operation: another worker reruns it with a higher token and finishes it. When the
+        /// partition heals, the cut-off worker's connections are broken (as after TCP gives up); its
+        /// handler, which insists on its side effect, writes again on a new connection and is refused
+        /// by the fence, and its result is refused too: one run finished with effect.
+        func testAWorkerWhosePacketsAreDroppedCannotFinishTheLeaseWithEffect() throws {
+            let server = try PostgresTestServer.info()
+            let url = server.url
+            let name = uniqueName()
+            let log = temporaryLog()
+            defer { try? FileManager.default.removeItem(atPath: log) }
+            let proxy = try PausableProxy(upstreamPort: server.port)
+            defer { proxy.close() }
+            let proxied = url.replacingOccurrences(of: ":\(server.port)/", with: ":\(proxy.port)/")
+            XCTAssertNotEqual(proxied, url, "the test server's URL names no port to proxy")
+            let queue = try TKPostgresOperationQueue(name: name, url: url)
+            let cut = try PostgresChild("pgqueue-worker", [proxied, name, log, "600", "1"])
+            defer { if cut.process.isRunning { cut.kill9() } }
+            XCTAssertNotNil(cut.waitForLine(startingWith: "ready"))
+            let id = try queue.addOperation(try TKPostgresOperation(kind: "work", payload: Work(milliseconds: 1500)))
+            let pid = String(cut.process.processIdentifier)
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline, try !lines(log).contains(where: { $0.first == "start" && $0[3] == pid }) {
+                Thread.sleep(forTimeInterval: 0.002)
+            }
+            // The handler now sleeps 1.5 s; its fenced write comes after the drop starts, and the
+            // other worker can claim only after the cut-off lease (0.6 s) expired, then works 1.5 s:
+            // the cut-off write is sent while packets are dropped, whatever the machine's speed.
+            proxy.dropPackets()
+            let other = try PostgresChild("pgqueue-worker", [url, name, log, "600", "1"])
+            defer { if other.process.isRunning { other.kill9() } }
+            XCTAssertEqual(try waitFor("SELECT state FROM threadkit_ops WHERE id = \(id)", "finished"), "finished")
+            XCTAssertGreaterThanOrEqual(proxy.heal(), 1, "no connection of the cut-off worker lost bytes")
+            let healed = Date().addingTimeInterval(60)
+            while Date() < healed, try !lines(log).contains(where: { $0.first == "done" && $0[3] == pid }) {
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+            let words = try lines(log)
+            let otherPID = String(other.process.processIdentifier)
+            XCTAssertTrue(words.contains { $0.first == "lost" && $0[3] == pid }, "the cut-off write did not fail on the way: \(words)")
+            XCTAssertTrue(words.contains { $0.first == "refused" && $0[3] == pid }, "the cut-off write was not refused: \(words)")
+            XCTAssertFalse(words.contains { $0.first == "effect" && $0[3] == pid }, "the cut-off write took effect: \(words)")
+            XCTAssertTrue(words.contains { $0.first == "done" && $0[3] == pid && $0[4] == "no" }, "\(words)")
+            XCTAssertTrue(words.contains { $0.first == "done" && $0[3] == otherPID && $0[4] == "yes" }, "\(words)")
+            XCTAssertEqual(words.filter { $0.first == "effect" }.count, 1, "effects: \(words)")
             let verdict = try judge(log, ids: [id])
             XCTAssertEqual(verdict.reruns, 1)
             XCTAssertEqual(verdict.refused, 2)

@@ -2,7 +2,7 @@
 // workers, each with its own sessions, stand in for hosts): add and wait (callback, blocking,
 // async), dependencies across workers and cycles refused, priority and QoS order, the cluster-wide
 // limit, cancel seen by a running handler, retries with backoff then dead, scheduled operations,
-// barriers, graceful shutdown, statistics, names and the schema's version. The judges are a log
+// barriers, graceful shutdown, statistics, names, the schema's version and its idempotent migration. The judges are a log
 // the handlers write under a lock, and psql reading the tables.
 #if Postgres
     import Foundation
@@ -348,6 +348,35 @@
             XCTAssertEqual(try two.operations().map(\.id), [operation.id!])
             XCTAssertThrowsError(try one.register("", payload: Empty.self) { _, _ in })
             XCTAssertThrowsError(try one.startWorker()) // nothing registered
+        }
+
+        /// The migration is idempotent: with the version row gone (as if a library that knew no
+        /// version had made the tables), four queue objects opened at once run it again over the
+        /// existing tables (serialized by the advisory lock), none fails, the version is 1 again and
+        /// the operations already stored are untouched.
+        func testTheMigrationRunsAgainOverExistingTablesAndKeepsTheirRows() throws {
+            let url = try PostgresTestServer.info().url
+            let queue = try TKPostgresOperationQueue(name: uniqueName(), url: url)
+            let id = try queue.addOperation(try TKPostgresOperation(kind: "nobody", payload: Empty()))
+            defer { _ = try? queue.cancelAllOperations() }
+            try PostgresTestServer.psql("DELETE FROM threadkit_schema WHERE component = 'operation_queue'")
+            defer {
+                _ = try? PostgresTestServer.psql(
+                    "INSERT INTO threadkit_schema (component, version) VALUES ('operation_queue', 1) ON CONFLICT DO NOTHING")
+            }
+            let failures = NSLock()
+            // safety: `errors` is written and read under `failures` only.
+            nonisolated(unsafe) var errors: [String] = []
+            let prefix = uniqueName()
+            DispatchQueue.concurrentPerform(iterations: 4) { i in
+                do { _ = try TKPostgresOperationQueue(name: "\(prefix)-\(i)", url: url) } catch {
+                    failures.withLock { errors.append("\(error)") }
+                }
+            }
+            XCTAssertEqual(failures.withLock { errors }, [])
+            XCTAssertEqual(try PostgresTestServer.psql("SELECT version FROM threadkit_schema WHERE component = 'operation_queue'"), "1")
+            XCTAssertEqual(try PostgresTestServer.psql("SELECT state FROM threadkit_ops WHERE id = \(id)"), "pending")
+            XCTAssertNil(try queue.outcome(of: id), "the stored operation changed")
         }
 
         func testSchemaIsVersionedAndANewerOneIsRefused() throws {

@@ -2,12 +2,17 @@
 // tests. `pause()` stops relaying in both directions (the bytes wait in the proxy and the kernel's
 // buffers, as during a network partition that heals before TCP gives up); `resume()` relays them
 // again. Accepts new connections while paused (they hang, as connects through a partition would
-// after the handshake). Foundation threads and POSIX sockets: the tests' own judge, not ThreadKit.
+// after the handshake). `dropPackets()` is the harsher partition: what either side sends is
+// thrown away (a connection that loses bytes is broken for good, as a TCP connection whose peer
+// stopped answering is once TCP gives up), and `heal()` ends it: the broken connections are shut
+// down (their owners see the connection fail, as after TCP's timeout) and new ones relay again;
+// a connection that sent nothing meanwhile is left intact. Foundation threads and POSIX sockets:
+// the tests' own judge, not ThreadKit.
 #if Postgres
     import Foundation
 
-    // safety: `paused` is guarded by `condition`; the listening socket and the port are immutable
-    // after init; `sockets` is guarded by `condition` too.
+    // safety: `paused`, `dropping`, `sockets`, `pairs` and `broken` are guarded by `condition`; the
+    // listening socket and the port are immutable after init.
     final class PausableProxy: @unchecked Sendable {
         let port: Int
         private let listener: Int32
@@ -15,6 +20,11 @@
         private let condition = NSCondition()
         private var paused = false // guarded by `condition`
         private var sockets: [Int32] = [] // guarded by `condition`
+        private var dropping = false // guarded by `condition`
+        /// Each relayed socket's partner (both directions). Guarded by `condition`.
+        private var pairs: [Int32: Int32] = [:]
+        /// Sockets of connections that lost bytes to `dropPackets()`. Guarded by `condition`.
+        private var broken: Set<Int32> = []
 
         /// Listens on 127.0.0.1 at a free port, relaying to 127.0.0.1:`upstreamPort`.
         init(upstreamPort: Int) throws {
@@ -47,6 +57,20 @@
             }
         }
 
+        /// From now on, throws away what either side sends (a partition that drops packets).
+        func dropPackets() { condition.withLock { dropping = true } }
+
+        /// Ends `dropPackets()`: shuts down every connection that lost bytes (its owner sees it
+        /// fail) and relays again; returns how many connections were shut down.
+        @discardableResult
+        func heal() -> Int {
+            condition.withLock {
+                dropping = false
+                for fd in broken { shutdown(fd, Int32(SHUT_RDWR)) }
+                return broken.count / 2
+            }
+        }
+
         /// Closes every connection and stops listening.
         func close() {
             shutdown(listener, Int32(SHUT_RDWR))
@@ -76,7 +100,11 @@
                     Glibc.close(upstream)
                     continue
                 }
-                condition.withLock { sockets += [client, upstream] }
+                condition.withLock {
+                    sockets += [client, upstream]
+                    pairs[client] = upstream
+                    pairs[upstream] = client
+                }
                 Thread.detachNewThread { [self] in relay(from: client, to: upstream) }
                 Thread.detachNewThread { [self] in relay(from: upstream, to: client) }
             }
@@ -87,7 +115,17 @@
             while true {
                 let n = buffer.withUnsafeMutableBytes { read(source, $0.baseAddress, $0.count) }
                 if n <= 0 { break }
-                condition.withLock { while paused { condition.wait() } }
+                let dropped = condition.withLock { () -> Bool in
+                    while paused { condition.wait() }
+                    // a connection that lost bytes never relays again: its stream is broken
+                    if dropping || broken.contains(source) {
+                        broken.insert(source)
+                        if let partner = pairs[source] { broken.insert(partner) }
+                        return true
+                    }
+                    return false
+                }
+                if dropped { continue }
                 var sent = 0
                 while sent < n {
                     let w = buffer.withUnsafeBytes { write(destination, $0.baseAddress! + sent, n - sent) }
