@@ -78,6 +78,7 @@ final class DispatchPool: @unchecked Sendable {
             lock.assertHeld("DispatchPool.lock")
             return UnsafePointer(schedulerStorage)
         }
+        // safety: as above; the mutable borrow is exclusive because the lock is.
         unsafeMutableAddress {
             lock.assertHeld("DispatchPool.lock")
             return schedulerStorage
