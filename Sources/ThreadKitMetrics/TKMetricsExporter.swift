@@ -5,8 +5,8 @@
 // `report()`. Per-name series are capped at `seriesLimit` names; the rest are exported under
 // name="other" (SeriesTable).
 //
-// Threads: `start`, `stop`, `report` from any thread (the reporter state and `rows` are guarded by
-// `lock`); `itemTimed` on any thread (it touches the source's own exporter state, under the
+// Threads: `start`, `stop`, `report` from any thread (`rows`, the worker gauges and whether
+// `start` switched metrics on are guarded by `lock`; the thread is a `PeriodicReporter`); `itemTimed` on any thread (it touches the source's own exporter state, under the
 // source's lock, the series table, under its mutex, never both at once, and the Timer handles,
 // which are thread-safe). Lock order: `lock` → a source's lock → the factory's locks, and `lock` →
 // the series table → the factory's locks.
@@ -40,7 +40,7 @@ import ThreadKit
 /// that makes a queue per request cannot make the page, or the metrics backend, grow without
 /// bound.
 public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
-    // safety: @unchecked because of the reporter state and `rows` below, guarded by `lock`;
+    // safety: @unchecked because of `rows`, `workerGauges` and `enabledMetrics`, guarded by `lock`;
     // `factory`, `interval`, `seriesLimit` and `series` are immutable (the table is thread-safe).
 
     /// The metric names, as listed in the type's overview.
@@ -96,11 +96,6 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
         init(_ series: SeriesTable.Counters) { self.series = series }
     }
 
-    /// Set by `stop`; the reporter thread ends when it sees it.
-    private final class StopFlag: Sendable {
-        let value = Atomic<Bool>(false)
-    }
-
     /// A source's Timers, kept in its exporter state.
     private final class SourceTimers: Sendable {
         let exporter: ObjectIdentifier
@@ -118,9 +113,7 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
     private let series: SeriesTable
     private var rows: [String: RowState] = [:] // guarded by lock
     private var workerGauges: [String: Gauge] = [:] // guarded by lock
-    private var reporter: TKThread? // guarded by lock
-    private var wake: TKDispatchSemaphore? // guarded by lock
-    private var stopping: StopFlag? // guarded by lock (its value: read by the reporter)
+    private let reporter = PeriodicReporter(name: "threadkit-metrics-reporter")
     private var enabledMetrics = false // guarded by lock
 
     /// An exporter that records into `factory` (the one `MetricsSystem` was bootstrapped with when
@@ -170,25 +163,13 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
     /// another replaces this one's observer, and stopping either removes it).
     public func start() {
         lock.withLock { _ in
-            guard reporter == nil else { return }
+            guard !reporter.isRunning else { return }
             if !TKDiagnostics.features.contains(.metrics) {
                 TKDiagnostics.enable(.metrics)
                 enabledMetrics = true
             }
             TKMetrics.setObserver(self)
-            let wake = TKDispatchSemaphore(value: 0)
-            let stopping = StopFlag()
-            let interval = interval
-            let thread = TKThread(name: "threadkit-metrics-reporter") { [self] in
-                while !stopping.value.load(ordering: .acquiring) {
-                    report()
-                    _ = wake.wait(until: .now + interval)
-                }
-            }
-            self.wake = wake
-            self.stopping = stopping
-            reporter = thread
-            thread.start()
+            reporter.start(interval: interval) { [self] in report() }
         }
     }
 
@@ -196,12 +177,7 @@ public final class TKMetricsExporter: TKMetricsObserver, @unchecked Sendable {
     /// `.metrics` off again if ``start()`` switched it on. Counters already exported stay.
     public func stop() {
         let wasEnabling = lock.withLock { _ -> Bool? in
-            guard let stopping, let wake, reporter != nil else { return nil }
-            stopping.value.store(true, ordering: .releasing)
-            _ = wake.signal()
-            reporter = nil
-            self.wake = nil
-            self.stopping = nil
+            guard reporter.stop() else { return nil }
             defer { enabledMetrics = false }
             return enabledMetrics
         }

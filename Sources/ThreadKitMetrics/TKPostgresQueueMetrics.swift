@@ -13,10 +13,10 @@
 // ThreadKitMetrics builds no SwiftNIO and no PostgresNIO; with it, the package that asked for the
 // trait already builds them. `ThreadKit` itself keeps no package dependency either way.
 //
-// Threads: `start`, `stop` and `report` from any thread. `reporter`, `wake` and `stopping` are
-// guarded by `lock` (never held across a query); reports are serialized by `reportLock`, held
-// across the queries (so the counters' baselines in `handles` are read and written by one report
-// at a time). The swift-metrics handles are thread-safe.
+// Threads: `start`, `stop` and `report` from any thread. The reporter thread is a
+// `PeriodicReporter` (its own lock, never held across a query); reports are serialized by
+// `reportLock`, held across the queries (so the counters' baselines in `handles` are read and
+// written by one report at a time). The swift-metrics handles are thread-safe.
 #if Postgres
     import CoreMetrics
     import Synchronization
@@ -47,8 +47,8 @@
     /// Every process that exports the same queue reports the same figures: they are the database's,
     /// not the process's.
     public final class TKPostgresQueueMetrics: @unchecked Sendable {
-        // safety: @unchecked because of `reporter`, `wake` and `stopping`, guarded by `lock`, and
-        // `handles`' baselines, guarded by `reportLock`; the rest is immutable.
+        // safety: @unchecked because of `handles`' baselines and `warned`, guarded by `reportLock`;
+        // the rest is immutable or Sendable (`reporter`).
 
         /// The metric names, as listed in the type's overview.
         public enum Name {
@@ -100,15 +100,7 @@
             }
         }
 
-        /// Set by `stop`; the reporter thread ends when it sees it.
-        private final class StopFlag: Sendable {
-            let value = Atomic<Bool>(false)
-        }
-
-        private let lock = Mutex<Void>(())
-        private var reporter: TKThread? // guarded by lock
-        private var wake: TKDispatchSemaphore? // guarded by lock
-        private var stopping: StopFlag? // guarded by lock (its value: read by the reporter)
+        private let reporter = PeriodicReporter(name: "threadkit-postgres-queue-metrics")
         private let reportLock = TKLock()
         private let handles: [Handles] // baselines guarded by reportLock
         private var warned = false // guarded by reportLock
@@ -141,35 +133,11 @@
         /// `threadkit_postgres_queue_read_errors_total` and said once on standard error). The thread
         /// keeps this object alive: stop it when done. Starting a started exporter does nothing.
         public func start() {
-            lock.withLock { _ in
-                guard reporter == nil else { return }
-                let wake = TKDispatchSemaphore(value: 0)
-                let stopping = StopFlag()
-                let interval = interval
-                let thread = TKThread(name: "threadkit-postgres-queue-metrics") { [self] in
-                    while !stopping.value.load(ordering: .acquiring) {
-                        _ = try? report()
-                        _ = wake.wait(until: .now + interval)
-                    }
-                }
-                self.wake = wake
-                self.stopping = stopping
-                reporter = thread
-                thread.start()
-            }
+            reporter.start(interval: interval) { [self] in _ = try? report() }
         }
 
         /// Stops the reporter thread; a report it is making finishes. Values already exported stay.
-        public func stop() {
-            lock.withLock { _ in
-                guard let stopping, let wake, reporter != nil else { return }
-                stopping.value.store(true, ordering: .releasing)
-                _ = wake.signal()
-                reporter = nil
-                self.wake = nil
-                self.stopping = nil
-            }
-        }
+        public func stop() { reporter.stop() }
 
         /// Reads every queue's statistics now and brings its gauges and counters up to date
         /// (counters grow by the difference since the last report); returns what it read, by queue

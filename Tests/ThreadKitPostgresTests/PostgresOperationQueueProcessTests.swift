@@ -185,42 +185,67 @@
             }
         }
 
+        /// A queue on the test server; a worker (`cut`) whose connections go through `proxy`, which
+        /// the test cuts off; one operation of 1.5 s (`id`) that the cut worker has started; the log
+        /// the handlers write. `close()` ends what it started.
+        struct CutOffRun {
+            let url: String
+            let name: String
+            let log: String
+            let proxy: PausableProxy
+            let cut: PostgresChild
+            let id: Int64
+            var pid: String { String(cut.process.processIdentifier) }
+
+            func close() {
+                if cut.process.isRunning { cut.kill9() }
+                proxy.close()
+                try? FileManager.default.removeItem(atPath: log)
+            }
+        }
+
+        func startCutOffRun(_ function: String = #function) throws -> CutOffRun {
+            let server = try PostgresTestServer.info()
+            let name = uniqueName(function)
+            let log = temporaryLog()
+            let proxy = try PausableProxy(upstreamPort: server.port)
+            let proxied = server.url.replacingOccurrences(of: ":\(server.port)/", with: ":\(proxy.port)/")
+            XCTAssertNotEqual(proxied, server.url, "the test server's URL names no port to proxy")
+            let queue = try TKPostgresOperationQueue(name: name, url: server.url)
+            let cut = try PostgresChild("pgqueue-worker", [proxied, name, log, "600", "1"])
+            XCTAssertNotNil(cut.waitForLine(startingWith: "ready"))
+            let id = try queue.addOperation(try TKPostgresOperation(kind: "work", payload: Work(milliseconds: 1500)))
+            let run = CutOffRun(url: server.url, name: name, log: log, proxy: proxy, cut: cut, id: id)
+            try waitForLine(log, "start", from: run.pid)
+            return run
+        }
+
+        /// Waits (at most 60 s) until the log has a line `word … pid …` (the pid is the 4th word).
+        func waitForLine(_ log: String, _ word: Substring, from pid: String) throws {
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline, try !lines(log).contains(where: { $0.first == word && $0[3] == pid }) {
+                Thread.sleep(forTimeInterval: 0.002)
+            }
+        }
+
         /// A worker cut off from the server (its packets held by a proxy) past its lease while it runs
         /// an operation: another worker reruns it with a higher token; when the partition heals, the
         /// cut-off worker's fenced write and result are refused, so only one run finishes with effect.
         func testAWorkerPartitionedPastItsLeaseCannotFinishTheLeaseWithEffect() throws {
-            let server = try PostgresTestServer.info()
-            let url = server.url
-            let name = uniqueName()
-            let log = temporaryLog()
-            defer { try? FileManager.default.removeItem(atPath: log) }
-            let proxy = try PausableProxy(upstreamPort: server.port)
-            defer { proxy.close() }
-            let proxied = url.replacingOccurrences(of: ":\(server.port)/", with: ":\(proxy.port)/")
-            let queue = try TKPostgresOperationQueue(name: name, url: url)
-            let cut = try PostgresChild("pgqueue-worker", [proxied, name, log, "600", "1"])
-            defer { if cut.process.isRunning { cut.kill9() } }
-            XCTAssertNotNil(cut.waitForLine(startingWith: "ready"))
-            let id = try queue.addOperation(try TKPostgresOperation(kind: "work", payload: Work(milliseconds: 1500)))
-            let pid = String(cut.process.processIdentifier)
-            let deadline = Date().addingTimeInterval(60)
-            while Date() < deadline, try !lines(log).contains(where: { $0.first == "start" && $0[3] == pid }) {
-                Thread.sleep(forTimeInterval: 0.002)
-            }
-            proxy.pause()
-            let other = try PostgresChild("pgqueue-worker", [url, name, log, "600", "1"])
+            let run = try startCutOffRun()
+            defer { run.close() }
+            run.proxy.pause()
+            let other = try PostgresChild("pgqueue-worker", [run.url, run.name, run.log, "600", "1"])
             defer { if other.process.isRunning { other.kill9() } }
-            XCTAssertEqual(try waitFor("SELECT state FROM threadkit_ops WHERE id = \(id)", "finished"), "finished")
+            XCTAssertEqual(try waitFor("SELECT state FROM threadkit_ops WHERE id = \(run.id)", "finished"), "finished")
             // the cut-off handler has woken meanwhile; its fenced write waits in the proxy
-            proxy.resume()
-            let healed = Date().addingTimeInterval(60)
-            while Date() < healed, try !lines(log).contains(where: { $0.first == "done" && $0[3] == pid }) {
-                Thread.sleep(forTimeInterval: 0.01)
-            }
-            let words = try lines(log)
+            run.proxy.resume()
+            try waitForLine(run.log, "done", from: run.pid)
+            let words = try lines(run.log)
+            let pid = run.pid
             XCTAssertTrue(words.contains { $0.first == "refused" && $0[3] == pid }, "the cut-off write was not refused: \(words)")
             XCTAssertTrue(words.contains { $0.first == "done" && $0[3] == pid && $0[4] == "no" }, "\(words)")
-            let verdict = try judge(log, ids: [id])
+            let verdict = try judge(run.log, ids: [run.id])
             XCTAssertEqual(verdict.reruns, 1)
             XCTAssertEqual(verdict.refused, 2)
         }
@@ -231,38 +256,19 @@
         /// handler, which insists on its side effect, writes again on a new connection and is refused
         /// by the fence, and its result is refused too: one run finished with effect.
         func testAWorkerWhosePacketsAreDroppedCannotFinishTheLeaseWithEffect() throws {
-            let server = try PostgresTestServer.info()
-            let url = server.url
-            let name = uniqueName()
-            let log = temporaryLog()
-            defer { try? FileManager.default.removeItem(atPath: log) }
-            let proxy = try PausableProxy(upstreamPort: server.port)
-            defer { proxy.close() }
-            let proxied = url.replacingOccurrences(of: ":\(server.port)/", with: ":\(proxy.port)/")
-            XCTAssertNotEqual(proxied, url, "the test server's URL names no port to proxy")
-            let queue = try TKPostgresOperationQueue(name: name, url: url)
-            let cut = try PostgresChild("pgqueue-worker", [proxied, name, log, "600", "1"])
-            defer { if cut.process.isRunning { cut.kill9() } }
-            XCTAssertNotNil(cut.waitForLine(startingWith: "ready"))
-            let id = try queue.addOperation(try TKPostgresOperation(kind: "work", payload: Work(milliseconds: 1500)))
-            let pid = String(cut.process.processIdentifier)
-            let deadline = Date().addingTimeInterval(60)
-            while Date() < deadline, try !lines(log).contains(where: { $0.first == "start" && $0[3] == pid }) {
-                Thread.sleep(forTimeInterval: 0.002)
-            }
+            let run = try startCutOffRun()
+            defer { run.close() }
             // The handler now sleeps 1.5 s; its fenced write comes after the drop starts, and the
             // other worker can claim only after the cut-off lease (0.6 s) expired, then works 1.5 s:
             // the cut-off write is sent while packets are dropped, whatever the machine's speed.
-            proxy.dropPackets()
-            let other = try PostgresChild("pgqueue-worker", [url, name, log, "600", "1"])
+            run.proxy.dropPackets()
+            let other = try PostgresChild("pgqueue-worker", [run.url, run.name, run.log, "600", "1"])
             defer { if other.process.isRunning { other.kill9() } }
-            XCTAssertEqual(try waitFor("SELECT state FROM threadkit_ops WHERE id = \(id)", "finished"), "finished")
-            XCTAssertGreaterThanOrEqual(proxy.heal(), 1, "no connection of the cut-off worker lost bytes")
-            let healed = Date().addingTimeInterval(60)
-            while Date() < healed, try !lines(log).contains(where: { $0.first == "done" && $0[3] == pid }) {
-                Thread.sleep(forTimeInterval: 0.01)
-            }
-            let words = try lines(log)
+            XCTAssertEqual(try waitFor("SELECT state FROM threadkit_ops WHERE id = \(run.id)", "finished"), "finished")
+            XCTAssertGreaterThanOrEqual(run.proxy.heal(), 1, "no connection of the cut-off worker lost bytes")
+            try waitForLine(run.log, "done", from: run.pid)
+            let words = try lines(run.log)
+            let pid = run.pid
             let otherPID = String(other.process.processIdentifier)
             XCTAssertTrue(words.contains { $0.first == "lost" && $0[3] == pid }, "the cut-off write did not fail on the way: \(words)")
             XCTAssertTrue(words.contains { $0.first == "refused" && $0[3] == pid }, "the cut-off write was not refused: \(words)")
@@ -270,7 +276,7 @@
             XCTAssertTrue(words.contains { $0.first == "done" && $0[3] == pid && $0[4] == "no" }, "\(words)")
             XCTAssertTrue(words.contains { $0.first == "done" && $0[3] == otherPID && $0[4] == "yes" }, "\(words)")
             XCTAssertEqual(words.filter { $0.first == "effect" }.count, 1, "effects: \(words)")
-            let verdict = try judge(log, ids: [id])
+            let verdict = try judge(run.log, ids: [run.id])
             XCTAssertEqual(verdict.reruns, 1)
             XCTAssertEqual(verdict.refused, 2)
         }

@@ -145,6 +145,18 @@ enum PostgresBenchmarks {
     }
 }
 
+/// One postgres-nio connection to `url`, opened the obvious blocking way (EventLoopFuture.wait()),
+/// for the plain clients the rows compare against.
+func plainConnection(url: String, logger: Logger) -> PostgresConnection {
+    let configuration = try! TKPostgresConfiguration(url: url)
+    let nio = PostgresConnection.Configuration(
+        host: configuration.host, port: configuration.port, username: configuration.user,
+        password: configuration.password, database: configuration.database, tls: .disable)
+    return try! PostgresConnection.connect(
+        on: MultiThreadedEventLoopGroup.singleton.any(), configuration: nio, id: 1, logger: logger
+    ).wait()
+}
+
 /// pg_advisory_lock / pg_advisory_unlock on one postgres-nio connection, blocking with
 /// EventLoopFuture.wait() as plain client code would: no token, no loss detection.
 final class PlainAdvisoryLock: @unchecked Sendable {
@@ -152,16 +164,7 @@ final class PlainAdvisoryLock: @unchecked Sendable {
     let key: Int64 = 0x0B0B_0B0B
     let logger = Logger(label: "plain", factory: { _ in SwiftLogNoOpLogHandler() })
 
-    init(url: String) {
-        let configuration = try! TKPostgresConfiguration(url: url)
-        let nio = PostgresConnection.Configuration(
-            host: configuration.host, port: configuration.port, username: configuration.user,
-            password: configuration.password, database: configuration.database, tls: .disable)
-        connection = try! PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: nio, id: 1,
-            logger: logger
-        ).wait()
-    }
+    init(url: String) { connection = plainConnection(url: url, logger: logger) }
 
     func lock() { _ = try! connection.query("SELECT pg_advisory_lock(\(key))", logger: logger).wait() }
     func unlock() { _ = try! connection.query("SELECT pg_advisory_unlock(\(key))", logger: logger).wait() }

@@ -275,15 +275,7 @@ final class PlainSession: @unchecked Sendable {
     let connection: PostgresConnection
     let logger = Logger(label: "plain", factory: { _ in SwiftLogNoOpLogHandler() })
 
-    init(url: String) {
-        let configuration = try! TKPostgresConfiguration(url: url)
-        let nio = PostgresConnection.Configuration(
-            host: configuration.host, port: configuration.port, username: configuration.user,
-            password: configuration.password, database: configuration.database, tls: .disable)
-        connection = try! PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: nio, id: 1, logger: logger
-        ).wait()
-    }
+    init(url: String) { connection = plainConnection(url: url, logger: logger) }
 
     func rows(_ sql: String) -> [PostgresRow] {
         try! connection.query(PostgresQuery(unsafeSQL: sql), logger: logger).wait().rows
