@@ -92,18 +92,6 @@ enum ConcurrencyRoles {
 // Tests/ThreadKitTests/ExecutorTests.swift. What stays here sets TK_EXECUTOR_STALL_MS before the
 // process's first job.
 
-/// An actor whose executor is given at creation: a run loop.
-actor PinnedCounter {
-    private let executor: UnownedSerialExecutor
-    private(set) var count = 0
-    init(_ executor: UnownedSerialExecutor) { self.executor = executor }
-    nonisolated var unownedExecutor: UnownedSerialExecutor { executor }
-    func increment() -> Int {
-        count += 1
-        return count
-    }
-}
-
 enum ExecutorMisuseRoles {
     static let all: [ChildRole] = [
         ChildRole(name: "executor-stalled-loop", usage: "(an actor call waits on a loop nobody runs: a warning, then exit 0)") { _ in

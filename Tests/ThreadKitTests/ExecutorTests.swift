@@ -2,6 +2,7 @@
 // thread serving main-actor jobs and Dispatch's main queue (in a child process: XCTest owns this
 // process's main thread), and the pool as the global executor (a child process: the hook is
 // process-wide). Judges are independent of ThreadKit: pthread ids and a pthread-mutex counter.
+import ChildProcessRoles
 import Foundation
 import Synchronization
 import Testing
@@ -479,18 +480,6 @@ private func endALoopsThreadWithAnActorJobQueued(_ variant: QueuedJob) {
     }
     thread.start()
     _ = done.wait(until: .now + .seconds(20))
-}
-
-/// An actor whose executor is given at creation: a run loop or a queue.
-private actor PinnedCounter {
-    private let executor: UnownedSerialExecutor
-    private(set) var count = 0
-    init(_ executor: UnownedSerialExecutor) { self.executor = executor }
-    nonisolated var unownedExecutor: UnownedSerialExecutor { executor }
-    func increment() -> Int {
-        count += 1
-        return count
-    }
 }
 
 /// A thread's run loop, handed to the thread that joins it.
