@@ -93,7 +93,9 @@ let package = Package(
             path: "Tests/ThreadKitTestChild", linkerSettings: exportSymbols),
         // ThreadKitTests also runs the shipped CLI (`threadkit tour NAME`, `threadkit trace`), which
         // links ThreadKit only.
-        .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "ChildProcessRoles", "ThreadKitTestChild", "threadkit"], linkerSettings: exportSymbols),
+        .testTarget(
+            name: "ThreadKitTests", dependencies: ["ThreadKit", "ChildProcessRoles", "ThreadKitTestChild", "threadkit"],
+            linkerSettings: exportSymbols),
         .target(
             name: "ThreadKitPostgres",
             dependencies: [
