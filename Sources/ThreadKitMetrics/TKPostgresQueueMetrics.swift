@@ -155,7 +155,7 @@
                         if firstError == nil { firstError = error }
                         if !warned {
                             warned = true
-                            StandardError.line(
+                            SystemCall.report(
                                 "ThreadKitMetrics: reading the statistics of TKPostgresOperationQueue \"\(queue.name.prefix(64))\" failed: "
                                     + "\(error); counted in \(Name.readErrors) (said once)")
                         }
