@@ -1,5 +1,5 @@
 /* StagedLevels.pml: the stage's level hint (InjectionStage.stagedLevels, docs/DispatchPool.md,
- * "Refill and batches"). A busy worker running a long batch of one level hands it back when it
+ * "Refill: batches sized by the backlog"). A busy worker running a long batch of one level hands it back when it
  * sees another level waiting: in the run queues (their mirror) or staged by a producer and not
  * drained yet (the hint). A producer stages its job into its shard, then sets its level's bit
  * (a load first; the read-modify-write only when the bit is clear). A drainer clears the bits of
