@@ -37,12 +37,15 @@ final class InjectionStage: @unchecked Sendable {
             /// without the lock to skip a shard with nothing of the tiers it drains (sequentially
             /// consistent: see `drain`).
             let hasJobs = Atomic<UInt8>(0)
-            /// Jobs ever staged here (for tests), guarded by `lock`.
-            var total = 0
+            /// Jobs ever staged here (for tests). Written only under `lock`, by a relaxed load and
+            /// store (no read-modify-write). Atomic because a `+=` through `hot.pointee` would be
+            /// a modifying access of the whole block, `hasJobs` included, which the drainer reads
+            /// without the lock (ThreadSanitizer reports it as a Swift access race).
+            let total = Atomic<Int>(0)
         }
         // safety: allocated (128-byte aligned, 128 bytes, `Hot` is 16) and initialized in init,
         // freed in deinit, which runs once no thread holds the shard (its stage released it);
-        // `total` is written only under `lock`, `hasJobs` is atomic.
+        // both fields are atomic and reached only through read (borrowing) accesses of `pointee`.
         let hot: UnsafeMutablePointer<Hot>
 
         init() {
@@ -144,7 +147,7 @@ final class InjectionStage: @unchecked Sendable {
         }.initialize(to: entry)
         // safety: the same shard, kept alive by the stage; its lock is still held.
         shard._withUnsafeGuaranteedRef { shard in
-            shard.hot.pointee.total += 1
+            shard.hot.pointee.total.store(shard.hot.pointee.total.load(ordering: .relaxed) + 1, ordering: .relaxed)
             let tiers = shard.hot.pointee.hasJobs.load(ordering: .relaxed)
             if tiers & bit == 0 { shard.hot.pointee.hasJobs.store(tiers | bit, ordering: .sequentiallyConsistent) }
             shard.lock.unlock()
@@ -164,7 +167,7 @@ final class InjectionStage: @unchecked Sendable {
     var stagedSoFar: Int {
         (0...mask).reduce(0) { sum, i in
             // safety: kept alive by the stage (+1 in `shards`); `total` read under the shard's lock.
-            sum + shards[i]._withUnsafeGuaranteedRef { shard in shard.lock.withLock { shard.hot.pointee.total } }
+            sum + shards[i]._withUnsafeGuaranteedRef { shard in shard.lock.withLock { shard.hot.pointee.total.load(ordering: .relaxed) } }
         }
     }
 
