@@ -11,11 +11,8 @@ import XCTest
 @Suite struct OperationMisuseTests {
     @Test func addingAnOperationTwiceStopsTheProcess() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let queue = namedQueue("uploads")
             let op = namedOperation("upload")
-            queue.isSuspended = true
-            queue.addOperation(op)
-            queue.addOperation(op)
+            suspendedQueue("uploads", holding: op).addOperation(op)
         }
         expectMisuse(
             result,
@@ -26,12 +23,9 @@ import XCTest
 
     @Test func addingAnOperationToTwoQueuesStopsTheProcess() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let a = namedQueue("uploads")
-            let b = namedQueue("thumbnails")
             let op = namedOperation("resize")
-            a.isSuspended = true
-            a.addOperation(op)
-            b.addOperation(op)
+            let first = suspendedQueue("uploads", holding: op)
+            withExtendedLifetime(first) { namedQueue("thumbnails").addOperation(op) }
         }
         expectMisuse(
             result,
@@ -68,11 +62,9 @@ import XCTest
 
     @Test func startingAQueuedOperationByHandStopsTheProcess() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let queue = namedQueue("parsers")
             let op = namedOperation("parse")
-            queue.isSuspended = true
-            queue.addOperation(op)
-            op.start()
+            let queue = suspendedQueue("parsers", holding: op)
+            withExtendedLifetime(queue) { op.start() }
         }
         expectMisuse(result, mentions: ["TKBlockOperation \"parse\".start()", "TKOperationQueue \"parsers\""] + ["Fix:"])
     }
@@ -149,6 +141,14 @@ private func namedOperation(_ name: String) -> TKBlockOperation {
 private func namedQueue(_ name: String) -> TKOperationQueue {
     let queue = TKOperationQueue()
     queue.name = name
+    return queue
+}
+
+/// A suspended queue named `name` to which `op` was added (so it waits there, never started).
+private func suspendedQueue(_ name: String, holding op: TKOperation) -> TKOperationQueue {
+    let queue = namedQueue(name)
+    queue.isSuspended = true
+    queue.addOperation(op)
     return queue
 }
 
