@@ -44,11 +44,19 @@ package enum Exposition {
     /// `receiveTimeout` seconds; `receiveBuffer` (bytes), when given, caps what the kernel takes
     /// for it before it reads. The caller closes it.
     package static func connect(port: UInt16, receiveTimeout: Int, receiveBuffer: Int32? = nil) throws -> Int32 {
+        try connectLoopback(port: port) { fd in
+            if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) }
+            var timeout = timeval(tv_sec: receiveTimeout, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        }
+    }
+
+    /// A blocking TCP socket connected to 127.0.0.1:`port`, with `configure` run on it before the
+    /// connect (socket options). The caller closes it.
+    package static func connectLoopback(port: UInt16, configure: (Int32) -> Void = { _ in }) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw ExpositionError("socket() failed: errno \(errno)") }
-        if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) }
-        var timeout = timeval(tv_sec: receiveTimeout, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        configure(fd)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian

@@ -1,6 +1,7 @@
 // TKSocketPort: messages between processes over loopback TCP and Unix sockets. The other process
 // is `ThreadKitTestChild port-…`; malformed input is written with plain sockets. What arrives is
 // judged by the receiving delegate's own record (PortCollector), not by the port.
+import ChildProcessRoles
 import Foundation
 import Synchronization
 import XCTest
@@ -10,16 +11,10 @@ import XCTest
 /// Writes raw bytes to a listener with a plain socket, then closes (or keeps) the connection.
 enum RawClient {
     static func connect(tcpPort: UInt16) -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = tcpPort.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        do { return try Exposition.connectLoopback(port: tcpPort) } catch {
+            XCTFail("\(error)")
+            return -1
         }
-        XCTAssertEqual(rc, 0, "connect to 127.0.0.1:\(tcpPort)")
-        return fd
     }
 
     static func write(_ fd: Int32, _ bytes: [UInt8]) {
