@@ -46,7 +46,7 @@ enum SymbolicationRoles {
         held.wait()
         let done = TKDispatchSemaphore(value: 0)
         Task.detached {
-            blockInATaskInReleaseChild(lock)
+            lockOnceInReleaseChild(lock)
             done.signal()
         }
         _ = done.wait(until: .now + .seconds(30))
@@ -120,7 +120,7 @@ enum SymbolicationRoles {
         let lock = TKLock()
         lock.name = "contended"
         lock.lock()
-        let waiter = SpawnedThread { waitForTheLockInReleaseChild(lock) }
+        let waiter = SpawnedThread { lockOnceInReleaseChild(lock) }
         // Released once the waiter is in its wait (its record says so): the wait is counted.
         let deadline = ContinuousClock.now + .seconds(30)
         while !TKDiagnostics.captureThreadDump(includingStacks: false).threads.contains(where: { $0.wait != nil }) {
@@ -136,33 +136,50 @@ enum SymbolicationRoles {
     }
 }
 
-/// Each function below adds its own constant: bodies that differ are never merged into one
-/// function by the optimizer (two identical ones were, and a report named the other's name).
+/// The functions below are the frames the reports must name. Each adds its own constant: bodies
+/// that differ are never merged into one function by the optimizer (two identical ones were, and a
+/// report named the other's name).
 let releaseChildMarks = Atomic<Int>(0)
 
+/// Takes `first`, then (after both threads of `meeting`, when given, hold their first lock: a
+/// deadlock) `second`, and lets both go. `@_transparent`: always inlined and, unlike
+/// `@inline(__always)`, without an inlined frame of its own in the debug information, so a report
+/// names the `…InReleaseChild` function that called it.
+@_transparent
+func takeInTurn(_ first: TKLock, _ second: TKLock, meeting: TKDispatchGroup? = nil, mark: Int) {
+    releaseChildMarks.add(mark, ordering: .relaxed)
+    first.lock()
+    if let meeting {
+        meeting.leave()
+        meeting.wait()
+    }
+    second.lock()
+    second.unlock()
+    first.unlock()
+}
+
+/// The blocking role's task (blocked by a held lock) and the contention role's waiter.
 @inline(never)
-func blockInATaskInReleaseChild(_ lock: TKLock) {
+func lockOnceInReleaseChild(_ lock: TKLock) {
     releaseChildMarks.add(2, ordering: .relaxed)
     lock.lock()
     lock.unlock()
 }
 
 @inline(never)
-func takeAThenBInReleaseChild(_ a: TKLock, _ b: TKLock) {
-    releaseChildMarks.add(3, ordering: .relaxed)
-    a.lock()
-    b.lock()
-    b.unlock()
-    a.unlock()
+func takeAThenBInReleaseChild(_ a: TKLock, _ b: TKLock) { takeInTurn(a, b, mark: 3) }
+
+@inline(never)
+func takeBThenAInReleaseChild(_ a: TKLock, _ b: TKLock) { takeInTurn(b, a, mark: 4) }
+
+@inline(never)
+func deadlockLeftInReleaseChild(_ left: TKLock, _ right: TKLock, _ meeting: TKDispatchGroup) {
+    takeInTurn(left, right, meeting: meeting, mark: 6)
 }
 
 @inline(never)
-func takeBThenAInReleaseChild(_ a: TKLock, _ b: TKLock) {
-    releaseChildMarks.add(4, ordering: .relaxed)
-    b.lock()
-    a.lock()
-    a.unlock()
-    b.unlock()
+func deadlockRightInReleaseChild(_ left: TKLock, _ right: TKLock, _ meeting: TKDispatchGroup) {
+    takeInTurn(right, left, meeting: meeting, mark: 7)
 }
 
 @inline(never)
@@ -173,31 +190,6 @@ func spinUntilReportedInReleaseChild(_ reported: TKDispatchSemaphore) {
     // Busy, as a long computation would be, until the watchdog has reported it (or 30 s).
     while ContinuousClock.now < end && reported.wait(until: .now) != .success { spins &+= 1 }
     if spins == -1 { print(spins) }
-}
-
-@inline(never)
-func deadlockLeftInReleaseChild(_ left: TKLock, _ right: TKLock, _ bothHeld: TKDispatchGroup) {
-    releaseChildMarks.add(6, ordering: .relaxed)
-    left.lock()
-    bothHeld.leave()
-    bothHeld.wait()
-    right.lock()
-}
-
-@inline(never)
-func deadlockRightInReleaseChild(_ left: TKLock, _ right: TKLock, _ bothHeld: TKDispatchGroup) {
-    releaseChildMarks.add(7, ordering: .relaxed)
-    right.lock()
-    bothHeld.leave()
-    bothHeld.wait()
-    left.lock()
-}
-
-@inline(never)
-func waitForTheLockInReleaseChild(_ lock: TKLock) {
-    releaseChildMarks.add(8, ordering: .relaxed)
-    lock.lock()
-    lock.unlock()
 }
 
 @inline(never)

@@ -50,7 +50,7 @@ final class DiagnosticsReleaseSymbolsTests: XCTestCase {
     }
 
     func testBlockingReportNamesTheCallSite() throws {
-        try assertNames("named-blocking", ["blockInATaskInReleaseChild"])
+        try assertNames("named-blocking", ["lockOnceInReleaseChild"])
     }
 
     func testLockOrderReportNamesBothCallSites() throws {
@@ -70,7 +70,7 @@ final class DiagnosticsReleaseSymbolsTests: XCTestCase {
     }
 
     func testContentionRowNamesTheLongestWait() throws {
-        try assertNames("named-contention", ["waitForTheLockInReleaseChild"])
+        try assertNames("named-contention", ["lockOnceInReleaseChild"])
     }
 
     func testCallStackSymbolsNameTheCaller() throws {
