@@ -17,11 +17,21 @@ trap 'rm -rf "$work"' EXIT
 start=$SECONDS
 reports=()
 
-# verify NAME MODEL EXPECT DEFINES CFLAGS PANFLAGS: prints one report; creates $work/failed
-# when the result is not the expected one.
+# verify NAME MODEL EXPECT DEFINES SEARCH: prints one report; creates $work/failed when the
+# result is not the expected one.
 #   EXPECT: "clean", or a regular expression the violation pan reports must match.
+#   SEARCH: safety, or cycles (non-progress cycles); -long: pan.c compiled at -O2.
 verify() {
-    local name=$1 model=$2 expect=$3 defines=$4 cflags=$5 panflags=$6
+    local name=$1 model=$2 expect=$3 defines=$4 search=$5
+    # pan.c takes ~12 s to compile at -O2 and ~2 s at -O0, which runs ~1.4 times slower: -O2 only
+    # where the search is long.
+    local cflags="-O0" panflags="-m10000 -w24"
+    [[ $search == *-long ]] && cflags="-O2"
+    case $search in
+        safety*) cflags+=" -DSAFETY -DCOLLAPSE" ;;
+        cycles*) cflags+=" -DNP -DCOLLAPSE" panflags="-l $panflags" ;;
+        *) echo "FAIL  $name: no search \"$search\""; touch "$work/failed"; return ;;
+    esac
     local dir="$work/$name" t0=$SECONDS
     mkdir -p "$dir"
     cp "$here/$model" "$dir/"
@@ -72,74 +82,65 @@ run() {
     verify "$@" >"$report" 2>&1 &
 }
 
-# pan.c takes ~12 s to compile at -O2 and ~2 s at -O0, which runs ~1.4 times slower: -O2 only
-# where the search is long.
-safety="-O0 -DSAFETY -DCOLLAPSE"
-cycles="-O0 -DNP -DCOLLAPSE"
-safety_long="-O2 -DSAFETY -DCOLLAPSE"
-cycles_long="-O2 -DNP -DCOLLAPSE"
-pan_safety="-m10000 -w24"
-pan_cycles="-l -m10000 -w24"
-
 # PoolWake: one tier, the staging handshake, step 4's skip on the mirrors.
-run "PoolWake W=2 NP=2 J=2 (no cycles)"     PoolWake.pml  clean ""                   "$cycles_long" "$pan_cycles"
-run "PoolWake W=2 NP=2 J=2 (safety)"        PoolWake.pml  clean ""                   "$safety_long" "$pan_safety"
-run "PoolWake W=3 NP=2 J=1 (safety)"        PoolWake.pml  clean "-DW=3 -DJ=1"        "$safety" "$pan_safety"
+run "PoolWake W=2 NP=2 J=2 (no cycles)"     PoolWake.pml  clean ""                   cycles-long
+run "PoolWake W=2 NP=2 J=2 (safety)"        PoolWake.pml  clean ""                   safety-long
+run "PoolWake W=3 NP=2 J=1 (safety)"        PoolWake.pml  clean "-DW=3 -DJ=1"        safety
 # PoolWedge: two tiers, a stage flag per tier; one wake slot per tier (the fix) must be clean...
-run "PoolWedge per-tier slots (safety)"     PoolWedge.pml clean ""                   "$safety_long" "$pan_safety"
+run "PoolWedge per-tier slots (safety)"     PoolWedge.pml clean ""                   safety-long
 # ...with a width of 1, where a holder leaves a tier's raised flag to its one busy worker
 # (background, background, normal, normal), and with two producers (normal, normal; background)...
-run "PoolWedge W=1 B,B,N,N (safety)"        PoolWedge.pml clean "-DW=1 -DNWN=1 -DNWB=1 -DJ0=4 -DT0=3" "$safety" "$pan_safety"
-run "PoolWedge W=1 B,B,N,N (no cycles)"     PoolWedge.pml clean "-DW=1 -DNWN=1 -DNWB=1 -DJ0=4 -DT0=3" "$cycles" "$pan_cycles"
-run "PoolWedge two producers (safety)"      PoolWedge.pml clean "-DTWO_PRODUCERS -DJ0=2 -DNWN=1" "$safety" "$pan_safety"
-run "PoolWedge two producers (no cycles)"   PoolWedge.pml clean "-DTWO_PRODUCERS -DJ0=2 -DNWN=1" "$cycles" "$pan_cycles"
+run "PoolWedge W=1 B,B,N,N (safety)"        PoolWedge.pml clean "-DW=1 -DNWN=1 -DNWB=1 -DJ0=4 -DT0=3" safety
+run "PoolWedge W=1 B,B,N,N (no cycles)"     PoolWedge.pml clean "-DW=1 -DNWN=1 -DNWB=1 -DJ0=4 -DT0=3" cycles
+run "PoolWedge two producers (safety)"      PoolWedge.pml clean "-DTWO_PRODUCERS -DJ0=2 -DNWN=1" safety
+run "PoolWedge two producers (no cycles)"   PoolWedge.pml clean "-DTWO_PRODUCERS -DJ0=2 -DNWN=1" cycles
 # ...and a holder that looks after unlocking only at the tiers it drained must be caught (the
 # other producer's background job is stranded)...
-run "PoolWedge OWN_TIER_ONLY (bug: stranded job)" PoolWedge.pml "assertion violated \(ran==" "-DTWO_PRODUCERS -DJ0=2 -DNWN=1 -DOWN_TIER_ONLY" "$safety" "$pan_safety"
+run "PoolWedge OWN_TIER_ONLY (bug: stranded job)" PoolWedge.pml "assertion violated \(ran==" "-DTWO_PRODUCERS -DJ0=2 -DNWN=1 -DOWN_TIER_ONLY" safety
 # ...also when workers drain both tiers at lock time (as the monitor and other holders do)...
-run "PoolWedge DRAIN_ALL (safety)"          PoolWedge.pml clean "-DDRAIN_ALL"        "$safety_long" "$pan_safety"
+run "PoolWedge DRAIN_ALL (safety)"          PoolWedge.pml clean "-DDRAIN_ALL"        safety-long
 # ...and one slot for both tiers (the wedge of 2026-11-25, workers draining both tiers then) must be caught: first as a lost
 # searcher, then (checking job completion only) as a job that never runs.
-run "PoolWedge ONE_SLOT (bug: lost searcher)" PoolWedge.pml "assertion violated .*searching" "-DONE_SLOT -DDRAIN_ALL" "$safety" "$pan_safety"
-run "PoolWedge ONE_SLOT (bug: stranded job)"  PoolWedge.pml "assertion violated \(ran=="   "-DONE_SLOT -DDRAIN_ALL -DONLY_JOBS" "$safety" "$pan_safety"
+run "PoolWedge ONE_SLOT (bug: lost searcher)" PoolWedge.pml "assertion violated .*searching" "-DONE_SLOT -DDRAIN_ALL" safety
+run "PoolWedge ONE_SLOT (bug: stranded job)"  PoolWedge.pml "assertion violated \(ran=="   "-DONE_SLOT -DDRAIN_ALL -DONLY_JOBS" safety
 # Admission: the background admission rule across the stage (a background job never starts while
 # normal work submitted before it waits, staged or queued) must be clean; each hole found in it on
 # 2026-11-28 must be caught, and so must the background worker's two loads in the wrong order.
 adm_bug="assertion violated \(before==0\)"
-run "Admission (safety)"                    Admission.pml clean ""                   "$safety" "$pan_safety"
-run "Admission HELPS=3 (safety)"            Admission.pml clean "-DHELPS=3"          "$safety" "$pan_safety"
+run "Admission (safety)"                    Admission.pml clean ""                   safety
+run "Admission HELPS=3 (safety)"            Admission.pml clean "-DHELPS=3"          safety
 # Larger sizes: a second background worker that may steal the first's local job, a second
 # producer, both (the largest: about 50 s and 1.4 GB)...
-run "Admission THIEF HELPS=3 (safety)"      Admission.pml clean "-DTHIEF -DHELPS=3"  "$safety" "$pan_safety"
-run "Admission SECOND_PRODUCER (safety)"    Admission.pml clean "-DSECOND_PRODUCER"  "$safety" "$pan_safety"
-run "Admission THIEF SECOND_PRODUCER (safety)" Admission.pml clean "-DTHIEF -DSECOND_PRODUCER" "$safety" "$pan_safety"
+run "Admission THIEF HELPS=3 (safety)"      Admission.pml clean "-DTHIEF -DHELPS=3"  safety
+run "Admission SECOND_PRODUCER (safety)"    Admission.pml clean "-DSECOND_PRODUCER"  safety
+run "Admission THIEF SECOND_PRODUCER (safety)" Admission.pml clean "-DTHIEF -DSECOND_PRODUCER" safety
 # ...and a thief that steals without the admission rule must be caught.
-run "Admission STEAL_WITHOUT_RULE (bug: thief)" Admission.pml "$adm_bug" "-DTHIEF -DSTEAL_WITHOUT_RULE" "$safety" "$pan_safety"
-run "Admission DRAIN_OWN_TIER_ONLY (bug: ci78)"  Admission.pml "$adm_bug" "-DDRAIN_OWN_TIER_ONLY" "$safety" "$pan_safety"
-run "Admission PRECHECK_OWN_TIER (bug: 02e67d9)" Admission.pml "$adm_bug" "-DPRECHECK_OWN_TIER"   "$safety" "$pan_safety"
-run "Admission LOCAL_NO_STAGE_LOOK (bug: local)" Admission.pml "$adm_bug" "-DLOCAL_NO_STAGE_LOOK" "$safety" "$pan_safety"
-run "Admission NO_DRAINING_MARK (bug: window)"   Admission.pml "$adm_bug" "-DNO_DRAINING_MARK"    "$safety" "$pan_safety"
-run "Admission MIRROR_FIRST (bug: load order)"   Admission.pml "$adm_bug" "-DMIRROR_FIRST"        "$safety" "$pan_safety"
+run "Admission STEAL_WITHOUT_RULE (bug: thief)" Admission.pml "$adm_bug" "-DTHIEF -DSTEAL_WITHOUT_RULE" safety
+run "Admission DRAIN_OWN_TIER_ONLY (bug: ci78)"  Admission.pml "$adm_bug" "-DDRAIN_OWN_TIER_ONLY" safety
+run "Admission PRECHECK_OWN_TIER (bug: 02e67d9)" Admission.pml "$adm_bug" "-DPRECHECK_OWN_TIER"   safety
+run "Admission LOCAL_NO_STAGE_LOOK (bug: local)" Admission.pml "$adm_bug" "-DLOCAL_NO_STAGE_LOOK" safety
+run "Admission NO_DRAINING_MARK (bug: window)"   Admission.pml "$adm_bug" "-DNO_DRAINING_MARK"    safety
+run "Admission MIRROR_FIRST (bug: load order)"   Admission.pml "$adm_bug" "-DMIRROR_FIRST"        safety
 # StagedLevels: the stage's level hint (a staged job keeps its level's bit until a drain moves it)
 # must be clean with two and three producers and drainers; a drainer that clears after its look
 # must be caught.
-run "StagedLevels NP=2 ND=2 (safety)"       StagedLevels.pml clean ""              "$safety" "$pan_safety"
-run "StagedLevels NP=3 ND=3 (safety)"       StagedLevels.pml clean "-DNP=3 -DND=3" "$safety" "$pan_safety"
-run "StagedLevels CLEAR_AFTER_LOOK (bug)"   StagedLevels.pml "assertion violated" "-DCLEAR_AFTER_LOOK" "$safety" "$pan_safety"
+run "StagedLevels NP=2 ND=2 (safety)"       StagedLevels.pml clean ""              safety
+run "StagedLevels NP=3 ND=3 (safety)"       StagedLevels.pml clean "-DNP=3 -DND=3" safety
+run "StagedLevels CLEAR_AFTER_LOOK (bug)"   StagedLevels.pml "assertion violated" "-DCLEAR_AFTER_LOOK" safety
 # PoolIdleWord: the producer's wake without the pool's lock (the idle word and the idle stack's own
 # lock; issue 48, docs/journal/2026-11-29-idle-word.md) must be clean at two sizes; an idle worker
 # that resets its event after pushing itself, one that loads `pending` before its word RMW, and a
 # producer that claims without looking again under the idle lock must each be caught.
-run "PoolIdleWord W=2 NP=2 J=2 (safety)"    PoolIdleWord.pml clean ""            "$safety_long" "$pan_safety"
-run "PoolIdleWord W=3 NP=2 J=1 (safety)"    PoolIdleWord.pml clean "-DW=3 -DJ=1" "$safety" "$pan_safety"
-run "PoolIdleWord W=3 NP=2 J=1 (no cycles)" PoolIdleWord.pml clean "-DW=3 -DJ=1" "$cycles" "$pan_cycles"
-run "PoolIdleWord RESET_AFTER_PUSH (bug)"   PoolIdleWord.pml "assertion violated" "-DRESET_AFTER_PUSH" "$safety" "$pan_safety"
-run "PoolIdleWord PENDING_BEFORE_WORD (bug)" PoolIdleWord.pml "assertion violated" "-DPENDING_BEFORE_WORD" "$safety" "$pan_safety"
-run "PoolIdleWord NO_RECHECK (bug)"         PoolIdleWord.pml "assertion violated \(stackSize>0\)" "-DNO_RECHECK" "$safety" "$pan_safety"
+run "PoolIdleWord W=2 NP=2 J=2 (safety)"    PoolIdleWord.pml clean ""            safety-long
+run "PoolIdleWord W=3 NP=2 J=1 (safety)"    PoolIdleWord.pml clean "-DW=3 -DJ=1" safety
+run "PoolIdleWord W=3 NP=2 J=1 (no cycles)" PoolIdleWord.pml clean "-DW=3 -DJ=1" cycles
+run "PoolIdleWord RESET_AFTER_PUSH (bug)"   PoolIdleWord.pml "assertion violated" "-DRESET_AFTER_PUSH" safety
+run "PoolIdleWord PENDING_BEFORE_WORD (bug)" PoolIdleWord.pml "assertion violated" "-DPENDING_BEFORE_WORD" safety
+run "PoolIdleWord NO_RECHECK (bug)"         PoolIdleWord.pml "assertion violated \(stackSize>0\)" "-DNO_RECHECK" safety
 # RunLoopWake: a run loop's wake-up across a nested run; without the nested run's hand-back (the
 # CI wedge of ci13 and ci32) the enclosing run must be caught asleep with a block queued.
-run "RunLoopWake nested hand-back (safety)" RunLoopWake.pml clean ""                 "$safety" "$pan_safety"
-run "RunLoopWake NO_HANDBACK (bug: sleeps on)" RunLoopWake.pml "invalid end state" "-DNO_HANDBACK" "$safety" "$pan_safety"
+run "RunLoopWake nested hand-back (safety)" RunLoopWake.pml clean ""                 safety
+run "RunLoopWake NO_HANDBACK (bug: sleeps on)" RunLoopWake.pml "invalid end state" "-DNO_HANDBACK" safety
 
 wait
 cat "${reports[@]}"
