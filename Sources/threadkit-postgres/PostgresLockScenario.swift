@@ -12,18 +12,10 @@
     import ThreadKitPostgres
 
     enum PostgresLockScenario {
-        static let scenario = Scenario(
+        static let scenario = postgresScenario(
             name: "distributed-lock-postgres", title: "a lock on PostgreSQL: crash-safe, with fencing tokens",
             source: "SPEC §9; Kleppmann, \"How to do distributed locking\"; PostgreSQL advisory locks"
-        ) { say in
-            guard let pointer = getenv(TKPostgresConfiguration.environmentVariable) else {
-                say.say("TK_POSTGRES_URL is not set, so there is no server to run against. To run this scenario:")
-                say.say("  eval \"$(.ci/postgres-cluster.sh start)\" && export TK_POSTGRES_URL   # a throwaway cluster (needs initdb)")
-                say.say("  swift run threadkit-postgres tour")
-                say.say("  .ci/postgres-cluster.sh stop \"$TK_POSTGRES_CLUSTER\"")
-                return "not run: no server (TK_POSTGRES_URL unset); the lines above say how to start one"
-            }
-            let url = String(cString: pointer)
+        ) { say, url in
             let name = "tour-\(getpid())"
             let lock = try TKPostgresLock(name: name, url: url)
             say.say("child process: TKPostgresLock(name: \"\(name)\").lock(before:) and hold it")

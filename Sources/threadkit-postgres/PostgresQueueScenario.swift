@@ -3,6 +3,7 @@
 // TKPostgresOperationQueue; halfway, one is killed with SIGKILL. Its leases expire, the other two
 // rerun its operations with higher fencing tokens, and the append-only log the handlers write
 // (checked here, not by the library) shows every operation finished exactly once with effect.
+// ThreadKitPostgresTests' crash tests start the same worker (PostgresOperationQueueProcessTests).
 // Runs when TK_POSTGRES_URL names a reachable server; otherwise says how to start one.
 #if Postgres
     import ChildProcessRoles
@@ -15,17 +16,10 @@
             var milliseconds: Int
         }
 
-        static let scenario = Scenario(
+        static let scenario = postgresScenario(
             name: "operation-queue-postgres", title: "an operation queue across processes on PostgreSQL: a worker killed halfway",
             source: "Apple's OperationQueue model; leases and fencing tokens (Kleppmann); SELECT … FOR UPDATE SKIP LOCKED"
-        ) { say in
-            guard let pointer = getenv(TKPostgresConfiguration.environmentVariable) else {
-                say.say("TK_POSTGRES_URL is not set, so there is no server to run against. To run this scenario:")
-                say.say("  eval \"$(.ci/postgres-cluster.sh start)\" && export TK_POSTGRES_URL   # a throwaway cluster (needs initdb)")
-                say.say("  swift run threadkit-postgres tour operation-queue-postgres")
-                return "not run: no server (TK_POSTGRES_URL unset); the lines above say how to start one"
-            }
-            let url = String(cString: pointer)
+        ) { say, url in
             let name = "tour-queue-\(getpid())"
             let log = "/tmp/tk-tour-queue-\(getpid()).log"
             unlink(log)
@@ -96,39 +90,63 @@
             return "a worker killed mid-run lost no operation, and none finished twice"
         }
 
-        /// The scenario's worker process: runs kind "work" of QUEUE until killed, appending
-        /// "start ID TOKEN PID" and "done ID TOKEN PID yes|no STATE" lines to LOG.
+        /// The queue's worker process, the scenario's and ThreadKitPostgresTests' crash tests' (`tour
+        /// --child pgqueue-worker URL QUEUE LOG [LEASE_MS CONCURRENCY]`, defaults 1000 ms and 2): runs
+        /// kind "work" of QUEUE until killed, prints "    worker PID: ready" once it runs, and appends
+        /// to LOG (an AppendLog, so the lines of several workers never interleave):
+        ///   start ID TOKEN PID       the handler began a run
+        ///   effect ID TOKEN PID      its fenced write (resource "op-ID") was accepted
+        ///   refused ID TOKEN PID     its fenced write was refused (a later run wrote with a higher token)
+        ///   lost ID TOKEN PID        its fenced write failed on the way (the connection broke: a
+        ///                            partition); the handler then writes again, as a handler that
+        ///                            insists on its side effect would, until the write is accepted or
+        ///                            refused (60 s at most)
+        ///   done ID TOKEN PID yes|no STATE   the worker settled the run: accepted by the database or not
         static func workerRole(_ arguments: [String]) -> Int32 {
-            guard arguments.count == 3 else {
-                Console.err("usage: threadkit-postgres tour --child pgqueue-worker URL QUEUE LOG (the scenario's own child process)")
+            let tuning = arguments.dropFirst(3).map { Int($0) }
+            guard arguments.count == 3 || arguments.count == 5, !tuning.contains(nil), let log = AppendLog(path: arguments[2]) else {
+                Console.err(
+                    "usage: threadkit-postgres tour --child pgqueue-worker URL QUEUE LOG [LEASE_MS CONCURRENCY] (the queue's worker process)"
+                )
                 return 2
             }
+            let leaseMilliseconds = tuning.first.flatMap { $0 } ?? 1000
+            let concurrency = tuning.last.flatMap { $0 } ?? 2
             do {
                 let queue = try TKPostgresOperationQueue(name: arguments[1], url: arguments[0])
-                let log = open(arguments[2], O_WRONLY | O_CREAT | O_APPEND, 0o644)
-                guard log >= 0 else { return 2 }
                 let pid = getpid()
                 try queue.register("work", payload: Work.self) { work, context in
-                    append(log, "start \(context.operationID) \(context.token) \(pid)")
+                    let run = "\(context.operationID) \(context.token) \(pid)"
+                    log.append("start \(run)")
                     TKThread.sleep(for: .milliseconds(Int64(work.milliseconds)))
-                    try context.fencedWrite("\(pid)", resource: "tour-op-\(context.operationID)")
+                    let giveUp = ContinuousClock.now + .seconds(60)
+                    while true {
+                        do {
+                            try context.fencedWrite("\(pid)", resource: "op-\(context.operationID)")
+                            log.append("effect \(run)")
+                            return
+                        } catch let error as TKError where error.code == .notLockOwner {
+                            log.append("refused \(run)")
+                            throw error
+                        } catch {
+                            log.append("lost \(run)")
+                            if ContinuousClock.now >= giveUp { throw error }
+                            TKThread.sleep(for: .milliseconds(50))
+                        }
+                    }
                 }
-                _ = try queue.startWorker(concurrency: 2, lease: .seconds(1), pollInterval: .milliseconds(200)) { settled in
-                    append(
-                        log,
+                _ = try queue.startWorker(
+                    concurrency: concurrency, lease: .milliseconds(Int64(leaseMilliseconds)), pollInterval: .milliseconds(200)
+                ) { settled in
+                    log.append(
                         "done \(settled.operationID) \(settled.token) \(pid) \(settled.accepted ? "yes" : "no") \(settled.state ?? "-")")
                 }
+                Console.out("    worker \(pid): ready")
                 while true { TKThread.sleep(for: .seconds(3600)) }
             } catch {
                 Console.err("pgqueue-worker: \(error)")
                 return 1
             }
-        }
-
-        /// One write(2) per line on an O_APPEND descriptor: lines of several processes never interleave.
-        static func append(_ fd: Int32, _ line: String) {
-            var text = line + "\n"
-            text.withUTF8 { _ = write(fd, $0.baseAddress, $0.count) }
         }
 
         static func readFile(_ path: String) throws -> String {

@@ -7,13 +7,30 @@
 //   threadkit-postgres queue NAME    a TKPostgresOperationQueue's statistics and operations (QueueListing.swift)
 // Hidden: `threadkit-postgres tour --child pglock-hold URL NAME`, the lock scenario's holder process
 // (take the lock, print that it holds it, hold it until killed; ThreadKitPostgresTests judge their own
-// copy, Tests/ThreadKitPostgresTestChild), and `--child pgqueue-worker URL QUEUE LOG`, the queue
-// scenario's worker. Runs on the main thread.
+// copy, Tests/ThreadKitPostgresTestChild), and `--child pgqueue-worker URL QUEUE LOG [LEASE_MS CONCURRENCY]`, the
+// queue's worker (the scenario's and ThreadKitPostgresTests'). Runs on the main thread.
 #if Postgres
     import ChildProcessRoles
     import Glibc
     import ThreadKit
     import ThreadKitPostgres
+
+    /// A scenario that runs against the server TK_POSTGRES_URL names (`run` gets the URL); without
+    /// one it says how to start a throwaway cluster and ends "not run".
+    func postgresScenario(
+        name: String, title: String, source: String, run: @escaping @Sendable (Narrator, String) throws -> String
+    ) -> Scenario {
+        Scenario(name: name, title: title, source: source) { say in
+            guard let pointer = getenv(TKPostgresConfiguration.environmentVariable) else {
+                say.say("TK_POSTGRES_URL is not set, so there is no server to run against. To run this scenario:")
+                say.say("  eval \"$(.ci/postgres-cluster.sh start)\" && export TK_POSTGRES_URL   # a throwaway cluster (needs initdb)")
+                say.say("  swift run threadkit-postgres tour \(name)")
+                say.say("  .ci/postgres-cluster.sh stop \"$TK_POSTGRES_CLUSTER\"")
+                return "not run: no server (TK_POSTGRES_URL unset); the lines above say how to start one"
+            }
+            return try run(say, String(cString: pointer))
+        }
+    }
 
     /// The child: holds lock NAME at URL until killed.
     func holdLock(_ arguments: [String]) -> Int32 {

@@ -18,16 +18,14 @@
                 guard args.count == 4, let n = Int(args[3]) else { return 2 }
                 do {
                     let lock = try TKPostgresLock(name: args[1], url: args[0])
-                    let log = open(args[2], O_WRONLY | O_CREAT | O_APPEND, 0o644)
-                    guard log >= 0 else { return 2 }
-                    defer { close(log) }
+                    guard let log = AppendLog(path: args[2]) else { return 2 }
                     for _ in 0..<n {
                         guard try lock.lock(before: .now + .seconds(120)), let token = lock.fencingToken else {
                             Console.err("pglock-loop: no lock within 120 s")
                             return 1
                         }
-                        appendLine(log, "enter \(getpid()) \(token)")
-                        appendLine(log, "exit \(getpid()) \(token)")
+                        log.append("enter \(getpid()) \(token)")
+                        log.append("exit \(getpid()) \(token)")
                         try lock.unlock()
                     }
                     return 0
@@ -117,13 +115,6 @@
                 Console.out("error: \(error)")
                 return 1
             }
-        }
-
-        /// Appends one line with a single write(2) on an O_APPEND descriptor: lines from several
-        /// processes never interleave.
-        static func appendLine(_ fd: Int32, _ line: String) {
-            var text = line + "\n"
-            text.withUTF8 { _ = write(fd, $0.baseAddress, $0.count) }
         }
     }
 #endif

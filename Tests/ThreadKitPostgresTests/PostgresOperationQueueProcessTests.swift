@@ -3,7 +3,8 @@
 // worker paused past its lease (SIGSTOP, as a long GC pause or a partition would) whose fenced
 // write and result are refused when it resumes, and workers cut off from the server by a proxy
 // that holds their packets, or drops them until their connections break. Judged by the append-only log the workers'
-// handlers write (PostgresQueueRoles.swift) and by psql, never by the library's own answers.
+// handlers write (`threadkit-postgres tour --child pgqueue-worker`, the tour's worker:
+// Sources/threadkit-postgres/PostgresQueueScenario.swift) and by psql, never by the library's own answers.
 #if Postgres
     import Foundation
     import ThreadKit
@@ -120,9 +121,9 @@
             let operations = try (0..<40).map { _ in try TKPostgresOperation(kind: "work", payload: Work(milliseconds: 150)) }
             try queue.addOperations(operations, waitUntilFinished: false)
             let ids = operations.map { $0.id! }
-            let children = try (0..<3).map { _ in try PostgresChild("pgqueue-worker", [url, name, log, "1200", "3"]) }
+            let children = try (0..<3).map { _ in try PostgresChild(tourChild: "pgqueue-worker", [url, name, log, "1200", "3"]) }
             defer { for child in children where child.process.isRunning { child.kill9() } }
-            for child in children { XCTAssertNotNil(child.waitForLine(startingWith: "ready"), "a worker did not start") }
+            for child in children { XCTAssertNotNil(child.waitForLine(startingWith: "    worker"), "a worker did not start") }
             // kill the first worker while it has runs started and not settled
             let victim = String(children[0].process.processIdentifier)
             let deadline = Date().addingTimeInterval(60)
@@ -189,13 +190,18 @@
         /// the test cuts off; one operation of 1.5 s (`id`) that the cut worker has started; the log
         /// the handlers write. `close()` ends what it started.
         struct CutOffRun {
-            let url: String
-            let name: String
-            let log: String
+            /// URL QUEUE LOG of a worker that reaches the server directly.
+            let direct: [String]
+            var log: String { direct[2] }
             let proxy: PausableProxy
             let cut: PostgresChild
             let id: Int64
             var pid: String { String(cut.process.processIdentifier) }
+
+            /// Another worker of the queue, not cut off (lease 600 ms, one run at a time).
+            func startOtherWorker() throws -> PostgresChild {
+                try PostgresChild(tourChild: "pgqueue-worker", direct + ["600", "1"])
+            }
 
             func close() {
                 if cut.process.isRunning { cut.kill9() }
@@ -212,10 +218,10 @@
             let proxied = server.url.replacingOccurrences(of: ":\(server.port)/", with: ":\(proxy.port)/")
             XCTAssertNotEqual(proxied, server.url, "the test server's URL names no port to proxy")
             let queue = try TKPostgresOperationQueue(name: name, url: server.url)
-            let cut = try PostgresChild("pgqueue-worker", [proxied, name, log, "600", "1"])
-            XCTAssertNotNil(cut.waitForLine(startingWith: "ready"))
+            let cut = try PostgresChild(tourChild: "pgqueue-worker", [proxied, name, log, "600", "1"])
+            XCTAssertNotNil(cut.waitForLine(startingWith: "    worker"))
             let id = try queue.addOperation(try TKPostgresOperation(kind: "work", payload: Work(milliseconds: 1500)))
-            let run = CutOffRun(url: server.url, name: name, log: log, proxy: proxy, cut: cut, id: id)
+            let run = CutOffRun(direct: [server.url, name, log], proxy: proxy, cut: cut, id: id)
             try waitForLine(log, "start", from: run.pid)
             return run
         }
@@ -235,7 +241,7 @@
             let run = try startCutOffRun()
             defer { run.close() }
             run.proxy.pause()
-            let other = try PostgresChild("pgqueue-worker", [run.url, run.name, run.log, "600", "1"])
+            let other = try run.startOtherWorker()
             defer { if other.process.isRunning { other.kill9() } }
             XCTAssertEqual(try waitFor("SELECT state FROM threadkit_ops WHERE id = \(run.id)", "finished"), "finished")
             // the cut-off handler has woken meanwhile; its fenced write waits in the proxy
@@ -262,7 +268,7 @@
             // other worker can claim only after the cut-off lease (0.6 s) expired, then works 1.5 s:
             // the cut-off write is sent while packets are dropped, whatever the machine's speed.
             run.proxy.dropPackets()
-            let other = try PostgresChild("pgqueue-worker", [run.url, run.name, run.log, "600", "1"])
+            let other = try run.startOtherWorker()
             defer { if other.process.isRunning { other.kill9() } }
             XCTAssertEqual(try waitFor("SELECT state FROM threadkit_ops WHERE id = \(run.id)", "finished"), "finished")
             XCTAssertGreaterThanOrEqual(run.proxy.heal(), 1, "no connection of the cut-off worker lost bytes")
@@ -290,9 +296,9 @@
             let log = temporaryLog()
             defer { try? FileManager.default.removeItem(atPath: log) }
             let queue = try TKPostgresOperationQueue(name: name, url: url)
-            let stale = try PostgresChild("pgqueue-worker", [url, name, log, "600", "1"])
+            let stale = try PostgresChild(tourChild: "pgqueue-worker", [url, name, log, "600", "1"])
             defer { if stale.process.isRunning { stale.kill9() } }
-            XCTAssertNotNil(stale.waitForLine(startingWith: "ready"))
+            XCTAssertNotNil(stale.waitForLine(startingWith: "    worker"))
             let operation = try TKPostgresOperation(kind: "work", payload: Work(milliseconds: 1500))
             let id = try queue.addOperation(operation)
             let pid = String(stale.process.processIdentifier)
@@ -301,7 +307,7 @@
                 Thread.sleep(forTimeInterval: 0.002)
             }
             kill(stale.process.processIdentifier, SIGSTOP)
-            let fresh = try PostgresChild("pgqueue-worker", [url, name, log, "600", "1"])
+            let fresh = try PostgresChild(tourChild: "pgqueue-worker", [url, name, log, "600", "1"])
             defer { if fresh.process.isRunning { fresh.kill9() } }
             XCTAssertEqual(try waitFor("SELECT state FROM threadkit_ops WHERE id = \(id)", "finished"), "finished")
             kill(stale.process.processIdentifier, SIGCONT)

@@ -27,21 +27,15 @@ enum DistributedLockRoles {
         },
         ChildRole(name: "dlock-loop", usage: "PATH LOG N (N times: take the lock, log enter/exit, release)") { args in
             guard args.count == 3, let n = Int(args[2]), let lock = try? TKDistributedLock(path: args[0]) else { return 2 }
-            let log = open(args[1], O_WRONLY | O_CREAT | O_APPEND, 0o644)
-            guard log >= 0 else { return 2 }
-            defer { close(log) }
-            func append(_ line: String) {
-                var text = line + "\n"
-                text.withUTF8 { _ = write(log, $0.baseAddress, $0.count) }
-            }
+            guard let log = AppendLog(path: args[1]) else { return 2 }
             for _ in 0..<n {
                 var backoff = 1
                 while !lock.tryLock() {
                     TKThread.sleep(for: .microseconds(backoff * 50))
                     backoff = min(backoff * 2, 20)
                 }
-                append("enter \(getpid())")
-                append("exit \(getpid())")
+                log.append("enter \(getpid())")
+                log.append("exit \(getpid())")
                 do { try lock.unlock() } catch {
                     Console.err("\(error)")
                     return 1

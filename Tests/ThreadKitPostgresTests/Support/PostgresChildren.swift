@@ -1,6 +1,7 @@
 // PostgresChildren: starts `ThreadKitPostgresTestChild ROLE …` (the test-only helper executable
-// built beside this test bundle, Tests/ThreadKitPostgresTestChild) for the multi-process tests,
-// with its standard output read line by line. A small cousin of ThreadKitTests' ChildProcess,
+// built beside this test bundle, Tests/ThreadKitPostgresTestChild) or `threadkit-postgres tour
+// --child ROLE …` (the tour's children: the queue's worker) for the multi-process tests, with its
+// standard output read line by line. A small cousin of ThreadKitTests' ChildProcess,
 // which lives in another test module and is not visible here.
 // Foundation's Process is the independent judge; ThreadKit itself never uses it.
 #if Postgres
@@ -16,10 +17,20 @@
         private var partial = "" // reader thread only
         private let lineArrived = DispatchSemaphore(value: 0)
 
-        init(_ role: String, _ arguments: [String]) throws {
+        /// `ThreadKitPostgresTestChild role arguments…`.
+        convenience init(_ role: String, _ arguments: [String]) throws {
+            try self.init(executable: "ThreadKitPostgresTestChild", [role] + arguments)
+        }
+
+        /// `threadkit-postgres tour --child role arguments…`.
+        convenience init(tourChild role: String, _ arguments: [String]) throws {
+            try self.init(executable: "threadkit-postgres", ["tour", "--child", role] + arguments)
+        }
+
+        private init(executable: String, _ arguments: [String]) throws {
             let bundle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-            process.executableURL = bundle.appendingPathComponent("ThreadKitPostgresTestChild")
-            process.arguments = [role] + arguments
+            process.executableURL = bundle.appendingPathComponent(executable)
+            process.arguments = arguments
             var environment = ProcessInfo.processInfo.environment
             environment["SWIFT_BACKTRACE"] = "enable=no"
             process.environment = environment
