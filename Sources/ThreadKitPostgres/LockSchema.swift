@@ -83,6 +83,20 @@
             return id
         }
 
+        /// Writes `value` to the fenced resource `resource` (normalised) with `token` if no higher
+        /// token wrote it: the check and the write are one statement, atomic under the row lock.
+        /// Equal tokens are accepted. Returns false when the write was refused.
+        static func fencedWrite(_ value: String, resource: String, token: Int64, _ session: PostgresSession, what: String) throws -> Bool {
+            let rows = try session.query(
+                """
+                INSERT INTO threadkit_fenced AS f (resource, token, value) VALUES (\(resource), \(token), \(value))
+                ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, value = EXCLUDED.value, written_at = clock_timestamp()
+                WHERE f.token <= EXCLUDED.token
+                RETURNING token
+                """, what: what)
+            return !rows.isEmpty
+        }
+
         /// `name` in Unicode NFC. Names (and fenced resources) are compared by the server as bytes
         /// (the `text` primary key), while Swift's `==` says canonically equivalent spellings (é as one
         /// code point, or e + U+0301) are the same string: normalising before a name reaches the server

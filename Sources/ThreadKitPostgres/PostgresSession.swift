@@ -85,6 +85,18 @@
             }
         }
 
+        /// Connects (as `connect(_:owner:deadline:)`) and runs `setUp` on the new session (creating
+        /// tables, looking up keys); returns both. When `setUp` throws, the session is closed first.
+        static func connect<SetUp>(
+            _ configuration: TKPostgresConfiguration, owner: String, setUp: (PostgresSession) throws -> SetUp
+        ) throws -> (session: PostgresSession, setUp: SetUp) {
+            let session = try connect(configuration, owner: owner)
+            do { return (session, try setUp(session)) } catch {
+                session.close()
+                throw error
+            }
+        }
+
         /// Runs `query` and returns its rows, waiting at most until `deadline` (default: the
         /// configuration's statement limit). A deadline that passes closes the session.
         func query(_ query: PostgresQuery, what: String, until deadline: ContinuousClock.Instant? = nil) throws -> [PostgresRow] {

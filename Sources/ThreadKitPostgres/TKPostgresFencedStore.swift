@@ -29,12 +29,9 @@
             let resource = LockSchema.normalized(resource)
             self.resource = resource
             self.configuration = configuration
-            let session = try PostgresSession.connect(configuration, owner: "TKPostgresFencedStore(\"\(resource)\")")
-            do { try LockSchema.ensureTables(session) } catch {
-                session.close()
-                throw error
-            }
-            self.session = session
+            session = try PostgresSession.connect(configuration, owner: "TKPostgresFencedStore(\"\(resource)\")") {
+                try LockSchema.ensureTables($0)
+            }.session
         }
 
         deinit { session?.close() }
@@ -43,14 +40,9 @@
         /// `.notLockOwner` naming both tokens when it is lower: the writer lost the lock and must stop.
         public func write(_ value: String, token: Int64) throws {
             try callLock.withLock {
-                let rows = try liveSession().query(
-                    """
-                    INSERT INTO threadkit_fenced AS f (resource, token, value) VALUES (\(resource), \(token), \(value))
-                    ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, value = EXCLUDED.value, written_at = clock_timestamp()
-                    WHERE f.token <= EXCLUDED.token
-                    RETURNING token
-                    """, what: "writing with fencing token \(token)")
-                if rows.isEmpty {
+                let written = try LockSchema.fencedWrite(
+                    value, resource: resource, token: token, try liveSession(), what: "writing with fencing token \(token)")
+                if !written {
                     let highest = try liveSession().query(
                         "SELECT token FROM threadkit_fenced WHERE resource = \(resource)", what: "reading the highest token")
                     let seen = try highest.first?.decode(Int64.self)

@@ -141,14 +141,11 @@
             self.livenessInterval = livenessInterval
             self.onLost = onLost
             notifications = TKDispatchQueue(label: "TKPostgresLock.onLost")
-            let session = try PostgresSession.connect(configuration, owner: "TKPostgresLock(\"\(name)\")")
-            do {
-                try LockSchema.ensureTables(session)
-                key = try LockSchema.key(of: name, session)
-            } catch {
-                session.close()
-                throw error
+            let (session, key) = try PostgresSession.connect(configuration, owner: "TKPostgresLock(\"\(name)\")") {
+                try LockSchema.ensureTables($0)
+                return try LockSchema.key(of: name, $0)
             }
+            self.key = key
             state.session = session
             watchClose(of: session)
         }

@@ -46,14 +46,10 @@
         /// a stale run (paused, cut off, its lease expired) cannot overwrite a later run's effect.
         public func fencedWrite(_ value: String, resource: String) throws {
             let resource = LockSchema.normalized(resource)
-            let rows = try effects().query(
-                """
-                INSERT INTO threadkit_fenced AS f (resource, token, value) VALUES (\(resource), \(token), \(value))
-                ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, value = EXCLUDED.value, written_at = clock_timestamp()
-                WHERE f.token <= EXCLUDED.token
-                RETURNING token
-                """, what: "a fenced write of operation \(operationID) with token \(token)")
-            if rows.isEmpty {
+            let written = try LockSchema.fencedWrite(
+                value, resource: resource, token: token, try effects(),
+                what: "a fenced write of operation \(operationID) with token \(token)")
+            if !written {
                 markLeaseLost()
                 throw TKError(
                     .notLockOwner,

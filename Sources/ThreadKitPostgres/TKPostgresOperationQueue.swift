@@ -43,15 +43,12 @@
             try Self.validate(name: name)
             self.name = name
             self.configuration = configuration
-            let session = try PostgresSession.connect(configuration, owner: "TKPostgresOperationQueue(\"\(name.prefix(64))\")")
-            do {
-                try LockSchema.ensureTables(session)
-                try OperationQueueSchema.ensure(session)
-                queueID = try OperationQueueSchema.queueID(of: name, session)
-            } catch {
-                session.close()
-                throw error
+            let (session, queueID) = try PostgresSession.connect(configuration, owner: "TKPostgresOperationQueue(\"\(name.prefix(64))\")") {
+                try LockSchema.ensureTables($0)
+                try OperationQueueSchema.ensure($0)
+                return try OperationQueueSchema.queueID(of: name, $0)
             }
+            self.queueID = queueID
             self.session = session
         }
 

@@ -218,10 +218,11 @@
                         if settled {
                             accepted[id] = state
                         } else {
-                            claimed.append(
-                                Claim(
-                                    id: id, kind: kind ?? "", payload: payload ?? "null", token: token ?? 0, attempt: attempt ?? 1,
-                                    priority: priority ?? 0, qos: qos ?? 0, cancelRequested: cancelRequested ?? false))
+                            let context = TKPostgresOperationContext(
+                                operationID: id, token: token ?? 0, attempt: Int(attempt ?? 1), kind: kind ?? "",
+                                effects: { [weak self] in try self?.effects() ?? Self.gone() })
+                            if cancelRequested ?? false { context.markCancelled() }
+                            claimed.append(Claim(context: context, payload: payload ?? "null", priority: priority ?? 0, qos: qos ?? 0))
                         }
                     }
                     report(settles, accepted)
@@ -263,33 +264,25 @@
             }
         }
 
-        /// One claimed run, as threadkit_op_cycle returned it.
+        /// One claimed run, as threadkit_op_cycle returned it: its context (id, token, attempt, kind,
+        /// and whether a cancel was requested), its payload and where the local queue puts it.
         struct Claim {
-            let id: Int64
-            let kind: String
+            let context: TKPostgresOperationContext
             let payload: String
-            let token: Int64
-            let attempt: Int32
             let priority: Int32
             let qos: Int32
-            let cancelRequested: Bool
         }
 
         private func start(_ claims: [Claim]) {
-            var started: [(Int64, Int32, Int32, TKPostgresOperationContext, String, TKPostgresOperationQueue.Runner?)] = []
-            for claim in claims {
-                let context = TKPostgresOperationContext(
-                    operationID: claim.id, token: claim.token, attempt: Int(claim.attempt), kind: claim.kind,
-                    effects: { [weak self] in try self?.effects() ?? Self.gone() })
-                if claim.cancelRequested { context.markCancelled() }
-                started.append((claim.id, claim.priority, claim.qos, context, claim.payload, kinds[claim.kind]))
-            }
             lock.withLock {
-                for (id, _, _, context, _, _) in started { state.running[id] = Run(token: context.token, context: context) }
+                for claim in claims { state.running[claim.context.operationID] = Run(token: claim.context.token, context: claim.context) }
             }
             // Highest priority first, then QoS, then FIFO: the local queue starts them in that order too.
-            started.sort { ($0.1, $0.2, -$0.0) > ($1.1, $1.2, -$1.0) }
-            for (id, priority, qos, context, payload, runner) in started {
+            let ordered = claims.sorted {
+                ($0.priority, $0.qos, -$0.context.operationID) > ($1.priority, $1.qos, -$1.context.operationID)
+            }
+            for claim in ordered {
+                let (id, context, payload, runner) = (claim.context.operationID, claim.context, claim.payload, kinds[claim.context.kind])
                 let operation = TKBlockOperation { [self] in
                     var ok = true
                     var message = ""
@@ -309,8 +302,8 @@
                     }
                     wake.signal()
                 }
-                operation.queuePriority = TKOperation.QueuePriority(rawValue: Int(priority)) ?? .normal
-                operation.qualityOfService = TKPostgresOperationQueue.qos(rank: Int(qos))
+                operation.queuePriority = TKOperation.QueuePriority(rawValue: Int(claim.priority)) ?? .normal
+                operation.qualityOfService = TKPostgresOperationQueue.qos(rank: Int(claim.qos))
                 local.addOperation(operation)
             }
         }
