@@ -21,10 +21,14 @@
 #      code is the code those tests compile and run, and the static site renders in headless
 #      Chromium (landing page and TKThread's page, read back from the DOM).
 # Needs python3 (the tests serve the site with `python3 -m http.server`) and chromium (installed
-# here when missing, as .ci/run does). Run from a clean clone or after .ci/run's build; the
-# plugin and its symbol-graph build share .build with the rest of CI, and ThreadKitPostgres's
-# (built with the package traits Postgres and GLib, Package.swift) share .build-traits with CI's
-# step for those traits ($TK_POSTGRES_SCRATCH).
+# here when missing, as .ci/run does). Run from a clean clone or after .ci/run's build.
+# The plugin's symbol-graph builds all run in .build-traits ($TK_POSTGRES_SCRATCH, shared with CI's
+# step for the package traits Postgres and GLib, Package.swift), with those traits, where that
+# step has built everything: they compile nothing again. In .build they did: ThreadKit once more
+# (and the test build below compiled it back), and for ThreadKitMetrics its Postgres-trait
+# dependency (ThreadKitPostgres, so PostgresNIO, SwiftNIO and swift-crypto: about two minutes on
+# 2 cores). With the traits on, ThreadKitMetrics's pages and coverage include its Postgres-trait
+# API (TKPostgresQueueMetrics) too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -34,9 +38,8 @@ site=${TK_DOCS_SITE:-$(mktemp -d /tmp/threadkit-docs.XXXXXX)}
 mkdir -p "$site"
 site=$(cd "$site" && pwd)
 export TK_DOCS_SITE=$site
-# ThreadKitPostgres is built only with the Postgres trait, in its own scratch directory (so the
-# default build in .build is never rebuilt with other flags); GLib's trait is on there too, as in
-# CI, so the two share one build.
+# The four catalogs are built with the Postgres and GLib traits in their own scratch directory (so
+# the default build in .build is never rebuilt with other flags), as in CI, so they share one build.
 pg_scratch=${TK_POSTGRES_SCRATCH:-.build-traits}
 export TK_POSTGRES_SCRATCH=$pg_scratch
 
@@ -47,15 +50,15 @@ if ! command -v chromium >/dev/null; then
 fi
 export TK_REQUIRE_CHROMIUM=1
 
-for pair in ThreadKit:threadkit ThreadKitMetrics:threadkit-metrics ThreadKitPostgres:threadkit-postgres ThreadKitGLib:threadkit-glib; do
+# ThreadKitPostgres last: the typecheck of its articles below reads the compile command its
+# symbol-graph build leaves in $pg_scratch/debug.yaml.
+for pair in ThreadKit:threadkit ThreadKitMetrics:threadkit-metrics ThreadKitGLib:threadkit-glib ThreadKitPostgres:threadkit-postgres; do
     target=${pair%%:*}
     base=${pair##*:}
     step "generate-documentation --target $target (warnings are errors; static hosting at /$base)"
     rm -rf "${site:?}/$base"
     log=$site/docc-$target.log
-    build=()
-    case $target in ThreadKitPostgres | ThreadKitGLib) build=(--scratch-path "$pg_scratch" --traits Postgres,GLib) ;; esac
-    swift package "${build[@]}" --disable-sandbox generate-documentation --target "$target" \
+    swift package --scratch-path "$pg_scratch" --traits Postgres,GLib --disable-sandbox generate-documentation --target "$target" \
         --warnings-as-errors \
         --transform-for-static-hosting --hosting-base-path "$base" --output-path "$site/$base" \
         --experimental-skip-synthesized-symbols \
@@ -77,10 +80,10 @@ python3 - "$site/undocumented.txt" "$pg_scratch" <<'PY'
 import collections, glob, json, sys
 out, pg_scratch = sys.argv[1], sys.argv[2]
 lines, total, missing = [], 0, 0
-for target, scratch in [("ThreadKit", ".build"), ("ThreadKitMetrics", ".build"), ("ThreadKitPostgres", pg_scratch), ("ThreadKitGLib", pg_scratch)]:
-    paths = sorted(glob.glob(f"{scratch}/*/extracted-symbols/*/{target}/*.symbols.json"))
+for target in ["ThreadKit", "ThreadKitMetrics", "ThreadKitPostgres", "ThreadKitGLib"]:
+    paths = sorted(glob.glob(f"{pg_scratch}/*/extracted-symbols/*/{target}/*.symbols.json"))
     if not paths:
-        sys.exit(f"docs: no symbol graphs for {target} under {scratch}/*/extracted-symbols")
+        sys.exit(f"docs: no symbol graphs for {target} under {pg_scratch}/*/extracted-symbols")
     by_file = collections.defaultdict(list)
     for path in paths:
         for symbol in json.load(open(path))["symbols"]:
@@ -114,10 +117,10 @@ fi
 step "ThreadKitPostgres's articles: each swift block typechecks against the module just built"
 # ThreadKitTests does not link ThreadKitPostgres (it must not build postgres-nio), so the
 # PostgreSQL article's code is typechecked here instead, as top-level code, with the flags SwiftPM
-# compiled ThreadKitPostgres with (read from $pg_scratch/debug.yaml), warnings as errors. It needs a
-# server to run, so it is not run.
-swift build --scratch-path "$pg_scratch" --traits Postgres,GLib --target ThreadKitPostgres > "$site/build-postgres.log" 2>&1 \
-    || { tail -40 "$site/build-postgres.log"; echo "docs: ThreadKitPostgres did not build"; exit 1; }
+# compiled ThreadKitPostgres with (read from $pg_scratch/debug.yaml, as the symbol-graph build of
+# ThreadKitPostgres above left it, with its modules), warnings as errors. It needs a server to
+# run, so it is not run. (A `swift build --target ThreadKitPostgres` here compiled ThreadKit again
+# after that build, for nothing.)
 python3 - "$pg_scratch" <<'PY'
 import glob, json, os, re, subprocess, sys, tempfile
 yaml = open(f"{sys.argv[1]}/debug.yaml").read()
