@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Models/check.sh: model-checks the dispatch pool's wake, staging, admission, staged-level and idle-word protocols and the run
+# Models/check.sh: model-checks the dispatch pool's wake, staging, admission, staged-level, idle-word and local-queue protocols and the run
 # loop's wake protocol with spin (Models/README.md).
 # Needs spin and a C compiler; installs nothing (CI installs spin). Works in a temporary
 # directory: no pan.* or trail files land in the repository. Fails when a model that must be
@@ -137,6 +137,13 @@ run "PoolIdleWord W=3 NP=2 J=1 (no cycles)" PoolIdleWord.pml clean "-DW=3 -DJ=1"
 run "PoolIdleWord RESET_AFTER_PUSH (bug)"   PoolIdleWord.pml "assertion violated" "-DRESET_AFTER_PUSH" safety
 run "PoolIdleWord PENDING_BEFORE_WORD (bug)" PoolIdleWord.pml "assertion violated" "-DPENDING_BEFORE_WORD" safety
 run "PoolIdleWord NO_RECHECK (bug)"         PoolIdleWord.pml "assertion violated \(stackSize>0\)" "-DNO_RECHECK" safety
+# LocalQueue: a worker's local queue (tokio's ring: the owner pushes and pops without a lock,
+# thieves claim and release by two compare-exchanges on the packed head) loses no job, runs none
+# twice and never overwrites a claimed slot, with two thieves (steal-half, steal-all) and the ring
+# wrapping; a full check against the real head and a one-phase steal must each be caught.
+run "LocalQueue CAP=4 N=5 (safety)"         LocalQueue.pml clean "-DN=5 -DHALF_STEALS=1" safety-long
+run "LocalQueue FULL_AGAINST_REAL (bug)"    LocalQueue.pml "assertion violated \(buf" "-DFULL_AGAINST_REAL" safety
+run "LocalQueue ONE_PHASE_STEAL (bug)"      LocalQueue.pml "assertion violated \(buf" "-DONE_PHASE_STEAL" safety
 # RunLoopWake: a run loop's wake-up across a nested run; without the nested run's hand-back (the
 # CI wedge of ci13 and ci32) the enclosing run must be caught asleep with a block queued.
 run "RunLoopWake nested hand-back (safety)" RunLoopWake.pml clean ""                 safety

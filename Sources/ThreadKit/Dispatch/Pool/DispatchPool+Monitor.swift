@@ -69,10 +69,7 @@ extension DispatchPool {
         if scheduler.saturatedWithWork(Tier(rawValue: t)!) || scheduler[Tier(rawValue: t)!].crowdWaiting { return true }
         guard batches else { return false }
         for worker in scheduler[Tier(rawValue: t)!].workers where !worker.isIdle {
-            worker.localLock.lock()
-            let batched = !worker.local.isEmpty
-            worker.localLock.unlock()
-            if batched { return true }
+            if worker.local.count > 0 { return true }
         }
         return false
     }

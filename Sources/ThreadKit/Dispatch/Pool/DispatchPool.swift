@@ -13,14 +13,15 @@
 //   must be woken tries `lock` once (docs/DispatchPool.md, "Submitting without the pool's lock").
 // - The mirrors (`nonEmptyMirror`, `running*`, `searching*`, `idle*`, `monitorAwakeMirror`) are
 //   copies of scheduler state published at every release of `lock`, read without it.
-// - A job submitted by a job running on a worker goes to that worker's local queue (its own lock).
+// - A job submitted by a job running on a worker goes to that worker's local queue (`LocalQueue`:
+//   the worker pushes and pops it without a lock; thieves claim jobs from it holding `lock`).
 import CThreadKit
 import Glibc
 import Synchronization
 
 // safety: the scheduler, the monitor's state and the counters below are reached only under `lock`
 // (the addressors and `…Locked` functions); everything else is atomic, immutable after init, or
-// has a lock of its own (the stage's shards, each worker's local queue).
+// has a lock or protocol of its own (the stage's shards, each worker's `LocalQueue`).
 final class DispatchPool: @unchecked Sendable {
     static let shared = DispatchPool()
 
@@ -42,7 +43,7 @@ final class DispatchPool: @unchecked Sendable {
     static let idleTimeoutNanoseconds: UInt64 = 2_000_000_000
     /// A worker's local queue holds at most this many jobs: a batch from the run queues (at most
     /// half of it, `PoolScheduler.batchLimit`) and the jobs its running job submitted.
-    static let localCapacity = 256
+    static let localCapacity = LocalQueue<DispatchEntry>.capacity
     /// Jobs the running job may have waiting on its worker's local queue (beside the batch); more
     /// go to the run queues (docs/DispatchPool.md, "Local queues and stealing").
     static let localLimit = 32
@@ -50,6 +51,9 @@ final class DispatchPool: @unchecked Sendable {
     /// before its local queue goes behind them. Counts only jobs its own jobs submitted: a batch
     /// was taken from the front of the run queue, ahead of what waits there.
     static let localStreakLimit = 8
+    /// Where a batch waits between the run queues and a worker's local queue, and a local queue
+    /// given back waits on its way to the run queues. Guarded by `lock`; empty outside it.
+    let localScratch = JobRing<DispatchEntry>(capacity: DispatchPool.localCapacity)
 
     /// Taken only through `lockPool`, `tryLockPool` and `unlockPool` (which drain `stage`).
     let lock = DispatchLock()
@@ -487,11 +491,11 @@ final class DispatchPool: @unchecked Sendable {
         switch scheduler.pop(tier) {
         case .job(let entry, let level, let batch):
             if batch > 0 {
-                worker.localLock.lock()
-                worker.localLevel = level
-                scheduler.takeBatch(level: level, into: worker.local, max: batch)
-                worker.localBatched = worker.local.count
-                worker.localLock.unlock()
+                // The worker's queue is empty (it pops it first), so the batch fits: it is at most
+                // half the capacity, and a claim in flight holds at most the other half.
+                scheduler.takeBatch(level: level, into: localScratch, max: batch)
+                worker.local.beginBatch(count: localScratch.count)
+                while let next = localScratch.popFirst() { worker.local.push(next, level: level) }
                 // Jobs now wait in a batch: the monitor watches for the worker stalling.
                 watchLocked(tier.rawValue, batches: true, &actions)
             }
@@ -519,32 +523,15 @@ final class DispatchPool: @unchecked Sendable {
         return job
     }
 
-    /// Moves the newer half of a busy worker's local queue to `thief`'s (empty) one and returns its
-    /// first job. Caller holds lock; the two local locks are taken under it, one victim at a time.
+    /// Moves the older half of a busy worker's local queue (tokio's rule: the jobs that waited
+    /// longest) to `thief`'s (empty) one and returns the first of them. Caller holds lock (so one
+    /// thief at a time; the victim pushes and pops on, without it: `LocalQueue`).
     private func stealLocked(for thief: PoolWorker, _ t: Int, _ actions: inout Actions) -> (DispatchEntry, Int)? {
         lock.assertHeld("DispatchPool.lock")
         for victim in scheduler[Tier(rawValue: t)!].workers where victim !== thief && !victim.isIdle {
-            victim.localLock.lock()
-            let count = victim.local.count
-            guard count > 0 else {
-                victim.localLock.unlock()
-                continue
-            }
-            thief.localLock.lock()
-            let level = victim.localLevel
-            thief.localLevel = level
-            // The newest `(count + 1) / 2`, in their order. The victim's batch is at its front:
-            // what is left of it stays batched there; the thief's share is a batch of its own
-            // (taken from the front of the run queue too) only where it holds batched jobs.
-            let taken = (count + 1) / 2
-            for _ in 0..<taken { thief.local.prepend(victim.local.popLast()!) }
-            let stolenBatch = max(0, victim.localBatched - (count - taken))
-            victim.localBatched = min(victim.localBatched, count - taken)
-            let first = thief.local.popFirst()!
-            thief.localBatched = max(0, stolenBatch - 1)
-            thief.localLock.unlock()
-            victim.localLock.unlock()
-            if !thief.local.isEmpty { watchLocked(t, batches: true, &actions) }
+            // The stolen jobs keep their batched marks: a batch's jobs stay a batch on the thief.
+            guard let (first, level) = victim.local.stealHalf(into: thief.local) else { continue }
+            if thief.local.count > 0 { watchLocked(t, batches: true, &actions) }
             return (first, level)
         }
         return nil
@@ -553,24 +540,30 @@ final class DispatchPool: @unchecked Sendable {
     /// Puts the unstarted rest of `worker`'s local queue back in its level (another level waits:
     /// at the front; jobs of its own level waited: at the back) and lets another worker take it.
     /// Worker's thread.
-    func giveBack(_ worker: PoolWorker, toFront: Bool) {
+    func giveBack(_ worker: PoolWorker, toFront: Bool, first: consuming (DispatchEntry, level: Int)?) {
         lockPool()
-        giveBackLocked(worker, toFront: toFront)
+        giveBackLocked(worker, toFront: toFront, first: first)
         var actions = Actions()
         offerWorkLocked(Tier(background: worker.background), &actions)
         unlockPool()
         actions.perform(self)
     }
 
-    /// Returns `worker`'s unstarted batch to the front of its level. Caller holds `lock` (any thread:
-    /// the monitor takes a stalled worker's batch back).
-    func giveBackLocked(_ worker: PoolWorker, toFront: Bool = true) {
+    /// Returns `worker`'s unstarted local jobs to its level (`first`, the one the worker popped
+    /// and does not run, ahead of them), at the front unless `toFront` is false. Caller holds
+    /// `lock` (any thread: the monitor takes a stalled worker's jobs back; the worker its own).
+    func giveBackLocked(
+        _ worker: PoolWorker, toFront: Bool = true, first: consuming (DispatchEntry, level: Int)? = nil
+    ) {
         lock.assertHeld("DispatchPool.lock")
-        worker.localLock.lock()
-        defer { worker.localLock.unlock() }
-        worker.localBatched = 0
-        guard !worker.local.isEmpty else { return }
-        scheduler.runQueues.giveBack(worker.local, level: worker.localLevel, atFront: toFront)
+        var level: Int?
+        if let (entry, firstLevel) = first {
+            localScratch.append(entry)
+            level = firstLevel
+        }
+        if let taken = worker.local.stealAll(into: localScratch) { level = taken }
+        guard let level, !localScratch.isEmpty else { return }
+        scheduler.runQueues.giveBack(localScratch, level: level, atFront: toFront)
     }
 
     /// Called by an idle worker whose sleep ended without being woken (see
@@ -747,9 +740,7 @@ final class DispatchPool: @unchecked Sendable {
                     + "stalled \(s.stalled), idle \(s.idleCount), searching \(s.searching)"
                     + (scheduler.invariantHolds(tier) ? "" : " (COUNTER INVARIANT BROKEN)") + "\n"
                 for worker in s.workers {
-                    worker.localLock.lock()
                     let local = worker.local.count
-                    worker.localLock.unlock()
                     let word = worker.activity.load(ordering: .relaxed)
                     text +=
                         "  worker tid \(worker.threadID.load(ordering: .relaxed)): \(worker.isIdle ? "idle" : "busy"), "

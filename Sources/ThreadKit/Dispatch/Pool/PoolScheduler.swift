@@ -390,7 +390,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         return .idle
     }
 
-    /// Moves the batch `pop` granted into `local` (the worker's local queue, locked by the caller).
+    /// Moves the batch `pop` granted into `local` (on its way to the worker's local queue).
     mutating func takeBatch(level: Int, into local: JobRing<DispatchEntry>, max: Int) {
         runQueues.popMore(level, into: local, max: max)
     }

@@ -1,17 +1,18 @@
 // PoolWorker: one thread of the dispatch pool and its ParkingObserver. The loop below is the
 // worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle`,
 // `idleDeadline` and `nextIdle` are the scheduler's (PoolScheduler), `monitorSeen` and
-// `monitorWindow` the monitor's, all guarded by the pool's lock; `local` and `localLevel` by
-// `localLock` (the worker pushes and pops; thieves and the monitor take jobs out, always while
-// holding the pool's lock, so two local locks are only ever held together under it); `activity` is the worker's progress word
-// (written by the worker, marked by the monitor: see there); `mine` (runningJob, countedBlocked,
-// activityCount, ...) belongs to the worker's thread (the observer is called only on it).
+// `monitorWindow` the monitor's, all guarded by the pool's lock; `local` is a `LocalQueue`: the
+// worker pushes and pops it without a lock, thieves and the monitor claim jobs from it while
+// holding the pool's lock (its protocol says who may do what); `activity` is the worker's progress
+// word (written by the worker, marked by the monitor: see there); `mine` (runningJob,
+// countedBlocked, activityCount, ...) belongs to the worker's thread (the observer is called only
+// on it).
 import CThreadKit
 import Synchronization
 
 // safety: the scheduler's fields (`isIdle`, `idleDeadline`, `nextIdle`) and the monitor's are
-// touched only under the pool's lock, the local queue's under `localLock`, `mine` only by the
-// worker's own thread; the rest is atomic or immutable after init.
+// touched only under the pool's lock, `mine` only by the worker's own thread; the local queue
+// keeps its own protocol (`LocalQueue`); the rest is atomic or immutable after init.
 final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendable {
     /// unowned(unsafe): the pool lives as long as the process (a checked `unowned` paid an atomic
     /// strong-retain and a release on every use, several per job).
@@ -38,19 +39,12 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     /// The worker's dispatch context (installed as its thread's context).
     let context = DispatchContext()
     /// The worker's local queue (docs/DispatchPool.md, "Local queues and stealing"): jobs taken
-    /// from the run queues with the one running (a batch) and jobs this worker submitted itself
-    /// while running one, not started yet, all of `localLevel`, FIFO. Guarded by `localLock` (taken
-    /// after the pool's lock when both are held): the worker pushes at the back and pops at the
-    /// front; a thief takes the newer half from the back; the pool moves them back to its run
-    /// queues when the worker blocks, stalls, or another level waits.
-    let local = JobRing<DispatchEntry>(capacity: DispatchPool.localCapacity)
-    // safety: this and `localBatched` only under `localLock`, so accesses never overlap.
-    @exclusivity(unchecked) var localLevel = 0
-    /// How many jobs at the front of `local` came from the run queues in a batch (the rest were
-    /// submitted by this worker's jobs). Guarded by `localLock`.
-    // safety: only under `localLock`.
-    @exclusivity(unchecked) var localBatched = 0
-    let localLock = DispatchLock()
+    /// from the run queues with the one running (a batch, marked as such) and jobs this worker
+    /// submitted itself while running one, not started yet, all of one level, FIFO. The worker
+    /// pushes at the back and pops at the front without a lock; a thief claims the older half at
+    /// the front; the pool moves them all back to its run queues when the worker blocks, stalls,
+    /// or another level waits.
+    let local = LocalQueue<DispatchEntry>()
     /// The progress word the pool's monitor watches (docs/DispatchPool.md, "Workers blocked outside
     /// ThreadKit"): `count << 2 | observable << 1 | stalled`. The worker stores a new count at every
     /// job start and end and around every ThreadKit park, with `observable` set while it runs a job
@@ -157,11 +151,7 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
                     // queue goes back to the front of its level and the worker picks there. Or
                     // jobs of this level have waited there behind `localStreakLimit` local ones:
                     // the local queue goes behind them.
-                    localLock.withLock {
-                        local.prepend(entry)
-                        if batched { localBatched += 1 }
-                    }
-                    pool.giveBack(self, toFront: otherLevels != 0 || normalStaged)
+                    pool.giveBack(self, toFront: otherLevels != 0 || normalStaged, first: (entry, level))
                     mine.localStreak = 0
                     continue
                 }
@@ -202,27 +192,17 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     /// jobs were there before; or hands it back if it must go to the run queues (the queue holds
     /// another level, or it is full). The entry is moved, never copied. Worker thread, inside a job.
     func pushLocal(_ entry: consuming DispatchEntry, level: Int) -> LocalPush {
-        localLock.lock()
-        defer { localLock.unlock() }
-        let before = local.count
-        guard before - localBatched < DispatchPool.localLimit, before < DispatchPool.localCapacity,
-            before == 0 || localLevel == level
-        else { return .refused(entry) }
-        if before == 0 { localLevel = level }
-        local.append(entry)
+        guard let before = local.acceptsPush(level: level, unbatchedLimit: DispatchPool.localLimit) else {
+            return .refused(entry)
+        }
+        local.push(entry, level: level)
         return .pushed(before: before)
     }
 
     /// The next entry of the local queue, its level, and whether it came in a batch from the run
     /// queues. Worker thread.
-    private func popLocal() -> (DispatchEntry, Int, batched: Bool)? {
-        localLock.lock()
-        defer { localLock.unlock() }
-        guard let entry = local.popFirst() else { return nil }
-        let batched = localBatched > 0
-        if batched { localBatched -= 1 }
-        return (entry, localLevel, batched)
-    }
+    @inline(__always)
+    private func popLocal() -> (DispatchEntry, Int, batched: Bool)? { local.pop() }
 
     /// Stores the next progress word (`observable`: inside a job and not parked in ThreadKit) and
     /// returns whether the monitor had marked the worker stalled. Worker thread.
