@@ -4,8 +4,9 @@
 // again counts as looking. The hand-off that fans tokens out is driven by OperationQueueTests
 // (blocked operations with a limit of 8 finish together; a limit is reached and never exceeded).
 import Synchronization
-@testable import ThreadKit
 import XCTest
+
+@testable import ThreadKit
 
 final class OperationTokenTests: XCTestCase {
     /// Runs `body` under the queue's lock with the queue seen as resumed, then restores the books
