@@ -5,10 +5,13 @@
 //
 // Token accounting, all under lock: `tokens` counts tokens submitted and not ended;
 // `tokensInOperations` those of them inside an operation's `start()`; the rest are *looking*
-// (waiting in the pool, or about to pop). Whenever something may let more operations start (an
-// operation became ready, one finished, a resume, a higher limit), the queue makes sure that
-// looking tokens ≥ min(ready operations, limit − executing), submitting the difference. So
-// operations that block (in ThreadKit waits, which the pool sees) hold their tokens, and the
+// (waiting in the pool, or about to pop). At most one token looks at a time: whenever something
+// may let an operation start (one became ready, one finished, a resume, a higher limit) and no
+// token looks, the queue submits one; and a token that pops an operation while more may start and
+// no other token looks submits the next (the hand-off), before it runs its own. So tokens fan out
+// one at a time while ready operations remain, as the pool's searching workers do, instead of one
+// per ready operation (up to the thread cap) that mostly found nothing left and ended; and
+// operations that block (in ThreadKit waits, which the pool sees) hold their tokens while the
 // queue's other ready operations get tokens of their own: eight operations that each wait one
 // second, with a limit of 8, finish together in about one second.
 //
@@ -30,15 +33,15 @@ extension TKOperationQueue {
     /// a busy queue does not keep a worker from other queues of its level.
     static let tokenBudget = 128
 
-    /// Tokens to submit so that enough are looking for the operations that may start now.
-    /// Caller holds lock.
+    /// Tokens to submit so that one is looking while an operation may start: zero or one (a plan
+    /// never adds a second looker; the hand-off in `runToken` fans tokens out). Caller holds lock.
     /// `callerWillLook`: the caller is this queue's token, its operation already finished, about
     /// to pop again: it counts as looking (a dependency chain then runs on one token).
     func planTokensLocked(qos: TKQualityOfService, callerWillLook: Bool = false) -> Plan {
         lock.assertHeld("TKOperationQueue.lock")
         var plan = Plan(qos: qos, underlying: core.underlying)
         guard !core.suspended else { return plan }
-        let wanted = min(core.ready.count, core.limit - core.executing + (callerWillLook ? 1 : 0))
+        let wanted = min(core.ready.count, core.limit - core.executing + (callerWillLook ? 1 : 0), 1)
         let looking = core.tokens - core.tokensInOperations + (callerWillLook ? 1 : 0)
         if wanted > looking {
             plan.tokens = wanted - looking
@@ -173,6 +176,15 @@ extension TKOperationQueue {
             let operation = core.ready.pop()!
             core.executing += 1
             core.tokensInOperations += 1
+            // The hand-off: this token stops looking; if another operation may start and no
+            // token looks, the next one goes out now (this operation may block, or run long),
+            // at the QoS of the operation it will find first. Added to what a finish planned.
+            let next = planTokensLocked(qos: core.ready.first?.explicitQualityOfService ?? core.qos)
+            if next.tokens > 0 {
+                plan.tokens += next.tokens
+                plan.qos = next.qos
+                plan.underlying = next.underlying
+            }
             lock.unlock()
             carryOut(plan)
             plan = Plan()
