@@ -109,10 +109,17 @@ final class OperationQueueTests: XCTestCase {
             queue.maxConcurrentOperationCount = limit
             let meter = ConcurrencyMeter()
             let done = DispatchGroup()
+            // Until `limit` operations have run at once, each stays inside (parked in 1 ms sleeps,
+            // so the pool would happily run more), up to a generous deadline shared by all: how
+            // soon the slots fill depends on the machine's load, whether they fill does not.
+            let deadline = ContinuousClock.now + .seconds(30)
             for _ in 0..<60 {
                 done.enter()
                 queue.addOperation {
                     meter.enter()
+                    while meter.peak < limit && ContinuousClock.now < deadline {
+                        TKThread.sleep(for: .milliseconds(1))
+                    }
                     TKThread.sleep(for: .milliseconds(2)) // parks: the pool would happily run more
                     meter.leave()
                     done.leave()
