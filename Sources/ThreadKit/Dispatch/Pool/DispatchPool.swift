@@ -133,8 +133,9 @@ final class DispatchPool: @unchecked Sendable {
     /// holder, so counting adds no atomic operation and no shared cache line of its own.
     // safety: only by the holder of `lock` (as `nextWorkerNumber`).
     @exclusivity(unchecked) private var lockAcquisitions = 0
-    /// Those made by a submission to wake a worker (the only time a producer takes it), guarded
-    /// by lock like `lockAcquisitions`.
+    /// Those made by a submission (the only times a producer takes it: a thread must start, a
+    /// background worker must be woken, or the monitor must look), guarded by lock like
+    /// `lockAcquisitions`.
     // safety: only by the holder of `lock` (as `nextWorkerNumber`).
     @exclusivity(unchecked) private var submitterLockAcquisitions = 0
     /// Set once the thread cap has been reported (`reportThreadCapReached`).
@@ -446,7 +447,11 @@ final class DispatchPool: @unchecked Sendable {
     private func localPushed(_ worker: PoolWorker, before: Int) {
         let t = Tier(background: worker.background).rawValue
         let wantMonitor = !monitorAwakeMirror.load(ordering: .relaxed)
-        let wantThief = before & (before &- 1) == 0 && { let c = idleWord(t).counts; return c.searching == 0 && c.idle > 0 }()
+        var wantThief = false
+        if before & (before &- 1) == 0 {
+            let counts = idleWord(t).counts
+            wantThief = counts.searching == 0 && counts.idle > 0
+        }
         guard wantMonitor || wantThief else { return }
         lockPool()
         var actions = Actions()
