@@ -18,8 +18,11 @@
  *   searcher, fewer than W running and an idle worker:
  *     takes IL, checks the word again, claims the wake in one RMW (searching+1, running+1,
  *     idle-1), pops the worker, releases IL, sets the worker's event.
- *   It does not drain: the woken worker does, at its first visit to L. The producer takes L only
- *   when no worker is idle and a thread must be started (rare: while the tier grows), or when its
+ *   It does not drain: the woken worker does, at its first visit to L. A producer that finds L
+ *   held (a relaxed look: any answer is safe), or IL busy (IdleWord.tryClaim; IL's sections are
+ *   single steps here, so only the first case is modelled), tries L instead, as in PoolWake.pml:
+ *   the holder sees the flag when it unlocks. The producer takes L only then, when no worker is idle and a thread
+ *   must be started (rare: while the tier grows), or when its
  *   claim failed and the word, read again, still says nobody comes (in the code: the idle worker
  *   retired meanwhile; here unreachable, since nothing retires). Holders of L offer the same way
  *   (IL inside L); a claim that finds nobody idle lets the holder plan a start without looking at
@@ -252,6 +255,10 @@ proctype Producer(byte me) {
         fi;                                                 /*  only adds interleavings) */
 wake:
         if
+        :: L -> goto locked                                 /* L held: its holder will look */
+        :: else
+        fi;
+        if
         :: nIdle > 0 ->
 #ifdef NO_RECHECK
             atomic {                                        /* claims on the look above */
@@ -278,7 +285,8 @@ wake:
             fi
         :: else
         fi;
-        tryLockL(ok);                                       /* nobody idle: start one under L */
+locked:                                                     /* nobody idle: start one under L */
+        tryLockL(ok);
         if
         :: ok -> lockTimeDrain(false); unlockPool()
         :: else

@@ -608,6 +608,23 @@ final class PoolSchedulerTests: XCTestCase {
         assertCounters(s, .normal)
     }
 
+    /// A producer never waits for the idle stack's lock: with it busy, its claim decides nothing
+    /// and leaves the word and the stack as they were (it takes the pool's `tryLock` instead).
+    func testAProducersClaimDecidesNothingWhileTheStacksLockIsBusy() {
+        var s = makeScheduler(width: 2)
+        let w = FakeWorker("w")
+        startAndPark(&s, w)
+        let word = s[.normal].word
+        word.lock.lock()
+        XCTAssertNil(word.tryClaim(width: 2))
+        word.lock.unlock()
+        XCTAssertTrue(w.isIdle)
+        XCTAssertEqual(word.counts, IdleCounts(searching: 0, running: 0, idle: 1))
+        guard case .claimed(let claimed)? = word.tryClaim(width: 2) else { return XCTFail("the lock is free: a claim") }
+        XCTAssertTrue(claimed === w)
+        assertCounters(s, .normal)
+    }
+
     /// What a producer does after staging (`submitterStep`): nothing while a worker is on its
     /// way; claim from the word when a worker is idle (normal tier only); the pool's lock when a
     /// thread must start, for the background tier, or for the monitor at width.

@@ -95,6 +95,11 @@ final class IdleWord<Worker: PoolSchedulerWorker>: @unchecked Sendable {
     func claim(width: Int) -> Claim {
         lock.lock()
         defer { lock.unlock() }
+        return claimLocked(width: width)
+    }
+
+    private func claimLocked(width: Int) -> Claim {
+        lock.assertHeld("IdleWord.lock")
         let now = counts
         guard now.searching == 0 && now.running < width else { return .busy }
         guard now.idle > 0 else { return .noneIdle }
@@ -103,6 +108,16 @@ final class IdleWord<Worker: PoolSchedulerWorker>: @unchecked Sendable {
             preconditionFailure("IdleWord: the word counts \(now.idle) idle workers and the stack is empty")
         }
         return .claimed(worker)
+    }
+
+    /// `claim` for a producer: nil, deciding nothing, when `lock` is busy (the producer then takes
+    /// the old way, `tryLock` on the pool's lock: every other holder of `lock` holds that one and
+    /// sees the stage's flag when it unlocks, or is a claimer making a searcher). A producer never
+    /// sleeps on `lock`. Any thread.
+    func tryClaim(width: Int) -> Claim? {
+        guard lock.tryLock() else { return nil }
+        defer { lock.unlock() }
+        return claimLocked(width: width)
     }
 
     /// A worker with no job goes on the stack: pushed, and moved from running (and searching) to
