@@ -230,9 +230,9 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         return wakeOrStart(tier)
     }
 
-    /// Whether a producer that just staged a job must try the pool's lock (to drain the stage and
-    /// have a worker woken), from the job's tier's `searching` and `running` as published at the
-    /// last release of the lock (docs/DispatchPool.md, "Submitting without the pool's lock"):
+    /// Whether a producer that just staged a job must have a worker woken (by a claim, or through
+    /// the pool's lock), from the job's tier's `searching` and `running` as its idle word holds
+    /// them (docs/DispatchPool.md, "Submitting without the pool's lock"):
     /// - it raised the stage's `pending` flag: unless a searcher is on its way, whatever the
     ///   monitor does (the searcher takes the lock and drains; the monitor sleeps whenever no
     ///   worker is busy at its tick, most of the time in a single producer's flood, so asking it
