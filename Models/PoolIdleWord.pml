@@ -3,9 +3,9 @@
  * (issue 48 item 3; docs/journal/2026-11-29-idle-word.md). One tier.
  * Checked by Models/check.sh with spin (exhaustive safety search); see Models/README.md.
  *
- * STATUS: a design checked before it is built. The pool does not do this yet: its producers
- * still wake through the pool's lock (PoolWake.pml models that). The names below in the second
- * column (IdleWord, claimWake, wakeIdle) are the design's, not the code's.
+ * STATUS: built. The pool does this (IdleWord.swift, PoolScheduler.swift, DispatchPool.swift);
+ * the names in the second column below are the code's. PoolWake.pml models the protocol before
+ * it, when producers woke through the pool's lock.
  *
  * WHAT IS MODELLED
  *   The protocol of PoolWake.pml with one change. There, the tier's `searching` and `running`
@@ -18,19 +18,31 @@
  *   searcher, fewer than W running and an idle worker:
  *     takes IL, checks the word again, claims the wake in one RMW (searching+1, running+1,
  *     idle-1), pops the worker, releases IL, sets the worker's event.
- *   It does not drain: the woken worker does, at its first visit to L. The producer takes L only
- *   when no worker is idle and a thread must be started (rare: while the tier grows).
- *   Holders of L offer the same way (IL inside L). A worker going idle resets its event, then
+ *   It does not drain: the woken worker does, at its first visit to L. A producer that finds L
+ *   held (a relaxed look: any answer is safe), or IL busy (IdleWord.tryClaim; IL's sections are
+ *   single steps here, so only the first case is modelled), tries L instead, as in PoolWake.pml:
+ *   the holder sees the flag when it unlocks. The producer takes L only then, when no worker is idle and a thread
+ *   must be started (rare: while the tier grows), or when its
+ *   claim failed and the word, read again, still says nobody comes (in the code: the idle worker
+ *   retired meanwhile; here unreachable, since nothing retires). Holders of L offer the same way
+ *   (IL inside L); a claim that finds nobody idle lets the holder plan a start without looking at
+ *   the word again: pushes happen only under L, so while L is held nobody can become idle and be
+ *   claimed before the start is counted. A worker going idle resets its event, then
  *   under IL pushes itself and moves itself from running (and searching) to idle in one RMW,
  *   releases L, and loads `pending` (SC) after that: the after-unlock check of PoolWake.pml.
  *
  * HOW IT MAPS TO THE DESIGN (docs/journal/2026-11-29-idle-word.md)
  *   word (searching, running, nIdle)   IdleWord: one Atomic<UInt64> per tier, SC RMWs and loads
  *   IL + idleStack                     the tier's idle stack under its own DispatchLock
- *   claim                              IdleWord.claimWake: under IL, recheck, one RMW
- *   Producer, steps 4-5                DispatchPool.submitShared: SC load of the word, then the
- *                                      lock-free wake (wakeIdle) or, with nobody idle, tryLock
- *   offer                              DispatchPool.offerWorkLocked -> scheduler.offer (IL inside L)
+ *   claim                              IdleWord.claim: under IL, recheck, one RMW; `noIdle` is its
+ *                                      `.noneIdle` answer
+ *   Producer, steps 4-5                DispatchPool.submitShared: SC load of the word, the step
+ *                                      (PoolScheduler.submitterStep), then the claim, or tryLock
+ *   offer                              DispatchPool.offerWorkLocked -> PoolScheduler.offer ->
+ *                                      wakeOrStart (IL inside L)
+ *   the push                           PoolScheduler.park -> IdleWord.park (event reset before it,
+ *                                      in DispatchPool.nextJob)
+ *   the chain                          PoolScheduler.started: IdleWord.add(searching: -1), offer
  *   Worker                             PoolWorker.run + DispatchPool.nextJob + PoolWorker.sleepIdle
  *
  * MEMORY MODEL
@@ -134,35 +146,42 @@ inline lockTimeDrain(mayBeStale) {
     fi
 }
 
-/* IdleWord.claimWake: take IL; if the word still says "no searcher, fewer than W running, one
+/* IdleWord.claim: take IL; if the word still says "no searcher, fewer than W running, one
    idle", claim in one RMW and pop the top of the stack; release IL. `slot` gets the worker or
-   stays NONE. One atomic step (IL's section). */
-inline claimWake(slot) {
+   stays NONE; `noIdle` says "no searcher, fewer than W running, nobody idle" (`.noneIdle`). One
+   atomic step (IL's section). */
+inline claimWake(slot, noIdle) {
     atomic {
         !IL ->
+        noIdle = false;
         if
         :: searching == 0 && running < W && nIdle > 0 ->
             assert(slot == NONE);                   /* P3 */
             searching++; running++; nIdle--;        /* the claim: one RMW */
             assert(stackSize > 0);                  /* P3: the claim finds a worker */
             stackSize--; slot = idleStack[stackSize]; idleStack[stackSize] = 0
+        :: searching == 0 && running < W && nIdle == 0 -> noIdle = true
         :: else
         fi;
         assert(stackSize == nIdle)                  /* P2, at IL's release */
     }
 }
 
-/* scheduler.offer under L: wake (claimWake) or start (threads < W, under L). */
+/* PoolScheduler.offer under L: wake (claimWake) or, on its `.noneIdle`, start (threads < W,
+   under L, without looking at the word again: PoolScheduler.wakeOrStart). The start asserts what
+   the code relies on: nobody claimed or went idle between the claim's look and the start. */
 inline offer(slot) {
     if
     :: RQ > 0 ->
-        claimWake(slot);
+        claimWake(slot, noIdle);
         atomic {
             if
-            :: slot == NONE && searching == 0 && running < W && nIdle == 0 && threads < W ->
+            :: noIdle && threads < W ->
+                assert(slot == NONE && searching == 0 && running < W && nIdle == 0);
                 slot = threads; threads++; running++; searching++
             :: else
-            fi
+            fi;
+            noIdle = false
         }
     :: else
     fi
@@ -212,7 +231,7 @@ inline unlockPool() {
 
 proctype Producer(byte me) {
     byte k = 0;
-    bool ok, got;
+    bool ok, got, noIdle;
     byte i;
     byte dplan = NONE;
     byte wplan = NONE;
@@ -236,6 +255,10 @@ proctype Producer(byte me) {
         fi;                                                 /*  only adds interleavings) */
 wake:
         if
+        :: L -> goto locked                                 /* L held: its holder will look */
+        :: else
+        fi;
+        if
         :: nIdle > 0 ->
 #ifdef NO_RECHECK
             atomic {                                        /* claims on the look above */
@@ -245,15 +268,28 @@ wake:
                 stackSize--; wplan = idleStack[stackSize]; idleStack[stackSize] = 0
             };
 #else
-            claimWake(wplan);
+            claimWake(wplan, noIdle);
 #endif
-            perform(wplan)
-        :: else ->                                          /* nobody idle: start one under L */
-            tryLockL(ok);
             if
-            :: ok -> lockTimeDrain(false); unlockPool()
+            :: wplan != NONE -> perform(wplan); goto staged
+            :: else                                         /* the claim failed: the word again */
+            fi;
+            noIdle = false;
+            if
+            :: searching != 0 -> goto staged
+            :: else
+            fi;
+            if
+            :: running >= W -> goto staged
             :: else
             fi
+        :: else
+        fi;
+locked:                                                     /* nobody idle: start one under L */
+        tryLockL(ok);
+        if
+        :: ok -> lockTimeDrain(false); unlockPool()
+        :: else
         fi;
 staged: k++
     :: else -> break
@@ -262,7 +298,7 @@ staged: k++
 
 proctype Worker(byte me) {
     bool searchingSelf;
-    bool ok, got;
+    bool ok, got, noIdle;
     byte i;
     byte plan = NONE;
     byte dplan = NONE;

@@ -554,4 +554,160 @@ final class PoolSchedulerTests: XCTestCase {
         XCTAssertEqual(s[.normal].idleCount, 2)
         assertCounters(s, .normal)
     }
+
+    // MARK: The idle word (a producer's wake without the pool's lock)
+
+    private func claimed(_ claim: IdleWord<FakeWorker>.Claim, _ worker: FakeWorker? = nil) -> Bool {
+        if case .claimed(let w) = claim { return worker.map { $0 === w } ?? true }
+        return false
+    }
+
+    /// The word's packing: three counters in one value, changed by one add of signed deltas that
+    /// never spill into a neighbour.
+    func testTheIdleWordPacksItsCountersAndAddsSignedDeltasWithoutSpilling() {
+        let counts = IdleCounts(searching: 3, running: 4_096, idle: 65_535)
+        XCTAssertEqual(IdleWord<FakeWorker>.unpack(IdleWord<FakeWorker>.pack(counts)), counts)
+        let word = IdleWord<FakeWorker>()
+        XCTAssertEqual(word.counts, IdleCounts(searching: 0, running: 0, idle: 0))
+        XCTAssertEqual(word.add(searching: 1, running: 2, idle: 3), IdleCounts(searching: 1, running: 2, idle: 3))
+        XCTAssertEqual(word.add(searching: -1, running: -2, idle: 1), IdleCounts(searching: 0, running: 0, idle: 4))
+        XCTAssertEqual(word.add(running: 1, idle: -4), IdleCounts(searching: 0, running: 1, idle: 0))
+        XCTAssertEqual(word.counts, IdleCounts(searching: 0, running: 1, idle: 0))
+    }
+
+    /// The claim's decision (`IdleCounts.mayClaim`, checked again under the stack's lock): only
+    /// with nobody searching, fewer than `width` running and somebody idle; and its three answers.
+    func testAClaimWakesOnlyWithNobodySearchingRoomToRunAndSomebodyIdle() {
+        XCTAssertTrue(IdleCounts(searching: 0, running: 1, idle: 1).mayClaim(width: 2))
+        XCTAssertFalse(IdleCounts(searching: 1, running: 1, idle: 1).mayClaim(width: 2), "a searcher is on its way")
+        XCTAssertFalse(IdleCounts(searching: 0, running: 2, idle: 1).mayClaim(width: 2), "at width")
+        XCTAssertFalse(IdleCounts(searching: 0, running: 1, idle: 0).mayClaim(width: 2), "nobody idle")
+
+        var s = makeScheduler(width: 2)
+        let workers = (0..<2).map { FakeWorker("w\($0)") }
+        let word = s[.normal].word
+        guard case .noneIdle = word.claim(width: 2) else { return XCTFail("nobody idle: a thread must start") }
+        for w in workers { startAndPark(&s, w) }
+        XCTAssertTrue(claimed(word.claim(width: 2), workers[1]), "the most recently idle first")
+        XCTAssertFalse(workers[1].isIdle)
+        XCTAssertNil(workers[1].nextIdle)
+        XCTAssertEqual(word.counts, IdleCounts(searching: 1, running: 1, idle: 1))
+        assertCounters(s, .normal)
+        // One wake per idle→busy step: while the claimed worker searches, nobody else is claimed.
+        guard case .busy = word.claim(width: 2) else { return XCTFail("a second worker claimed while one searches") }
+        XCTAssertEqual(s[.normal].idleWorkers.map(\.name), ["w0"])
+        // At width, nobody is claimed either.
+        var searching = true
+        s.submit(job(), level: 2)
+        guard case .job = s.pop(.normal) else { return XCTFail("no job") }
+        _ = s.started(.normal, wasSearching: &searching)
+        s[.normal].threads += 1 // a blocked worker came back: the tier is at width
+        s[.normal].running += 1
+        guard case .busy = word.claim(width: 2) else { return XCTFail("claimed at width") }
+        XCTAssertEqual(s[.normal].idleCount, 1)
+        assertCounters(s, .normal)
+    }
+
+    /// A producer never waits for the idle stack's lock: with it busy, its claim decides nothing
+    /// and leaves the word and the stack as they were (it takes the pool's `tryLock` instead).
+    func testAProducersClaimDecidesNothingWhileTheStacksLockIsBusy() {
+        var s = makeScheduler(width: 2)
+        let w = FakeWorker("w")
+        startAndPark(&s, w)
+        let word = s[.normal].word
+        word.lock.lock()
+        XCTAssertNil(word.tryClaim(width: 2))
+        word.lock.unlock()
+        XCTAssertTrue(w.isIdle)
+        XCTAssertEqual(word.counts, IdleCounts(searching: 0, running: 0, idle: 1))
+        guard case .claimed(let claimed)? = word.tryClaim(width: 2) else { return XCTFail("the lock is free: a claim") }
+        XCTAssertTrue(claimed === w)
+        assertCounters(s, .normal)
+    }
+
+    /// What a producer does after staging (`submitterStep`): nothing while a worker is on its
+    /// way; claim from the word when a worker is idle (normal tier only); the pool's lock when a
+    /// thread must start, for the background tier, or for the monitor at width.
+    func testAProducerClaimsAnIdleWorkerAndTakesTheLockOnlyToStartOneOrForTheBackgroundTier() {
+        func step(
+            raised: Bool = true, _ searching: Int, _ running: Int, _ idle: Int, lockFree: Bool = true,
+            monitorAwake: Bool = true
+        ) -> Scheduler.SubmitterStep {
+            Scheduler.submitterStep(
+                raisedPending: raised, counts: IdleCounts(searching: searching, running: running, idle: idle), width: 2,
+                lockFree: lockFree, monitorAwake: { monitorAwake })
+        }
+        XCTAssertEqual(step(0, 0, 2), .claim)
+        XCTAssertEqual(step(0, 1, 1), .claim)
+        XCTAssertEqual(step(1, 1, 1), .done, "a searcher is on its way")
+        XCTAssertEqual(step(0, 2, 0), .done, "at width, the monitor awake")
+        XCTAssertEqual(step(0, 2, 0, monitorAwake: false), .tryLock, "at width, the monitor must look")
+        XCTAssertEqual(step(0, 1, 0), .tryLock, "nobody idle: a thread must start")
+        XCTAssertEqual(step(0, 0, 2, lockFree: false), .tryLock, "the background tier's offer applies admission")
+        XCTAssertEqual(step(raised: false, 0, 0, 2), .claim, "the flag was up and nobody of the tier comes")
+        XCTAssertEqual(step(raised: false, 0, 1, 1), .done, "the flag was up and a worker runs")
+    }
+
+    /// A worker going idle: pushed and moved from running and searching to idle in one change of
+    /// the word; a producer's claim then makes it the searcher, and the scheduler's own offer in
+    /// the next locked section wakes nobody else.
+    func testAParkCountsTheWorkerIdleAndAProducersClaimMakesItTheOneSearcher() {
+        var s = makeScheduler(width: 2)
+        let a = FakeWorker("a")
+        let b = FakeWorker("b")
+        startAndPark(&s, a)
+        s[.normal].threads += 1
+        s[.normal].running += 1
+        s[.normal].searching += 1
+        s.register(b)
+        var searching = true
+        _ = s.park(b, wasSearching: &searching)
+        XCTAssertFalse(searching)
+        XCTAssertTrue(b.isIdle)
+        XCTAssertEqual(s[.normal].word.counts, IdleCounts(searching: 0, running: 0, idle: 2))
+        assertCounters(s, .normal)
+        // A producer claims (no pool lock in the pool; here the same calls, no thread).
+        XCTAssertTrue(claimed(s[.normal].word.claim(width: 2), b))
+        s.submit(job(), level: 2)
+        XCTAssertTrue(s.offer(.normal).isNone, "the claimed worker searches: the offer wakes nobody")
+        XCTAssertTrue(a.isIdle)
+        assertCounters(s, .normal)
+    }
+
+    /// The chain on the word: a worker a producer claimed finds a job, stops searching, and
+    /// claims the next idle worker only while work waits.
+    func testAClaimedWorkerThatFindsAJobClaimsTheNextOnlyWhileWorkWaits() {
+        var s = makeScheduler(width: 3)
+        let workers = (0..<3).map { FakeWorker("w\($0)") }
+        for w in workers { startAndPark(&s, w) }
+        s.submit(job(), level: 2)
+        s.submit(job(), level: 2)
+        XCTAssertTrue(claimed(s[.normal].word.claim(width: 3), workers[2]))
+        var searching = true
+        guard case .job = s.pop(.normal) else { return XCTFail("no job") }
+        let plans = s.started(.normal, wasSearching: &searching)
+        XCTAssertTrue(isWake(plans.own, workers[1]), "one job still waits: the next searcher")
+        XCTAssertEqual(s[.normal].word.counts, IdleCounts(searching: 1, running: 2, idle: 1))
+        searching = true
+        guard case .job = s.pop(.normal) else { return XCTFail("no job") }
+        XCTAssertTrue(s.started(.normal, wasSearching: &searching).own.isNone, "nothing waits: nobody woken")
+        XCTAssertEqual(s[.normal].word.counts, IdleCounts(searching: 0, running: 2, idle: 1))
+        assertCounters(s, .normal)
+    }
+
+    /// An idle worker whose sleep times out just as a producer claims it: the claim came first
+    /// (under the stack's lock), so the worker is not retired but told it was woken.
+    func testAnIdleWorkerClaimedAsItsSleepEndsIsWokenNotRetired() {
+        let clock = ManualClock()
+        var s = makeScheduler(width: 2, clock: clock)
+        let w = FakeWorker("w")
+        let since = clock.now
+        startAndPark(&s, w)
+        clock.advance(milliseconds: 2_000)
+        XCTAssertTrue(claimed(s[.normal].word.claim(width: 2), w))
+        XCTAssertEqual(s.idleTimedOut(w, idleSince: since), .woken)
+        XCTAssertEqual(s[.normal].threads, 1)
+        XCTAssertEqual(s[.normal].word.counts, IdleCounts(searching: 1, running: 1, idle: 0))
+        assertCounters(s, .normal)
+    }
 }

@@ -81,6 +81,10 @@ struct DispatchLock: ~Copyable, @unchecked Sendable {
     @inline(__always)
     var isCongested: Bool { word.pointer.pointee.load(ordering: .relaxed) == 2 }
 
+    /// Whether some thread holds the lock now. A relaxed load; a hint.
+    @inline(__always)
+    var isLocked: Bool { word.pointer.pointee.load(ordering: .relaxed) != 0 }
+
     /// `unlock`, sequentially consistent: a load after it cannot be ordered before it (the other
     /// half of the handshake above). The same instruction as `unlock` on x86.
     @inline(__always)

@@ -9,10 +9,12 @@
 //   through `lockPool`/`tryLockPool`/`unlockPool`, which also move staged jobs into the run queues.
 // - Producers never take `lock` on their fast path: a submission from any thread that is not a
 //   worker of the job's tier goes to the producer's staging shard (`InjectionStage`, its own
-//   per-shard lock), and only the submission that raises the stage's `pending` flag while a worker
-//   must be woken tries `lock` once (docs/DispatchPool.md, "Submitting without the pool's lock").
-// - The mirrors (`nonEmptyMirror`, `running*`, `searching*`, `idle*`, `monitorAwakeMirror`) are
-//   copies of scheduler state published at every release of `lock`, read without it.
+//   per-shard lock); the submission that raises the stage's `pending` flag while a worker must be
+//   woken claims an idle one from the tier's idle word (`IdleWord`, its own leaf lock), and tries
+//   `lock` once only when a thread must start (docs/DispatchPool.md, "The idle word").
+// - Each tier's `IdleWord` (searching, running, idle, the idle stack) is the scheduler's, reached
+//   without `lock` through `wordNormal`/`wordBackground`; the mirrors (`nonEmptyMirror`,
+//   `monitorAwakeMirror`) are copies of scheduler state published at every release of `lock`.
 // - A job submitted by a job running on a worker goes to that worker's local queue (`LocalQueue`:
 //   the worker pushes and pops it without a lock; thieves claim jobs from it holding `lock`).
 import CThreadKit
@@ -103,30 +105,28 @@ final class DispatchPool: @unchecked Sendable {
     /// background job start while the normal work drained in it waited (Models/Admission.pml,
     /// -DNO_DRAINING_MARK). Normal workers mask it out.
     static let normalBeingDrained: UInt8 = 0x80
-    /// Per tier, `running` and `searching` as of the last release of `lock`. Stored and loaded
-    /// sequentially consistent: a producer that raised the stage's flag reads them to decide
-    /// whether a worker must be woken; a worker that went idle stores them before its releasing
-    /// exchange and then loads the flag (both sides of a Dekker pair: one of the two sees the
-    /// other, so the staged job is either offered by the producer or drained by the worker;
-    /// Models/PoolWake.pml checks it).
-    let runningNormal = Atomic<Int>(0)
-    let runningBackground = Atomic<Int>(0)
-    let searchingNormal = Atomic<Int>(0)
-    let searchingBackground = Atomic<Int>(0)
-    /// Per tier, the idle stack's size as of the last release of `lock`: a worker that pushed a
-    /// second local job asks for a thief only while one is idle. Relaxed: a stale value costs one
-    /// needless lock visit or one missed wake that the monitor's next tick repairs.
-    let idleNormal = Atomic<Int>(0)
-    let idleBackground = Atomic<Int>(0)
-    @inline(__always) func idleMirror(_ t: Int) -> Int {
-        t == 0 ? idleNormal.load(ordering: .relaxed) : idleBackground.load(ordering: .relaxed)
+    /// Per tier, the scheduler's idle word (`scheduler[tier].word`), reached without `lock`. Its
+    /// read-modify-writes and loads are sequentially consistent: a producer that raised the
+    /// stage's flag loads it to decide whether a worker must be woken; a worker that goes idle, or
+    /// a searcher that found a job, changes it, releases `lock` and then loads the flag (both
+    /// sides of a Dekker pair: one of the two sees the other, so the staged job is either offered
+    /// by the producer or drained by the worker; Models/PoolIdleWord.pml checks it).
+    ///
+    /// Unretained, and used only through `withIdleWord`: a strong reference taken per submission
+    /// retained and released the object, two atomic read-modify-writes by every producer on the
+    /// cache line the word shares with the reference count (throughput of "global async, 1
+    /// producer" fell by a fifth).
+    // safety: the scheduler's tiers hold both words strongly for the life of the pool (the shared
+    // pool lives as long as the process), so the unretained references never dangle.
+    private let wordNormal: Unmanaged<IdleWord<PoolWorker>>
+    private let wordBackground: Unmanaged<IdleWord<PoolWorker>>
+    @inline(__always) func withIdleWord<R>(_ t: Int, _ body: (IdleWord<PoolWorker>) -> R) -> R {
+        // safety: see `wordNormal`.
+        (t == 0 ? wordNormal : wordBackground)._withUnsafeGuaranteedRef(body)
     }
-    @inline(__always) func searchingMirror(_ t: Int) -> Int {
-        t == 0 ? searchingNormal.load(ordering: .sequentiallyConsistent) : searchingBackground.load(ordering: .sequentiallyConsistent)
-    }
-    @inline(__always) func runningMirror(_ t: Int) -> Int {
-        t == 0 ? runningNormal.load(ordering: .sequentiallyConsistent) : runningBackground.load(ordering: .sequentiallyConsistent)
-    }
+    @inline(__always) func idleMirror(_ t: Int) -> Int { withIdleWord(t) { $0.counts.idle } }
+    @inline(__always) func searchingMirror(_ t: Int) -> Int { withIdleWord(t) { $0.counts.searching } }
+    @inline(__always) func runningMirror(_ t: Int) -> Int { withIdleWord(t) { $0.counts.running } }
     /// `monitor.awake` as of the last release of `lock`, sequentially consistent for the same
     /// Dekker pairing: a producer whose job no worker will visit soon makes sure the monitor looks.
     let monitorAwakeMirror = Atomic<Bool>(false)
@@ -147,8 +147,9 @@ final class DispatchPool: @unchecked Sendable {
     /// holder, so counting adds no atomic operation and no shared cache line of its own.
     // safety: only by the holder of `lock` (as `nextWorkerNumber`).
     @exclusivity(unchecked) private var lockAcquisitions = 0
-    /// Those made by a submission to wake a worker (the only time a producer takes it), guarded
-    /// by lock like `lockAcquisitions`.
+    /// Those made by a submission (the only times a producer takes it: a thread must start, a
+    /// background worker must be woken, or the monitor must look), guarded by lock like
+    /// `lockAcquisitions`.
     // safety: only by the holder of `lock` (as `nextWorkerNumber`).
     @exclusivity(unchecked) private var submitterLockAcquisitions = 0
     /// Set once the thread cap has been reported (`reportThreadCapReached`).
@@ -165,12 +166,16 @@ final class DispatchPool: @unchecked Sendable {
         maxIdleSpinners = max(2, width / 4)
         stage = InjectionStage(width: width)
         // safety: both freed in deinit.
-        schedulerStorage = .allocate(capacity: 1)
-        schedulerStorage.initialize(
+        let storage = UnsafeMutablePointer<Scheduler>.allocate(capacity: 1)
+        storage.initialize(
             to: Scheduler(
                 width: width, threadCap: threadCap,
                 idleTimeout: DispatchPool.idleTimeoutNanoseconds,
                 roomForReplacement: { PidsBudget.headroom() }))
+        // safety: held by the scheduler (`wordNormal`).
+        wordNormal = .passUnretained(storage.pointee[.normal].word)
+        wordBackground = .passUnretained(storage.pointee[.background].word)
+        schedulerStorage = storage
         // safety: freed in deinit.
         monitor = .allocate(capacity: 1)
         monitor.initialize(to: MonitorState())
@@ -327,9 +332,10 @@ final class DispatchPool: @unchecked Sendable {
     /// Of the tiers whose flag is raised in `raised`, those that no worker of theirs is sure to
     /// drain: the rule a producer applies when it raises the flag (`Scheduler.submitterTriesLock`)
     /// — a searcher, or `width` running workers with the monitor awake, take the lock soon. Safe
-    /// for the same reason (the Dekker pairing in `runningNormal`'s comment): these mirror loads
-    /// come after the load that saw the flag raised, so a worker that stops running or searching
-    /// later stores its mirror later, and then loads the flag and drains (Models/PoolWedge.pml).
+    /// for the same reason (the Dekker pairing in `wordNormal`'s comment): these word loads come
+    /// after the load that saw the flag raised, so a worker that stops running or searching later
+    /// changes the word later, and then loads the flag and drains (Models/PoolWedge.pml,
+    /// Models/PoolIdleWord.pml).
     @inline(__always)
     private func tiersOwedADrain(raised: UInt8) -> UInt8 {
         var owed: UInt8 = 0
@@ -353,22 +359,8 @@ final class DispatchPool: @unchecked Sendable {
         lock.assertHeld("DispatchPool.lock")
         let bits = scheduler.runQueues.nonEmpty
         if nonEmptyMirror.load(ordering: .relaxed) != bits { nonEmptyMirror.store(bits, ordering: .relaxed) }
-        publish(scheduler.published(.normal), running: runningNormal, searching: searchingNormal, idle: idleNormal)
-        publish(
-            scheduler.published(.background), running: runningBackground, searching: searchingBackground,
-            idle: idleBackground)
         let awake = monitor.pointee.awake
         if monitorAwakeMirror.load(ordering: .relaxed) != awake { monitorAwakeMirror.store(awake, ordering: .sequentiallyConsistent) }
-    }
-
-    @inline(__always)
-    private func publish(
-        _ tier: (running: Int, searching: Int, idle: Int), running: borrowing Atomic<Int>,
-        searching: borrowing Atomic<Int>, idle: borrowing Atomic<Int>
-    ) {
-        if running.load(ordering: .relaxed) != tier.running { running.store(tier.running, ordering: .sequentiallyConsistent) }
-        if searching.load(ordering: .relaxed) != tier.searching { searching.store(tier.searching, ordering: .sequentiallyConsistent) }
-        if idle.load(ordering: .relaxed) != tier.idle { idle.store(tier.idle, ordering: .relaxed) }
     }
 
     // MARK: Submitting
@@ -394,14 +386,18 @@ final class DispatchPool: @unchecked Sendable {
     }
 
     /// Appends `entry` to the calling thread's staging shard (never a local queue), without the
-    /// pool's lock (docs/DispatchPool.md, "Submitting without the pool's lock"):
+    /// pool's lock (docs/DispatchPool.md, "Submitting without the pool's lock", "The idle word"):
     /// - the stage's `pending` flag was up, and a worker of the job's tier runs or searches: the
     ///   drain the flag promises moves this job too, and that worker is on its way; done;
     /// - this call raised it, and the job's tier has a searcher, or all its `width` workers run,
     ///   and the monitor is awake: a worker (or the monitor's next tick) takes the lock soon and
-    ///   drains; done (the Dekker pairing with a worker going idle is in `runningNormal`'s comment);
-    /// - otherwise a worker must be woken: try the lock once; its holder drains, offers the work
-    ///   and wakes one (if another thread holds it, that holder sees the flag when it unlocks).
+    ///   drains; done (the Dekker pairing with a worker going idle is in `wordNormal`'s comment);
+    /// - otherwise a worker must be woken. A normal job's producer claims an idle worker from the
+    ///   tier's word (`IdleWord.claim`) and sets its event; the woken worker drains at its visit
+    ///   to the lock (the event orders that visit after this staging). With nobody idle (a thread
+    ///   must start), for a background job (its offer applies admission and aging), or while the
+    ///   lock is held (its holder will see the flag), it tries the lock once; its holder drains, offers the work and wakes or starts one (if another
+    ///   thread holds it, that holder sees the flag when it unlocks).
     ///
     /// Why the flag alone is not enough when the tier has nobody running: it promises a drain, but
     /// not a prompt one — the thread it counts on may serve the other tier. An interactive job
@@ -410,12 +406,39 @@ final class DispatchPool: @unchecked Sendable {
     /// libdispatch's 1.2 µs on one CPU (docs/DispatchPool.md, "A raised flag is not a wake").
     private func submitShared(_ entry: consuming DispatchEntry, level: Int) {
         let raised = stage.stage(entry, level: level)
-        let t = Tier(level: level).rawValue
-        guard
-            Scheduler.submitterTriesLock(
-                raisedPending: raised, searching: searchingMirror(t), running: runningMirror(t), width: width,
+        let tier = Tier(level: level)
+        let t = tier.rawValue
+        let step = withIdleWord(t) { word in
+            Scheduler.submitterStep(
+                raisedPending: raised, counts: word.counts, width: width, lockFree: tier == .normal,
                 monitorAwake: { monitorAwakeMirror.load(ordering: .sequentiallyConsistent) })
-        else { return }
+        }
+        switch step {
+        case .done: return
+        case .claim where lock.isLocked:
+            // The pool's lock is held: take the old way (`tryLock`, which fails, and the holder
+            // sees the flag when it unlocks). The holder is often a worker going idle, which then
+            // claims itself, top of the stack, at no futex wake; a worker claimed here instead would
+            // be woken from its sleep only to wait for that lock.
+            break
+        case .claim:
+            switch withIdleWord(t, { $0.tryClaim(width: width) }) {
+            case nil: break // the stack's lock is busy: the old way (`tryClaim` says why)
+            case .claimed(let worker):
+                worker.event.set()
+                return
+            case .busy, .noneIdle:
+                // Another claim came first (a searcher is on its way), or the idle worker retired
+                // meanwhile: decide again on the word as it is now.
+                let counts = withIdleWord(t) { $0.counts }
+                guard
+                    Scheduler.submitterTriesLock(
+                        raisedPending: true, searching: counts.searching, running: counts.running, width: width,
+                        monitorAwake: { monitorAwakeMirror.load(ordering: .sequentiallyConsistent) })
+                else { return }
+            }
+        case .tryLock: break
+        }
         if tryLockPool(draining: InjectionStage.tierBit(level: level)) {
             submitterLockAcquisitions &+= 1
             unlockPool()
@@ -449,7 +472,11 @@ final class DispatchPool: @unchecked Sendable {
     private func localPushed(_ worker: PoolWorker, before: Int) {
         let t = Tier(background: worker.background).rawValue
         let wantMonitor = !monitorAwakeMirror.load(ordering: .relaxed)
-        let wantThief = before & (before &- 1) == 0 && searchingMirror(t) == 0 && idleMirror(t) > 0
+        var wantThief = false
+        if before & (before &- 1) == 0 {
+            let counts = withIdleWord(t) { $0.counts }
+            wantThief = counts.searching == 0 && counts.idle > 0
+        }
         guard wantMonitor || wantThief else { return }
         lockPool()
         var actions = Actions()
@@ -510,8 +537,10 @@ final class DispatchPool: @unchecked Sendable {
             actions.add(plans.own, tier)
             actions.add(plans.background, .background)
         } else {
-            actions.add(scheduler.park(worker, wasSearching: &wasSearching), .background)
+            // Reset before the push: a producer may claim the worker and set the event as soon as
+            // it is on the stack, without this lock (Models/PoolIdleWord.pml, -DRESET_AFTER_PUSH).
             worker.event.reset()
+            actions.add(scheduler.park(worker, wasSearching: &wasSearching), .background)
         }
         // Work a tier cannot admit now (it is at width) is the monitor's to watch (one load while
         // it is awake).
@@ -714,9 +743,10 @@ final class DispatchPool: @unchecked Sendable {
     func snapshot(background: Bool = false) -> Snapshot {
         withPoolLock {
             let s = scheduler[Tier(background: background)]
+            let c = s.word.counts // one load: a concurrent claim moves idle to running
             return Snapshot(
-                threads: s.threads, running: s.running, blocked: s.blocked, stalled: s.stalled,
-                idle: s.idleCount, searching: s.searching)
+                threads: s.threads, running: c.running, blocked: s.blocked, stalled: s.stalled,
+                idle: c.idle, searching: c.searching)
         }
     }
 

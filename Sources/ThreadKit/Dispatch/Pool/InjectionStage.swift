@@ -69,7 +69,7 @@ final class InjectionStage: @unchecked Sendable {
     /// One flag per tier (`tierBit`): raised (sequentially consistent) by a producer after it
     /// staged a job of the tier, when it was not raised already; lowered by a drainer of the tier,
     /// under the pool's lock, before it looks at the shards. The handshake with the pool's lock
-    /// (DispatchLock.tryLock / unlockSequentiallyConsistent) and with the tier's mirrors makes
+    /// (DispatchLock.tryLock / unlockSequentiallyConsistent) and with the tier's idle word makes
     /// sure that after every raise some thread takes the lock and drains the tier
     /// (docs/DispatchPool.md, "Staging"; Models/PoolWedge.pml).
     let pending = Atomic<UInt8>(0)

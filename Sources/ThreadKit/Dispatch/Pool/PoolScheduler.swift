@@ -11,10 +11,14 @@
 // Invariant, per tier, after every transition (asserted in debug builds):
 //     threads == running + blocked + stalled + idleCount,  0 <= searching <= running,
 //     every counter >= 0, threads <= threadCap, a worker is on the idle stack iff its isIdle.
-// Not thread-safe: the owner (the pool) guards it with its lock.
+// Not thread-safe: the owner (the pool) guards it with its lock. The exception is each tier's
+// `IdleWord` (searching, running, idle and the idle stack): a producer may claim a wake there
+// without the pool's lock, under the stack's own leaf lock, and the claim keeps running + idle,
+// so the invariant still holds at every release of the pool's lock.
 
-/// A worker as the scheduler sees it. `isIdle` and `idleDeadline` are written only by the
-/// scheduler (so only under the pool's lock).
+/// A worker as the scheduler sees it. `isIdle` and `nextIdle` are written only by its tier's
+/// `IdleWord`, under the idle stack's lock (so possibly by a producer without the pool's lock);
+/// `idleDeadline` only by the scheduler, under the pool's lock.
 protocol PoolSchedulerWorker: AnyObject {
     /// Serves the background tier.
     var background: Bool { get }
@@ -24,7 +28,7 @@ protocol PoolSchedulerWorker: AnyObject {
     /// background work has aged; 0: no such instant (it sleeps until woken or retired).
     var idleDeadline: UInt64 { get set }
     /// The worker below this one on its tier's idle stack (nil at the bottom, and while not idle).
-    /// The stack's link, written only by the scheduler.
+    /// The stack's link, written only by the `IdleWord`.
     var nextIdle: Self? { get set }
 }
 
@@ -44,28 +48,15 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     }
 
     struct TierState {
-        /// Workers executing or about to execute a job (woken, started, or between jobs), not
-        /// blocked, not stalled, not idle.
-        var running = 0
+        /// The tier's idle word (searching, running, idle) and idle stack, which a producer may
+        /// claim a wake from without the pool's lock (`IdleWord`). One object per tier.
+        let word: IdleWord<Worker>
         /// Workers parked inside a ThreadKit wait while running a job.
         var blocked = 0
         /// Workers the monitor found blocked outside ThreadKit while running a job.
         var stalled = 0
         /// Live worker threads, and those planned to start (running + blocked + stalled + idle).
         var threads = 0
-        /// Workers woken or started that have not popped a job yet. While one searches, offers
-        /// wake nobody else: the searcher wakes the next when it finds a job (tokio's
-        /// `num_searching`, Go's `nmspinning`), so a burst costs one wake per idle→busy step.
-        var searching = 0
-        /// The idle stack's top: the most recently idle worker (woken first: its cache is warm).
-        /// An intrusive list through the workers' `nextIdle` (Go's idle Ms are linked the same
-        /// way, through `schedlink`), so a wake touches the scheduler and the worker it wakes and
-        /// no buffer of its own: an array's buffer was one more cache line to bring in on the
-        /// interactive submit path, ~0.5 µs of it on the 1-CPU VM (docs/DispatchPool.md, "Runtime
-        /// costs avoided").
-        private(set) var idleTop: Worker?
-        /// Workers on the idle stack.
-        private(set) var idleCount = 0
         /// Every live worker (started), for stealing, the monitor and the state dump.
         var workers: [Worker] = []
         /// A start that would only join a crowd of blocked workers was refused (paced, or the
@@ -75,57 +66,30 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         /// the last one, or after a refusal).
         var nextCrowdStart: UInt64 = 0
 
-        /// The stack's three operations are the only writers of `isIdle`, so "on the stack iff
-        /// `isIdle`" holds by construction; pushing a worker that is on it already (whose
-        /// `nextIdle` may be nil at the bottom) would make a cycle, hence the assertion.
-        mutating func pushIdle(_ worker: Worker) {
-            assert(!worker.isIdle && worker.nextIdle == nil, "PoolScheduler: a worker pushed on the idle stack twice")
-            worker.nextIdle = idleTop
-            worker.isIdle = true
-            idleTop = worker
-            idleCount += 1
-        }
+        init() { word = IdleWord() }
 
-        mutating func popIdle() -> Worker? {
-            guard let worker = idleTop else { return nil }
-            idleTop = worker.nextIdle
-            worker.nextIdle = nil
-            worker.isIdle = false
-            idleCount -= 1
-            return worker
+        /// Workers executing or about to execute a job (woken, started, or between jobs), not
+        /// blocked, not stalled, not idle. In the word: a producer's claim raises it without the
+        /// pool's lock. The setter is a load and an add, for single-threaded callers (tests); the
+        /// transitions change the word with one read-modify-write (`IdleWord.add`).
+        var running: Int {
+            get { word.counts.running }
+            set { word.add(running: newValue - word.counts.running) }
         }
-
-        /// Unlinks `worker` wherever it is on the stack (an idle worker retiring, or admitting
-        /// itself to aged background work: rare, and the stack is short).
-        mutating func removeIdle(_ worker: Worker) {
-            if idleTop === worker {
-                _ = popIdle()
-                return
-            }
-            var above = idleTop
-            while let current = above {
-                if current.nextIdle === worker {
-                    current.nextIdle = worker.nextIdle
-                    worker.nextIdle = nil
-                    worker.isIdle = false
-                    idleCount -= 1
-                    return
-                }
-                above = current.nextIdle
-            }
-            assertionFailure("PoolScheduler: removeIdle of a worker that is not on the idle stack")
+        /// Workers woken or started that have not popped a job yet. While one searches, offers
+        /// wake nobody else: the searcher wakes the next when it finds a job (tokio's
+        /// `num_searching`, Go's `nmspinning`), so a burst costs one wake per idle→busy step. In
+        /// the word, like `running`.
+        var searching: Int {
+            get { word.counts.searching }
+            set { word.add(searching: newValue - word.counts.searching) }
         }
-
+        /// Workers on the idle stack (the word's count).
+        var idleCount: Int { word.counts.idle }
+        /// The idle stack's top: the most recently idle worker (woken first: its cache is warm).
+        var idleTop: Worker? { word.top }
         /// The idle stack from top to bottom (tests, the invariant check).
-        var idleWorkers: [Worker] {
-            var list: [Worker] = []
-            var next = idleTop
-            while let worker = next {
-                list.append(worker)
-                next = worker.nextIdle
-            }
-            return list
-        }
+        var idleWorkers: [Worker] { word.workers }
     }
 
     /// What an offer decided for one tier.
@@ -187,7 +151,8 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// (retaining and releasing its two arrays) on every counter read, and `_read`/`_modify`
     /// choosing between two properties (two yields) were not inlined (an out-of-line call and a
     /// copy of the scheduler per counter access); one yield into the InlineArray inlines.
-    private var states = InlineArray<2, TierState>(repeating: TierState())
+    /// Built element by element: each tier has an idle word of its own.
+    private var states = InlineArray<2, TierState> { _ in TierState() }
     /// Set when a tier wanted a thread at its cap (the pool reports it once); cleared by the pool.
     var capReached = false
 
@@ -222,20 +187,18 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         @inline(__always) _modify { yield &states[tier.rawValue] }
     }
 
-    /// The counters the pool publishes to its mirrors after each section, read in place.
-    @inline(__always)
-    func published(_ tier: Tier) -> (running: Int, searching: Int, idle: Int) {
-        (self[tier].running, self[tier].searching, self[tier].idleCount)
-    }
-
-    /// The invariant above, for `tier`.
+    /// The invariant above, for `tier`: the word read once under the idle stack's lock, so a
+    /// concurrent claim (which keeps running + idle) cannot fall between the reads.
     func invariantHolds(_ tier: Tier) -> Bool {
         let s = self[tier]
-        let idle = s.idleWorkers
-        return s.running >= 0 && s.blocked >= 0 && s.stalled >= 0 && s.searching >= 0
-            && s.searching <= s.running && s.threads <= threadCap
-            && s.threads == s.running + s.blocked + s.stalled + s.idleCount
-            && idle.count == s.idleCount && idle.allSatisfy { $0.isIdle }
+        return s.word.lock.withLock {
+            let c = s.word.counts
+            let idle = s.word.workersLocked
+            return c.running >= 0 && s.blocked >= 0 && s.stalled >= 0 && c.searching >= 0
+                && c.searching <= c.running && s.threads <= threadCap
+                && s.threads == c.running + s.blocked + s.stalled + c.idle
+                && idle.count == c.idle && idle.allSatisfy { $0.isIdle }
+        }
     }
 
     @inline(__always)
@@ -257,7 +220,8 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// thread below the cap. Background work that may not start yet (normal work waits and it has
     /// not aged) only makes sure a background worker will look when it ages.
     mutating func offer(_ tier: Tier, forStealing: Bool = false) -> Plan {
-        guard self[tier].searching == 0, self[tier].running < width,
+        let counts = self[tier].word.counts
+        guard counts.searching == 0, counts.running < width,
             forStealing || runQueues.hasWork(background: tier.isBackground)
         else { return .none }
         if tier == .background && !forStealing && !runQueues.backgroundAdmissible() {
@@ -266,9 +230,9 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         return wakeOrStart(tier)
     }
 
-    /// Whether a producer that just staged a job must try the pool's lock (to drain the stage and
-    /// have a worker woken), from the job's tier's `searching` and `running` as published at the
-    /// last release of the lock (docs/DispatchPool.md, "Submitting without the pool's lock"):
+    /// Whether a producer that just staged a job must have a worker woken (by a claim, or through
+    /// the pool's lock), from the job's tier's `searching` and `running` as its idle word holds
+    /// them (docs/DispatchPool.md, "Submitting without the pool's lock"):
     /// - it raised the stage's `pending` flag: unless a searcher is on its way, whatever the
     ///   monitor does (the searcher takes the lock and drains; the monitor sleeps whenever no
     ///   worker is busy at its tick, most of the time in a single producer's flood, so asking it
@@ -286,12 +250,34 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         return searching == 0 && running == 0
     }
 
+    /// What a producer that staged a job does next, on the normal tier's word as it loaded it
+    /// after staging (`counts`; `lockFree`: the job's tier may be woken without the pool's lock —
+    /// the normal tier; the background tier's offer applies admission and aging, which read the
+    /// run queues): nothing (`submitterTriesLock` says a worker is on its way); claim an idle
+    /// worker (`IdleWord.claim`) and set its event; or try the pool's lock (a thread must start,
+    /// or the monitor must look). docs/DispatchPool.md, "The idle word".
+    enum SubmitterStep: Equatable { case done, claim, tryLock }
+
+    static func submitterStep(
+        raisedPending: Bool, counts: IdleCounts, width: Int, lockFree: Bool, monitorAwake: () -> Bool
+    ) -> SubmitterStep {
+        guard
+            submitterTriesLock(
+                raisedPending: raisedPending, searching: counts.searching, running: counts.running, width: width,
+                monitorAwake: monitorAwake)
+        else { return .done }
+        return lockFree && counts.mayClaim(width: width) ? .claim : .tryLock
+    }
+
+    /// Claims an idle worker (`IdleWord.claim`: under the stack's lock, one read-modify-write), or
+    /// plans a thread when none is idle. Under the pool's lock nobody pushes, so "none idle" stays
+    /// true until the start is counted: a producer cannot claim meanwhile.
     private mutating func wakeOrStart(_ tier: Tier) -> Plan {
         defer { check(tier) }
-        if let worker = self[tier].popIdle() {
-            self[tier].running += 1
-            self[tier].searching += 1
-            return .wake(worker)
+        switch self[tier].word.claim(width: width) {
+        case .claimed(let worker): return .wake(worker)
+        case .busy: return .none // a producer claimed since the offer looked
+        case .noneIdle: break
         }
         guard self[tier].threads < threadCap else {
             capReached = true
@@ -299,8 +285,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         }
         if self[tier].threads >= width && !mayReplaceBlockedWorker(tier) { return .none }
         self[tier].threads += 1
-        self[tier].running += 1
-        self[tier].searching += 1
+        self[tier].word.add(searching: 1, running: 1)
         return .start
     }
 
@@ -354,7 +339,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     private mutating func offerAgingBackground() -> Plan {
         let aging = runQueues.backgroundAgingDeadline()
         if self[.background].threads == 0 { return wakeOrStart(.background) }
-        if let worker = self[.background].idleTop, let aging,
+        if let worker = self[.background].word.top, let aging,
             worker.idleDeadline == 0 || worker.idleDeadline > aging
         {
             return wakeOrStart(.background)
@@ -367,7 +352,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// The first half of a visit by an idle-handed worker of `tier` (its local queue is empty).
     mutating func pop(_ tier: Tier) -> Next {
         // Over width (a blocked worker came back): this one goes idle.
-        guard self[tier].running <= width else { return .idle }
+        guard self[tier].word.counts.running <= width else { return .idle }
         let job: (DispatchEntry, Int)?
         if tier == .background {
             job = runQueues.popBackground().map { ($0, RunQueues.background) }
@@ -404,7 +389,9 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         var background = Plan.none
         if wasSearching {
             wasSearching = false
-            self[tier].searching -= 1
+            // One read-modify-write (the searcher's half of the Dekker pair with a producer that
+            // raised the stage's flag and then loads the word).
+            self[tier].word.add(searching: -1)
             own = offer(tier)
         }
         if tier == .normal && runQueues.hasWork(background: true)
@@ -416,18 +403,16 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         return (own, background)
     }
 
-    /// The worker found nothing: it goes on its tier's idle stack, until `idleDeadline` for a
-    /// background worker waiting on aged work. A normal worker leaving lets waiting background work
-    /// start. Returns the background tier's plan.
+    /// The worker found nothing: it goes on its tier's idle stack (`IdleWord.park`: pushed, and
+    /// out of running and searching into idle in one read-modify-write), until `idleDeadline` for
+    /// a background worker waiting on aged work. The caller has reset the worker's event: a
+    /// producer may claim it and set the event as soon as it is pushed. A normal worker leaving
+    /// lets waiting background work start. Returns the background tier's plan.
     mutating func park(_ worker: Worker, wasSearching: inout Bool) -> Plan {
         let tier = Tier(background: worker.background)
-        if wasSearching {
-            wasSearching = false
-            self[tier].searching -= 1
-        }
-        self[tier].running -= 1
-        self[tier].pushIdle(worker)
         worker.idleDeadline = tier == .background ? runQueues.backgroundAgingDeadline() ?? 0 : 0
+        self[tier].word.park(worker, wasSearching: wasSearching)
+        wasSearching = false
         check(tier)
         if tier == .normal && runQueues.hasWork(background: true) { return offer(.background) }
         return .none
@@ -439,23 +424,32 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// stamp; `.retire`: removed, its thread ends.
     enum IdleVerdict: Equatable { case woken, work, sleep(until: UInt64), retire }
 
+    /// Decided under the idle stack's lock: a producer may claim the worker concurrently.
     mutating func idleTimedOut(_ worker: Worker, idleSince: UInt64) -> IdleVerdict {
         let tier = Tier(background: worker.background)
-        guard worker.isIdle else { return .woken }
-        defer { check(tier) }
-        if tier == .background && runQueues.backgroundAdmissible() && self[tier].running < width {
-            self[tier].removeIdle(worker)
-            self[tier].running += 1
+        let word = self[tier].word
+        word.lock.lock()
+        guard worker.isIdle else {
+            word.lock.unlock()
+            return .woken
+        }
+        if tier == .background && runQueues.backgroundAdmissible() && word.counts.running < width {
+            word.removeLocked(worker, running: 1)
+            word.lock.unlock()
+            check(tier)
             return .work
         }
         let retireAt = idleSince &+ idleTimeout
         let now = runQueues.clock()
         if now >= retireAt {
-            self[tier].removeIdle(worker)
+            word.removeLocked(worker)
+            word.lock.unlock()
             self[tier].workers.removeAll { $0 === worker }
             self[tier].threads -= 1
+            check(tier)
             return .retire
         }
+        word.lock.unlock()
         // An aging instant already past (the tier is at width) is no reason to wake again.
         let aging = tier == .background ? runQueues.backgroundAgingDeadline().flatMap { $0 > now ? $0 : nil } : nil
         return .sleep(until: aging.map { min($0, retireAt) } ?? retireAt)
@@ -472,8 +466,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     mutating func startFailed(_ tier: Tier, worker: Worker?) {
         if let worker { self[tier].workers.removeAll { $0 === worker } }
         self[tier].threads -= 1
-        self[tier].running -= 1
-        self[tier].searching -= 1
+        self[tier].word.add(searching: -1, running: -1)
         check(tier)
     }
 
@@ -481,7 +474,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// monitor counted it stalled already): another may take its place. The caller returns its
     /// local jobs to the run queues and offers the tier.
     mutating func block(_ tier: Tier, wasStalled: Bool) {
-        if wasStalled { self[tier].stalled -= 1 } else { self[tier].running -= 1 }
+        if wasStalled { self[tier].stalled -= 1 } else { self[tier].word.add(running: -1) }
         self[tier].blocked += 1
         check(tier)
     }
@@ -490,13 +483,13 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// job boundary and goes idle: `pop` returns `.idle` then).
     mutating func unblock(_ tier: Tier) {
         self[tier].blocked -= 1
-        self[tier].running += 1
+        self[tier].word.add(running: 1)
         check(tier)
     }
 
     /// The monitor found a running worker blocked outside ThreadKit.
     mutating func stall(_ tier: Tier) {
-        self[tier].running -= 1
+        self[tier].word.add(running: -1)
         self[tier].stalled += 1
         check(tier)
     }
@@ -504,7 +497,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// A stalled worker is runnable again, or its job ended.
     mutating func unstall(_ tier: Tier) {
         self[tier].stalled -= 1
-        self[tier].running += 1
+        self[tier].word.add(running: 1)
         check(tier)
     }
 
@@ -514,6 +507,6 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// under the pool's lock).
     @inline(__always)
     func saturatedWithWork(_ tier: Tier) -> Bool {
-        self[tier].running >= width && runQueues.hasWork(background: tier.isBackground)
+        self[tier].word.counts.running >= width && runQueues.hasWork(background: tier.isBackground)
     }
 }

@@ -1,18 +1,20 @@
 // PoolWorker: one thread of the dispatch pool and its ParkingObserver. The loop below is the
-// worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle`,
-// `idleDeadline` and `nextIdle` are the scheduler's (PoolScheduler), `monitorSeen` and
-// `monitorWindow` the monitor's, all guarded by the pool's lock; `local` is a `LocalQueue`: the
-// worker pushes and pops it without a lock, thieves and the monitor claim jobs from it while
-// holding the pool's lock (its protocol says who may do what); `activity` is the worker's progress
-// word (written by the worker, marked by the monitor: see there); `mine` (runningJob,
-// countedBlocked, activityCount, ...) belongs to the worker's thread (the observer is called only
-// on it).
+// worker loop of docs/DispatchPool.md. Fields: `event` is set by wakers (any thread); `isIdle` and
+// `nextIdle` are the idle stack's (`IdleWord`, under its lock; `isIdle` is atomic, so holders of
+// the pool's lock may read it too); `idleDeadline` is the scheduler's (PoolScheduler),
+// `monitorSeen` and `monitorWindow` the monitor's, all guarded by the pool's lock; `local` is a
+// `LocalQueue`: the worker pushes and pops it without a lock, thieves and the monitor claim jobs
+// from it while holding the pool's lock (its protocol says who may do what); `activity` is the
+// worker's progress word (written by the worker, marked by the monitor: see there); `mine`
+// (runningJob, countedBlocked, activityCount, ...) belongs to the worker's thread (the observer is
+// called only on it).
 import CThreadKit
 import Synchronization
 
-// safety: the scheduler's fields (`isIdle`, `idleDeadline`, `nextIdle`) and the monitor's are
-// touched only under the pool's lock, `mine` only by the worker's own thread; the local queue
-// keeps its own protocol (`LocalQueue`); the rest is atomic or immutable after init.
+// safety: `nextIdle` is touched only under its tier's idle stack lock, the scheduler's
+// `idleDeadline` and the monitor's fields only under the pool's lock, `mine` only by the worker's
+// own thread; the local queue keeps its own protocol (`LocalQueue`); the rest is atomic or
+// immutable after init.
 final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendable {
     /// unowned(unsafe): the pool lives as long as the process (a checked `unowned` paid an atomic
     /// strong-retain and a release on every use, several per job).
@@ -22,17 +24,22 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
     let background: Bool
     /// Set by the waker that took this worker off the idle stack.
     let event = ParkingEvent()
-    /// On the pool's idle stack. Written by the scheduler, under the pool's lock.
-    // safety: this and the next two are read and written only under the pool's lock, so accesses
-    // never overlap; the runtime check cost a call per scheduler transition.
-    @exclusivity(unchecked) var isIdle = false
+    /// On its tier's idle stack. Written by the `IdleWord`, under the stack's lock (by a producer's
+    /// claim too, without the pool's lock); read there exactly, and under the pool's lock by the
+    /// monitor and the thieves, for whom a claim in flight is no matter (a claimed worker has
+    /// nothing to steal and runs no job yet). Relaxed: the stack's lock orders the exact reads.
+    var isIdle: Bool {
+        get { idleFlag.load(ordering: .relaxed) }
+        set { idleFlag.store(newValue, ordering: .relaxed) }
+    }
+    private let idleFlag = Atomic<Bool>(false)
     /// An idle background worker wakes at this `RunQueues.stamp` to check whether waiting
     /// background work has aged (0: no such work). Written by the scheduler, under the pool's lock.
-    // safety: only under the pool's lock (see `isIdle`).
+    // safety: read and written only under the pool's lock, so accesses never overlap; the runtime
+    // check cost a call per scheduler transition.
     @exclusivity(unchecked) var idleDeadline: UInt64 = 0
-    /// The next worker down the idle stack (`PoolScheduler.TierState.idleTop`). Written by the
-    /// scheduler, under the pool's lock.
-    // safety: only under the pool's lock (see `isIdle`).
+    /// The next worker down the idle stack (`IdleWord`). Written only under the stack's lock.
+    // safety: only under the idle stack's lock, so accesses never overlap.
     @exclusivity(unchecked) var nextIdle: PoolWorker?
     /// Set once the thread runs (a failed thread start never sets it).
     let started = Atomic<Bool>(false)
@@ -271,8 +278,8 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
             if event.wait(deadline: PoolWorker.instant(deadline), spinLimit: 0, observed: false) { return .woken }
             switch pool.idleTimedOut(self, idleSince: idleSince) {
             case .woken:
-                // The waker sets the event right after releasing the pool lock: consume that set
-                // now, so it cannot land after the next reset.
+                // The waker sets the event right after releasing the idle stack's lock: consume
+                // that set now, so it cannot land after the next reset.
                 _ = event.wait(spinLimit: DispatchSpin.idleWorker, observed: false)
                 return .woken
             case .work:

@@ -12,8 +12,9 @@ public enum TKPoolIntrospection {
     }
 
     /// Of those, the ones a submission made: a producer takes the pool's lock only when its job's
-    /// tier has an idle worker to wake and nobody searching (or the monitor sleeps), never to
-    /// enqueue. A flood into busy workers adds none.
+    /// tier has nobody searching and a thread must start (or a background worker must be woken,
+    /// or the monitor sleeps), never to enqueue; it wakes an idle normal worker without it. A flood
+    /// into busy workers adds none.
     public static var poolLockAcquisitionsBySubmitters: Int {
         DispatchPool.shared.submitterLockAcquisitionCount
     }
