@@ -463,9 +463,12 @@ final class DispatchPool: @unchecked Sendable {
 
     /// After `worker` put a job on its local queue (`before` were there already): the monitor must
     /// be watching (the job that pushed may run long, or block outside ThreadKit, with its
-    /// continuation behind it), and an idle worker may come and steal — `async` means "may run
-    /// now, beside me", and the job that pushed often goes on running (a token loop, a drain, a
-    /// fan-out). Asked at 0, 1, 2, 4, 8 and 16 jobs before, and only while an idle worker exists
+    /// continuation behind it), and, once a second job waits, an idle worker may come and steal
+    /// (the job that pushed goes on running: a token loop, a drain, a fan-out). A lone
+    /// continuation wakes nobody (tokio's LIFO-slot rule): its worker runs it when the job that
+    /// pushed it ends, and the monitor or `willPark` hands it on if that job runs long or blocks
+    /// (docs/DispatchPool.md, "Local queues and stealing"). Asked at 1, 2, 4, 8 and 16 jobs
+    /// before, and only while an idle worker exists
     /// and nobody searches (atomic mirrors, read without the lock), so a burst of local pushes
     /// visits the pool's lock a few times, not once per job, and a push with a searcher already
     /// on its way (the common case in a chain of hops) visits it not at all. Worker thread.
@@ -473,7 +476,7 @@ final class DispatchPool: @unchecked Sendable {
         let t = Tier(background: worker.background).rawValue
         let wantMonitor = !monitorAwakeMirror.load(ordering: .relaxed)
         var wantThief = false
-        if before & (before &- 1) == 0 {
+        if before != 0 && before & (before &- 1) == 0 {
             let counts = withIdleWord(t) { $0.counts }
             wantThief = counts.searching == 0 && counts.idle > 0
         }
