@@ -3,6 +3,9 @@
 // number of ready operations; a token inside an operation does not look; a caller about to pop
 // again counts as looking. The hand-off that fans tokens out is driven by OperationQueueTests
 // (blocked operations with a limit of 8 finish together; a limit is reached and never exceeded).
+// Short operations: the hand-off is a continuation even with nothing ready, and a token lingers
+// only as the one looker of a pool queue whose worker is free; a continuation behind an operation
+// that blocks, or spins, still runs the next operation (judged by that operation's own signal).
 import Synchronization
 import XCTest
 
@@ -13,10 +16,12 @@ final class OperationTokenTests: XCTestCase {
     /// (`suspended`, the token counts) so that nothing planned here is ever submitted.
     private func planning(_ queue: TKOperationQueue, _ body: (TKOperationQueue) -> Void) {
         queue.lock.lock()
-        let saved = (queue.core.tokens, queue.core.tokensInOperations)
+        let saved = (queue.core.tokens, queue.core.tokensInOperations, queue.core.executing, queue.core.limit)
+        let short = queue.core.shortOperations
         queue.core.suspended = false
         body(queue)
-        (queue.core.tokens, queue.core.tokensInOperations) = saved
+        (queue.core.tokens, queue.core.tokensInOperations, queue.core.executing, queue.core.limit) = saved
+        queue.core.shortOperations = short
         queue.core.suspended = true
         queue.lock.unlock()
     }
@@ -61,6 +66,114 @@ final class OperationTokenTests: XCTestCase {
         queue.isSuspended = false
         queue.waitUntilAllOperationsAreFinished()
         XCTAssertEqual(queue.operationCount, 0)
+    }
+}
+
+extension OperationTokenTests {
+    func testAfterShortOperationsTheHandOffIsAContinuationEvenWithNothingReady() {
+        let queue = TKOperationQueue()
+        queue.isSuspended = true
+        planning(queue) { q in
+            XCTAssertTrue(q.core.ready.isEmpty)
+            // A token has just popped an operation: it is inside it, and it counts executing.
+            q.core.tokens = 1
+            q.core.tokensInOperations = 1
+            q.core.executing = 1
+            q.core.shortOperations = false
+            XCTAssertEqual(q.handOffLocked().tokens, 0, "nothing ready and no short operations: no hand-off")
+            q.core.shortOperations = true
+            let plan = q.handOffLocked()
+            XCTAssertEqual(plan.tokens, 1, "after short operations the next looker goes out with nothing ready")
+            XCTAssertTrue(plan.continuation, "the hand-off after short operations is not a continuation")
+            XCTAssertEqual(q.handOffLocked().tokens, 0, "a second hand-off while the continuation looks")
+            // A serial queue has nothing more to start.
+            q.core.tokens = 1
+            q.core.limit = 1
+            XCTAssertEqual(q.handOffLocked().tokens, 0, "a serial queue handed off")
+        }
+        queue.isSuspended = false
+        queue.waitUntilAllOperationsAreFinished()
+    }
+
+    func testWithOperationsReadyTheHandOffOfLongOperationsIsShared() {
+        let queue = TKOperationQueue()
+        queue.isSuspended = true
+        for _ in 0..<3 { queue.addOperation {} }
+        planning(queue) { q in
+            q.core.tokens = 1
+            q.core.tokensInOperations = 1
+            q.core.executing = 1
+            q.core.shortOperations = false
+            let plan = q.handOffLocked()
+            XCTAssertEqual(plan.tokens, 1, "ready operations and nobody looking: no hand-off")
+            XCTAssertFalse(plan.continuation, "the hand-off of long operations waits behind the one that made it")
+        }
+        queue.isSuspended = false
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(queue.operationCount, 0)
+    }
+
+    func testATokenLingersOnlyAsTheOneLookerOfAPoolQueueWithNothingReady() {
+        let queue = TKOperationQueue()
+        queue.isSuspended = true
+        planning(queue) { q in
+            q.core.tokens = 1
+            q.core.tokensInOperations = 0
+            XCTAssertTrue(q.mayLingerLocked(nil, workerIsFree: true))
+            XCTAssertFalse(q.mayLingerLocked(nil, workerIsFree: false), "lingered while its worker had other work")
+            XCTAssertFalse(q.mayLingerLocked(TKDispatchQueue.main, workerIsFree: true), "lingered on an underlying queue")
+            q.core.tokens = 2
+            XCTAssertFalse(q.mayLingerLocked(nil, workerIsFree: true), "lingered while another token looks")
+            q.core.tokens = 1
+            q.core.executing = q.core.limit
+            XCTAssertFalse(q.mayLingerLocked(nil, workerIsFree: true), "lingered at the limit")
+        }
+        queue.addOperation {}
+        planning(queue) { q in
+            q.core.tokens = 1
+            q.core.tokensInOperations = 0
+            XCTAssertFalse(q.mayLingerLocked(nil, workerIsFree: true), "lingered with an operation ready")
+        }
+        queue.isSuspended = false
+        queue.waitUntilAllOperationsAreFinished()
+    }
+
+    /// X waits on a semaphore that Y, added after it, signals, with a limit of 2, on a queue whose
+    /// operations ran short (set here, as a stream of empty operations leaves it): X's token hands
+    /// off a continuation to its own local queue, and only the pool's hand-on of that
+    /// continuation (X blocks in a ThreadKit wait) lets Y start.
+    func testAfterShortOperationsAnOperationThatBlocksDoesNotHoldBackTheNext() {
+        let queue = TKOperationQueue()
+        queue.maxConcurrentOperationCount = 2
+        queue.isSuspended = true
+        let signal = TKDispatchSemaphore(value: 0)
+        let signalled = Atomic<Bool>(false)
+        queue.addOperation { signalled.store(signal.wait(until: .now + .seconds(30)) == .success, ordering: .relaxed) }
+        queue.addOperation { signal.signal() }
+        queue.lock.withLock { queue.core.shortOperations = true }
+        queue.isSuspended = false
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertTrue(signalled.load(ordering: .relaxed), "the operation behind a blocked one never started")
+    }
+
+    /// As above, but X spins (never blocks in a ThreadKit wait) until Y sets a flag: the monitor
+    /// hands X's continuation on.
+    func testAfterShortOperationsAnOperationThatSpinsDoesNotHoldBackTheNext() {
+        let queue = TKOperationQueue()
+        queue.maxConcurrentOperationCount = 2
+        queue.isSuspended = true
+        let flag = Atomic<Bool>(false)
+        let seen = Atomic<Bool>(false)
+        queue.addOperation {
+            let deadline = ContinuousClock.now + .seconds(30)
+            while !flag.load(ordering: .acquiring) && ContinuousClock.now < deadline {}
+            seen.store(flag.load(ordering: .acquiring), ordering: .relaxed)
+        }
+        queue.addOperation { flag.store(true, ordering: .releasing) }
+        queue.lock.withLock { queue.core.shortOperations = true }
+        queue.isSuspended = false
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertTrue(seen.load(ordering: .relaxed), "the operation behind a spinning one never started")
     }
 }
 

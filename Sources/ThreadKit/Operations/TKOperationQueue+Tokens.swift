@@ -15,10 +15,18 @@
 // queue's other ready operations get tokens of their own: eight operations that each wait one
 // second, with a limit of 8, finish together in about one second.
 //
+// Short operations (under 5 µs, the last one a token ran): the hand-off goes out even with nothing
+// ready yet, as a continuation in the worker's local queue that wakes nobody; and a token that
+// finds nothing ready lingers, polling `mayStart` as an idle worker polls for work, before it ends.
+// A stream of short operations from one producer then runs on one token without the pool's lock
+// (docs/Operations.md, "Short operations").
+//
 // Tokens bind late: a token pops whatever is best when it runs. So that an operation still runs
 // at its QoS (and a queue's operations on its current `underlyingQueue`), a token whose next
 // operation wants another pool level, or whose queue changed its underlying queue, moves there
 // (resubmits itself, still counted) instead of running it.
+import Synchronization
+
 extension TKOperationQueue {
     /// What a locked section decided; carried out after unlocking.
     struct Plan {
@@ -27,21 +35,29 @@ extension TKOperationQueue {
         var underlying: TKDispatchQueue?
         /// The last unfinished operation finished with threads waiting for it.
         var wakeWaiters = false
+        /// The token is a hand-off made while the queue's operations run short: it goes to the
+        /// worker's local queue as a continuation, which wakes nobody ("Short operations").
+        var continuation = false
     }
 
     /// A token runs at most this many operations before going to the back of the pool's FIFO, so
     /// a busy queue does not keep a worker from other queues of its level.
     static let tokenBudget = 128
 
+    /// An operation that ran for less than this is short ("Short operations").
+    static let shortOperationNanoseconds: UInt64 = 5_000
+
     /// Tokens to submit so that one is looking while an operation may start: zero or one (a plan
     /// never adds a second looker; the hand-off in `runToken` fans tokens out). Caller holds lock.
     /// `callerWillLook`: the caller is this queue's token, its operation already finished, about
     /// to pop again: it counts as looking (a dependency chain then runs on one token).
-    func planTokensLocked(qos: TKQualityOfService, callerWillLook: Bool = false) -> Plan {
+    func planTokensLocked(qos: TKQualityOfService, callerWillLook: Bool = false, anticipating: Bool = false) -> Plan {
         lock.assertHeld("TKOperationQueue.lock")
         var plan = Plan(qos: qos, underlying: core.underlying)
         guard !core.suspended else { return plan }
-        let wanted = min(core.ready.count, core.limit - core.executing + (callerWillLook ? 1 : 0), 1)
+        let wanted = min(
+            max(core.ready.count, anticipating ? 1 : 0), core.limit - core.executing + (callerWillLook ? 1 : 0), 1)
+        if wanted > 0 { mayStart.wrappingAdd(1, ordering: .relaxed) }
         let looking = core.tokens - core.tokensInOperations + (callerWillLook ? 1 : 0)
         if wanted > looking {
             plan.tokens = wanted - looking
@@ -74,10 +90,14 @@ extension TKOperationQueue {
             // A token that used up its budget goes behind other work of its level: from a pool
             // worker, that worker's local queue (docs/DispatchPool.md), so it does not wake another.
             TKDispatchQueue.global(qos: qos).async(execute: token)
+        } else if plan.continuation {
+            // It waits for the token that handed off (`handOffLocked`): that worker's local queue,
+            // where it wakes nobody.
+            DispatchPool.shared.submit(DispatchEntry(.block(token)), level: RunQueues.level(qos))
         } else {
-            // New tokens are there to look for operations side by side: to the pool's shared run
-            // queues, never the submitting worker's local queue, where they would wait behind the
-            // token that submitted them.
+            // Other new tokens are there to look for operations side by side: to the pool's shared
+            // run queues, never the submitting worker's local queue, where they would wait behind
+            // the token that submitted them.
             DispatchPool.shared.submit(DispatchEntry(.block(token)), level: RunQueues.level(qos), count: 1)
         }
     }
@@ -160,9 +180,15 @@ extension TKOperationQueue {
         var budget = TKOperationQueue.tokenBudget
         var plan = Plan()
         var again = false
+        var lingered = false
         lock.lock()
         while true {
             guard !core.suspended, core.executing < core.limit, !core.ready.isEmpty else {
+                if !lingered && mayLingerLocked(underlying, workerIsFree: DispatchPool.shared.callerIsUnneededWorker) {
+                    lingered = true
+                    linger(&plan)
+                    continue
+                }
                 core.tokens -= 1
                 break
             }
@@ -174,27 +200,29 @@ extension TKOperationQueue {
                 break
             }
             let operation = core.ready.pop()!
+            lingered = false
             core.executing += 1
             core.tokensInOperations += 1
-            // The hand-off: this token stops looking; if another operation may start and no
-            // token looks, the next one goes out now (this operation may block, or run long),
-            // at the QoS of the operation it will find first. Added to what a finish planned.
-            let next = planTokensLocked(qos: core.ready.first?.explicitQualityOfService ?? core.qos)
+            let next = handOffLocked()
             if next.tokens > 0 {
                 plan.tokens += next.tokens
                 plan.qos = next.qos
                 plan.underlying = next.underlying
+                plan.continuation = next.continuation
             }
             lock.unlock()
             carryOut(plan)
             plan = Plan()
             context.runningOperation = operation
             context.finishedInline = false
+            let started = RunQueues.stamp()
             operation.runFromQueue()
+            let ranShort = RunQueues.stamp() &- started < TKOperationQueue.shortOperationNanoseconds
             let inline = context.finishedInline
             context.runningOperation = nil
             budget -= 1
             lock.lock()
+            core.shortOperations = ranShort
             core.tokensInOperations -= 1
             if inline {
                 finishLocked(operation, &plan)
@@ -206,4 +234,52 @@ extension TKOperationQueue {
         carryOut(plan)
         if again { submitToken(plan, resubmitted: true) }
     }
+
+    // MARK: Short operations
+
+    /// The hand-off, planned by a token that just popped an operation (counted executing and in an
+    /// operation): if another operation may start and no token looks, the next token goes out now,
+    /// before this operation runs (it may block, or run long), at the QoS of the operation it will
+    /// find first. While the queue's operations run short (the last one a token ran took under
+    /// `shortOperationNanoseconds`, on the pool), the next token goes out even with nothing ready
+    /// yet, as a continuation: to this worker's local queue, waking nobody. It is the looker a
+    /// producer would otherwise start through the pool for its next operation; this token,
+    /// back in a few microseconds, runs that operation itself and leaves the continuation to run
+    /// after it, unless this operation blocks (the pool gives the continuation to another worker
+    /// at once) or runs long (the monitor does). Caller holds lock.
+    func handOffLocked() -> Plan {
+        lock.assertHeld("TKOperationQueue.lock")
+        let short = core.shortOperations && core.underlying == nil
+        var plan = planTokensLocked(qos: core.ready.first?.explicitQualityOfService ?? core.qos, anticipating: short)
+        plan.continuation = short && plan.tokens > 0
+        return plan
+    }
+
+    /// Whether a token that found nothing to start may linger: only the queue is short of ready
+    /// operations (not suspended, not at its limit), no other token looks, it runs on the pool (a
+    /// main-queue or `underlyingQueue` token never holds its thread), and its worker has nothing
+    /// else to run (`workerIsFree`, asked last). Caller holds lock.
+    func mayLingerLocked(_ underlying: TKDispatchQueue?, workerIsFree: @autoclosure () -> Bool) -> Bool {
+        lock.assertHeld("TKOperationQueue.lock")
+        return underlying == nil && core.underlying == nil && !core.suspended && core.executing < core.limit
+            && core.ready.isEmpty && core.tokens - core.tokensInOperations == 1 && workerIsFree()
+    }
+
+    /// The token stays looking (still counted, so a producer plans no new token) and polls
+    /// `mayStart` for as long as an idle pool worker polls for its next job (`DispatchSpin.idleWorker`),
+    /// having carried out what the last locked section planned. Returns with lock held; the caller
+    /// looks again. A producer that adds operations a little slower than tokens run them (empty
+    /// operations from one thread) then feeds one lingering token, instead of ending a token and
+    /// starting the next through the pool (a lock visit to park, a wake, a visit to fetch) every
+    /// few operations. Called and returns with lock held.
+    private func linger(_ plan: inout Plan) {
+        let seen = mayStart.load(ordering: .relaxed)
+        lock.unlock()
+        carryOut(plan)
+        plan = Plan()
+        var spin = SpinWait(limit: DispatchSpin.idleWorker)
+        while spin.spin() && mayStart.load(ordering: .relaxed) == seen {}
+        lock.lock()
+    }
 }
+

@@ -16,7 +16,10 @@
 // `waitUntilAllOperationsAreFinished` parks on: bumped under `lock`, woken after. `isMain` is
 // immutable.
 
-// safety: `core` is touched only under `lock`; `drained` is atomic; the rest is immutable.
+import Synchronization
+
+// safety: `core` is touched only under `lock`; `drained` and `mayStart` are atomic; the rest is
+// immutable.
 /// Runs operations on ThreadKit's dispatch pool, respecting dependencies, priorities, barriers and
 /// a concurrency limit.
 public final class TKOperationQueue: @unchecked Sendable {
@@ -56,6 +59,8 @@ public final class TKOperationQueue: @unchecked Sendable {
         /// Tokens submitted and not ended, and those of them inside an operation right now.
         var tokens = 0
         var tokensInOperations = 0
+        /// The last operation a token ran took less than `shortOperationNanoseconds`.
+        var shortOperations = false
         var ready = ReadyQueue()
         var epochs = BarrierEpochs()
         /// Unfinished operations, oldest first (for cancelAllOperations), linked through the
@@ -71,6 +76,9 @@ public final class TKOperationQueue: @unchecked Sendable {
 
     let lock = DispatchLock()
     var core = Core() // guarded by lock
+    /// Bumped (under lock) whenever an operation may start; a lingering token polls it without the
+    /// lock (TKOperationQueue+Tokens, "Lingering"). Relaxed: a hint; the token re-checks under lock.
+    let mayStart = Atomic<Int>(0)
     let drained = FutexWord(0)
     let isMain: Bool
 

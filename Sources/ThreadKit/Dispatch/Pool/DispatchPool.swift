@@ -385,6 +385,18 @@ final class DispatchPool: @unchecked Sendable {
         submitShared(entry, level: level)
     }
 
+    /// Whether the calling thread is a pool worker with nothing else waiting for it: its local
+    /// queue is empty, and no run queue and no staging shard holds work (relaxed loads; a hint).
+    /// A job that may wait a moment for more of its own work (a `TKOperationQueue` token that ran
+    /// out of ready operations) asks this first, so it never holds up other work. Worker thread.
+    var callerIsUnneededWorker: Bool {
+        guard let raw = tk_pool_worker_get() else { return false }
+        // safety: as in `submit`: a non-nil value is this thread's own worker, alive while it runs.
+        let worker = Unmanaged<PoolWorker>.fromOpaque(raw).takeUnretainedValue()
+        return worker.local.count == 0 && nonEmptyMirror.load(ordering: .relaxed) == 0
+            && stage.pending.load(ordering: .relaxed) == 0
+    }
+
     /// Appends `entry` to the calling thread's staging shard (never a local queue), without the
     /// pool's lock (docs/DispatchPool.md, "Submitting without the pool's lock", "The idle word"):
     /// - the stage's `pending` flag was up, and a worker of the job's tier runs or searches: the
