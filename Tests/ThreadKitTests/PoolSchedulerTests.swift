@@ -423,7 +423,8 @@ final class PoolSchedulerTests: XCTestCase {
         guard case .job(_, 2, let batch) = s.pop(.normal) else { return XCTFail("no job") }
         XCTAssertEqual(batch, 39, "width 1: the whole backlog")
         let local = JobRing<DispatchEntry>(capacity: DispatchPool.localCapacity)
-        s.takeBatch(level: 2, into: local, max: batch)
+        XCTAssertEqual(s.batchCount(level: 2, max: batch), batch)
+        s.takeBatch(level: 2, max: batch) { local.append($0) }
         XCTAssertEqual(local.count, batch)
         XCTAssertEqual(s.runQueues.count(2), 39 - batch)
     }
@@ -444,7 +445,9 @@ final class PoolSchedulerTests: XCTestCase {
         while case .job(_, 3, let batch) = s.pop(.normal) {
             visits += 1
             let local = JobRing<DispatchEntry>(capacity: DispatchPool.localCapacity)
-            s.takeBatch(level: 3, into: local, max: batch)
+            let count = s.batchCount(level: 3, max: batch)
+            s.takeBatch(level: 3, max: batch) { local.append($0) }
+            XCTAssertEqual(local.count, count)
             taken += 1 + local.count
         }
         XCTAssertEqual(taken, 1_000)
@@ -646,6 +649,25 @@ final class PoolSchedulerTests: XCTestCase {
         XCTAssertEqual(step(0, 0, 2, lockFree: false), .tryLock, "the background tier's offer applies admission")
         XCTAssertEqual(step(raised: false, 0, 0, 2), .claim, "the flag was up and nobody of the tier comes")
         XCTAssertEqual(step(raised: false, 0, 1, 1), .done, "the flag was up and a worker runs")
+    }
+
+    /// Asked again after its claim failed (`claimFailed`), a producer never claims twice: done
+    /// while the claim that came first has its searcher on the way (or every worker runs and the
+    /// monitor is awake), and the pool's lock otherwise, as when it raised the flag itself.
+    func testAProducerWhoseClaimFailedIsDoneWhileASearcherComesAndTakesTheLockOtherwise() {
+        func again(
+            raised: Bool = true, _ searching: Int, _ running: Int, _ idle: Int, monitorAwake: Bool = true
+        ) -> Scheduler.SubmitterStep {
+            Scheduler.submitterStep(
+                raisedPending: raised, counts: IdleCounts(searching: searching, running: running, idle: idle), width: 2,
+                lockFree: true, claimFailed: true, monitorAwake: { monitorAwake })
+        }
+        XCTAssertEqual(again(1, 1, 1), .done, "another claim came first: its searcher is on its way")
+        XCTAssertEqual(again(raised: false, 1, 1, 0), .done, "another claim came first")
+        XCTAssertEqual(again(0, 1, 1), .tryLock, "a worker is idle, but no second claim")
+        XCTAssertEqual(again(raised: false, 0, 1, 0), .tryLock, "the idle worker retired: the flag alone is not a wake")
+        XCTAssertEqual(again(0, 2, 0), .done, "at width, the monitor awake")
+        XCTAssertEqual(again(0, 2, 0, monitorAwake: false), .tryLock, "at width, the monitor must look")
     }
 
     /// A worker going idle: pushed and moved from running and searching to idle in one change of

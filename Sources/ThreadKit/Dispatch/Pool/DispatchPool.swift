@@ -53,8 +53,8 @@ final class DispatchPool: @unchecked Sendable {
     /// before its local queue goes behind them. Counts only jobs its own jobs submitted: a batch
     /// was taken from the front of the run queue, ahead of what waits there.
     static let localStreakLimit = 8
-    /// Where a batch waits between the run queues and a worker's local queue, and a local queue
-    /// given back waits on its way to the run queues. Guarded by `lock`; empty outside it.
+    /// Where a local queue given back waits on its way to the run queues (a batch goes straight
+    /// from the run queue into the local queue). Guarded by `lock`; empty outside it.
     let localScratch = JobRing<DispatchEntry>(capacity: DispatchPool.localCapacity)
 
     /// Taken only through `lockPool`, `tryLockPool` and `unlockPool` (which drain `stage`).
@@ -420,12 +420,14 @@ final class DispatchPool: @unchecked Sendable {
         let raised = stage.stage(entry, level: level)
         let tier = Tier(level: level)
         let t = tier.rawValue
-        let step = withIdleWord(t) { word in
-            Scheduler.submitterStep(
-                raisedPending: raised, counts: word.counts, width: width, lockFree: tier == .normal,
-                monitorAwake: { monitorAwakeMirror.load(ordering: .sequentiallyConsistent) })
+        func step(claimFailed: Bool = false) -> Scheduler.SubmitterStep {
+            withIdleWord(t) { word in
+                Scheduler.submitterStep(
+                    raisedPending: raised, counts: word.counts, width: width, lockFree: tier == .normal,
+                    claimFailed: claimFailed, monitorAwake: { monitorAwakeMirror.load(ordering: .sequentiallyConsistent) })
+            }
         }
-        switch step {
+        switch step() {
         case .done: return
         case .claim where lock.isLocked:
             // The pool's lock is held: take the old way (`tryLock`, which fails, and the holder
@@ -440,14 +442,8 @@ final class DispatchPool: @unchecked Sendable {
                 worker.event.set()
                 return
             case .busy, .noneIdle:
-                // Another claim came first (a searcher is on its way), or the idle worker retired
-                // meanwhile: decide again on the word as it is now.
-                let counts = withIdleWord(t) { $0.counts }
-                guard
-                    Scheduler.submitterTriesLock(
-                        raisedPending: true, searching: counts.searching, running: counts.running, width: width,
-                        monitorAwake: { monitorAwakeMirror.load(ordering: .sequentiallyConsistent) })
-                else { return }
+                // Another claim came first, or the idle worker retired meanwhile: decide again.
+                if step(claimFailed: true) == .done { return }
             }
         case .tryLock: break
         }
@@ -535,9 +531,10 @@ final class DispatchPool: @unchecked Sendable {
             if batch > 0 {
                 // The worker's queue is empty (it pops it first), so the batch fits: it is at most
                 // half the capacity, and a claim in flight holds at most the other half.
-                scheduler.takeBatch(level: level, into: localScratch, max: batch)
-                worker.local.beginBatch(count: localScratch.count)
-                while let next = localScratch.popFirst() { worker.local.push(next, level: level) }
+                // Straight from the run queue into the local queue (the pool's lock keeps thieves
+                // out, and the queue's owner is this thread).
+                worker.local.beginBatch(count: scheduler.batchCount(level: level, max: batch))
+                scheduler.takeBatch(level: level, max: batch) { worker.local.push($0, level: level) }
                 // Jobs now wait in a batch: the monitor watches for the worker stalling.
                 watchLocked(tier.rawValue, batches: true, &actions)
             }

@@ -256,17 +256,23 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     /// run queues): nothing (`submitterTriesLock` says a worker is on its way); claim an idle
     /// worker (`IdleWord.claim`) and set its event; or try the pool's lock (a thread must start,
     /// or the monitor must look). docs/DispatchPool.md, "The idle word".
+    ///
+    /// `claimFailed`: asked again after a claim found no worker to take (`.busy`: another claim
+    /// came first, and its searcher is on its way; `.noneIdle`: the idle worker retired), on the
+    /// word as it is now. The producer's job is staged behind a raised flag either way, so the
+    /// rule is the raised one, and the answer is never a second claim: done, or the lock.
     enum SubmitterStep: Equatable { case done, claim, tryLock }
 
     static func submitterStep(
-        raisedPending: Bool, counts: IdleCounts, width: Int, lockFree: Bool, monitorAwake: () -> Bool
+        raisedPending: Bool, counts: IdleCounts, width: Int, lockFree: Bool, claimFailed: Bool = false,
+        monitorAwake: () -> Bool
     ) -> SubmitterStep {
         guard
             submitterTriesLock(
-                raisedPending: raisedPending, searching: counts.searching, running: counts.running, width: width,
-                monitorAwake: monitorAwake)
+                raisedPending: raisedPending || claimFailed, searching: counts.searching, running: counts.running,
+                width: width, monitorAwake: monitorAwake)
         else { return .done }
-        return lockFree && counts.mayClaim(width: width) ? .claim : .tryLock
+        return lockFree && !claimFailed && counts.mayClaim(width: width) ? .claim : .tryLock
     }
 
     /// Claims an idle worker (`IdleWord.claim`: under the stack's lock, one read-modify-write), or
@@ -375,10 +381,14 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
         return .idle
     }
 
-    /// Moves the batch `pop` granted into `local` (on its way to the worker's local queue).
-    mutating func takeBatch(level: Int, into local: JobRing<DispatchEntry>, max: Int) {
-        runQueues.popMore(level, into: local, max: max)
+    /// Hands the batch `pop` granted (at most `max` jobs of `level`), oldest first, to `take`: the
+    /// worker's local queue. Returns how many it takes, for `LocalQueue.beginBatch`, before any.
+    mutating func takeBatch(level: Int, max: Int, into take: (consuming DispatchEntry) -> Void) {
+        runQueues.popMore(level, max: max, into: take)
     }
+
+    /// How many jobs `takeBatch(level:max:into:)` will hand over.
+    func batchCount(level: Int, max: Int) -> Int { Swift.min(max, runQueues.count(level)) }
 
     /// The worker found a job (popped or stolen). A searcher stops searching and, since more work
     /// may wait, the next searcher is planned (the chain). A normal worker also lets waiting

@@ -127,12 +127,13 @@ struct RunQueues: ~Copyable {
         passes[level] = 0
     }
 
-    /// Moves up to `max` more entries of `level` (after one was popped) into a worker's batch ring.
-    mutating func popMore(_ level: Int, into batch: JobRing<DispatchEntry>, max: Int) {
+    /// Hands up to `max` more entries of `level` (after one was popped), oldest first, to `take`
+    /// (a worker's local queue: no copy in between).
+    mutating func popMore(_ level: Int, max: Int, into take: (consuming DispatchEntry) -> Void) {
         var n = 0
         let emptied = withRing(level) { ring -> Bool in
             while n < max, let entry = ring.popFirst() {
-                batch.append(entry)
+                take(entry)
                 n += 1
             }
             guard ring.isEmpty else { return false }
