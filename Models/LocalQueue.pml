@@ -8,7 +8,9 @@
  *
  * Each load, store and compare-exchange is one atomic step (the Swift code's orderings are
  * acquire/release on these words; the model assumes sequential consistency). Positions do not
- * wrap (a few pushes), the ring does: the owner pushes N > CAP values.
+ * wrap (a few pushes), the ring does: the owner pushes N > CAP values. check.sh runs the ring
+ * alone (-DNO_LIFO) at CAP=4, N=5, and with the LIFO slot at CAP=2, N=4 (0.6 GB each; the LIFO
+ * slot at CAP=4, N=5 takes 85 M states and 3.9 GB).
  *
  * Properties:
  * - no slot is written while it holds an entry not moved out yet (a claimed one included);
@@ -19,11 +21,23 @@
  * lock, so this is more than the pool needs): one steals half HALF_STEALS times, one steals all
  * once.
  *
+ * The LIFO slot (`lifo`, `lstate`: 0 empty, 1 full, 2 taking): the owner pushes either at the
+ * tail or as the newest job (`pushNewest`: a job in the slot moves to the tail, or, while
+ * `stealAll` is taking the slot's job, the new one goes to the tail), and pops with `popNext`
+ * (the slot first, at most LIMIT times in a row; past that the slot's job moves to the tail and
+ * the ring's oldest goes first). The owner takes the slot back by a compare-exchange full ->
+ * empty; `stealAll` claims it by one full -> taking, moves it out, and stores empty. Properties:
+ * the cell is never filled while it holds a job, never read empty, and the values above hold.
+ *
  * Known-bad variants that check.sh requires to be caught:
  * -DFULL_AGAINST_REAL: the owner's full check counts from the real head: it overwrites a slot
  *   a thief has claimed and not moved out yet.
  * -DONE_PHASE_STEAL: the thief moves both heads in its claim (no release step): the owner sees
  *   the claimed slots as free and overwrites them.
+ * -DLIFO_PLAIN_TAKE: `stealAll` takes the slot's job by a load and a store instead of a
+ *   compare-exchange: it and the owner both take it.
+ * -DFILL_WHILE_TAKING: the owner fills the slot whenever it is not full, also while `stealAll`
+ *   is still moving the old job out.
  */
 #ifndef CAP
 #define CAP 4
@@ -35,7 +49,13 @@
 #define N 6
 #endif
 
+#ifndef LIMIT
+#define LIMIT 2 /* LIFO jobs in a row (3 in the code; 2 reaches the same states sooner) */
+#endif
+
 byte buf[CAP];      /* 0: no live entry */
+byte lifo = 0;      /* the LIFO slot's job; 0: none */
+byte lstate = 0;    /* 0 empty, 1 full, 2 taking */
 byte steal = 0;
 byte real = 0;
 byte tail = 0;
@@ -57,70 +77,143 @@ inline cas(es, er, ns, nr, ok) {
     }
 }
 
+/* The owner's push of value x at the tail; the caller checked that a slot is free. */
+inline ringPush(x) {
+    t = tail;
+    assert(buf[t % CAP] == 0);   /* the slot is free: no live or claimed entry there */
+    buf[t % CAP] = x;
+    tail = t + 1                /* the release store */
+}
+
+/* The owner's take of the LIFO slot: compare-exchange full -> empty; v = the job, or 0. */
+inline takeLifo() {
+    atomic {
+        if
+        :: lstate == 1 -> lstate = 0; ok = 1
+        :: else -> ok = 0
+        fi
+    };
+    if
+    :: ok -> d_step { assert(lifo != 0); v = lifo; lifo = 0 }
+    :: else -> v = 0
+    fi
+}
+
+/* The owner's pop at the head: v = the job, or 0 when the ring is empty. */
+inline ringPop() {
+    v = 0;
+    atomic { s = steal; r = real };
+    t = tail;
+    do
+    :: r == t -> break   /* empty */
+    :: else ->
+        if
+        :: s == r -> ns = r + 1
+        :: else -> ns = s
+        fi;
+        nr = r + 1;
+        cas(s, r, ns, nr, ok);
+        if
+        :: ok -> d_step { v = buf[r % CAP]; buf[r % CAP] = 0 }; break
+        :: else -> skip
+        fi
+    od
+}
+
+/* popNext: v = the job, or 0 when the owner holds none. */
+inline popNext() {
+    v = 0;
+    if
+    :: streak < LIMIT ->
+        takeLifo();
+        if
+        :: v != 0 -> streak++; goto popped
+        :: else -> skip
+        fi
+    :: else ->
+        if
+        :: tail - steal < CAP ->
+            takeLifo();
+            if
+            :: v != 0 -> ringPush(v)
+            :: else -> skip
+            fi
+        :: else -> skip
+        fi
+    fi;
+    streak = 0;
+    ringPop();
+    if
+    :: v == 0 ->
+        takeLifo();
+        if
+        :: v != 0 -> streak = 1
+        :: else -> skip
+        fi
+    :: else -> skip
+    fi;
+popped: skip
+}
+
 proctype Owner() {
-    byte s, r, t, v, ns, nr;
+    byte s, r, t, v, ns, nr, streak;
     bit ok;
     do
     :: pushed < N ->
-        /* push */
+        /* acceptsPush: a ring slot is free */
         s = steal;          /* the acquire load of head */
-        t = tail;
 #ifdef FULL_AGAINST_REAL
         if
-        :: t - real < CAP -> skip
+        :: tail - real < CAP -> skip
 #else
         if
-        :: t - s < CAP -> skip
+        :: tail - s < CAP -> skip
 #endif
         :: else ->
             /* full: the shared path runs it */
             pushed++; runJob(pushed); goto next
         fi;
         pushed++;
-        assert(buf[t % CAP] == 0);   /* the slot is free: no live or claimed entry there */
-        buf[t % CAP] = pushed;
-        tail = t + 1;       /* the release store */
+        if
+        :: true -> ringPush(pushed)
+#ifndef NO_LIFO
+        :: true ->
+            /* pushNewest */
+#ifdef FILL_WHILE_TAKING
+            if
+            :: lstate == 1 ->
+#else
+            if
+            :: lstate != 0 ->
+#endif
+                takeLifo();
+                if
+                :: v != 0 -> ringPush(v)
+                :: else -> ringPush(pushed); goto next
+                fi
+            :: else -> skip
+            fi;
+            assert(lifo == 0);  /* the cell holds no job */
+            lifo = pushed;
+            lstate = 1          /* the release store */
+#endif
+        fi;
 next:   skip
     :: true ->
-        /* pop */
-        atomic { s = steal; r = real };
-        t = tail;
-        do
-        :: r == t -> break   /* empty */
-        :: else ->
-            if
-            :: s == r -> ns = r + 1
-            :: else -> ns = s
-            fi;
-            nr = r + 1;
-            cas(s, r, ns, nr, ok);
-            if
-            :: ok ->
-                d_step { v = buf[r % CAP]; buf[r % CAP] = 0 };
-                runJob(v);
-                break
-            :: else -> skip
-            fi
-        od
+        popNext();
+        if
+        :: v != 0 -> runJob(v)
+        :: else -> skip
+        fi
     :: pushed == N -> break
     od;
     /* drain what is left to the owner */
     do
     :: true ->
-        atomic { s = steal; r = real };
+        popNext();
         if
-        :: r == tail -> break
-        :: else ->
-            if
-            :: s == r -> ns = r + 1
-            :: else -> ns = s
-            fi;
-            nr = r + 1;
-            cas(s, r, ns, nr, ok);
-            if
-            :: ok -> d_step { v = buf[r % CAP]; buf[r % CAP] = 0 }; runJob(v)
-            :: else -> skip
-            fi
+        :: v != 0 -> runJob(v)
+        :: else -> break
         fi
     od
 }
@@ -180,7 +273,29 @@ proctype Thief(bit all; byte times) {
             fi
         od;
 #endif
-done:   skip
+done:   if
+        :: all ->
+            /* stealAll takes the LIFO slot's job too */
+#ifdef LIFO_PLAIN_TAKE
+            if
+            :: lstate == 1 -> skip
+            :: else -> goto taken
+            fi;
+            lstate = 2;
+#else
+            atomic {
+                if
+                :: lstate == 1 -> lstate = 2
+                :: else -> goto taken
+                fi
+            };
+#endif
+            d_step { assert(lifo != 0); v = lifo; lifo = 0 };
+            runJob(v);
+            lstate = 0;     /* the release store */
+taken:      skip
+        :: else -> skip
+        fi
     od
 }
 
@@ -193,7 +308,7 @@ init {
     }
     (_nr_pr == 1);
     /* every value ran exactly once */
-    assert(steal == real && real == tail);
+    assert(steal == real && real == tail && lstate == 0 && lifo == 0);
     v = 1;
     do
     :: v > N -> break

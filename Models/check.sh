@@ -140,10 +140,15 @@ run "PoolIdleWord NO_RECHECK (bug)"         PoolIdleWord.pml "assertion violated
 # LocalQueue: a worker's local queue (tokio's ring: the owner pushes and pops without a lock,
 # thieves claim and release by two compare-exchanges on the packed head) loses no job, runs none
 # twice and never overwrites a claimed slot, with two thieves (steal-half, steal-all) and the ring
-# wrapping; a full check against the real head and a one-phase steal must each be caught.
-run "LocalQueue CAP=4 N=5 (safety)"         LocalQueue.pml clean "-DN=5 -DHALF_STEALS=1" safety-long
+# wrapping, and the LIFO slot beside it; a full check against the real head, a one-phase steal, a
+# steal-all that takes the LIFO job without a compare-exchange, and an owner that fills the slot
+# while it is being taken must each be caught.
+run "LocalQueue CAP=4 N=5 ring (safety)"    LocalQueue.pml clean "-DNO_LIFO -DN=5 -DHALF_STEALS=1" safety-long
+run "LocalQueue CAP=2 N=4 LIFO (safety)"    LocalQueue.pml clean "-DCAP=2 -DN=4 -DHALF_STEALS=1" safety-long
 run "LocalQueue FULL_AGAINST_REAL (bug)"    LocalQueue.pml "assertion violated \(buf" "-DFULL_AGAINST_REAL" safety
 run "LocalQueue ONE_PHASE_STEAL (bug)"      LocalQueue.pml "assertion violated \(buf" "-DONE_PHASE_STEAL" safety
+run "LocalQueue LIFO_PLAIN_TAKE (bug)"      LocalQueue.pml "assertion violated" "-DLIFO_PLAIN_TAKE" safety
+run "LocalQueue FILL_WHILE_TAKING (bug)"    LocalQueue.pml "assertion violated" "-DFILL_WHILE_TAKING" safety
 # RunLoopWake: a run loop's wake-up across a nested run; without the nested run's hand-back (the
 # CI wedge of ci13 and ci32) the enclosing run must be caught asleep with a block queued.
 run "RunLoopWake nested hand-back (safety)" RunLoopWake.pml clean ""                 safety

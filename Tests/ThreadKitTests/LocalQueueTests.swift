@@ -1,8 +1,9 @@
 // LocalQueue, a pool worker's lock-free local queue (issue 48): single-threaded tests of every
 // state the protocol has (FIFO, levels, batched marks, wrap-around, full, a claim held open while
-// the owner pops and pushes, steal-half and steal-all), judged against what was pushed; and a
-// stress test with an owner pushing and popping and two thieves (one stealing halves, one taking
-// everything), in which every value must be seen exactly once, judged by counting per value.
+// the owner pops and pushes, steal-half and steal-all, the LIFO slot and its limit), judged
+// against what was pushed; and a stress test with an owner pushing (half of it through the LIFO
+// slot) and popping and two thieves (one stealing halves, one taking everything), in which every
+// value must be seen exactly once, judged by counting per value.
 import Foundation
 import Synchronization
 import XCTest
@@ -145,6 +146,87 @@ final class LocalQueueTests: XCTestCase {
         XCTAssertEqual(q.freeSlots, capacity)
     }
 
+    /// The newest job runs first, three times in a row at most; then the ring's oldest goes first
+    /// and the LIFO job waits behind the ring (tokio's limit).
+    func testTheNewestJobRunsFirstAtMostThreeTimesInARow() {
+        XCTAssertEqual(LocalQueue<Int>.lifoLimit, 3)
+        let q = LocalQueue<Int>()
+        var streak = 0
+        var order: [Int] = []
+        func pushNewest(_ v: Int) {
+            XCTAssertNotNil(q.acceptsPush(level: 2, unbatchedLimit: Int.max))
+            q.pushNewest(v, level: 2)
+        }
+        for v in 0..<5 { pushNewest(v) }
+        XCTAssertEqual(q.count, 5)
+        XCTAssertEqual(q.ownerCount, 5)
+        // A job that runs submits the next: 4, then 5, then 6 run from the slot.
+        for v in 5..<8 {
+            let (value, level, batched) = q.popNext(lifoStreak: &streak)!
+            XCTAssertEqual(level, 2)
+            XCTAssertFalse(batched)
+            order.append(value)
+            pushNewest(v)
+        }
+        while let (value, _, _) = q.popNext(lifoStreak: &streak) { order.append(value) }
+        XCTAssertEqual(order, [4, 5, 6, 0, 1, 2, 3, 7])
+        XCTAssertEqual(q.count, 0)
+        // Alone, the slot's job runs whatever the streak.
+        streak = 3
+        pushNewest(8)
+        XCTAssertEqual(q.popNext(lifoStreak: &streak)?.0, 8)
+        XCTAssertNil(q.popNext(lifoStreak: &streak))
+    }
+
+    /// The LIFO job counts for the push rules: its level is the queue's, and it is not batched.
+    func testTheLIFOJobCountsForTheLevelAndTheUnbatchedLimit() {
+        let q = LocalQueue<Int>()
+        XCTAssertEqual(q.acceptsPush(level: 2, unbatchedLimit: 2), 0)
+        q.pushNewest(0, level: 2)
+        XCTAssertNil(q.acceptsPush(level: 3, unbatchedLimit: 100), "the slot holds level 2")
+        XCTAssertEqual(q.acceptsPush(level: 2, unbatchedLimit: 2), 1, "one job before the next")
+        q.pushNewest(1, level: 2)
+        XCTAssertNil(q.acceptsPush(level: 2, unbatchedLimit: 2), "two unbatched jobs wait")
+        XCTAssertEqual(q.acceptsPush(level: 2, unbatchedLimit: 3), 2)
+        var streak = 0
+        XCTAssertEqual(q.popNext(lifoStreak: &streak)?.0, 1)
+        XCTAssertEqual(q.popNext(lifoStreak: &streak)?.0, 0)
+        XCTAssertEqual(q.acceptsPush(level: 3, unbatchedLimit: 100), 0, "empty: any level")
+    }
+
+    /// An idle thief's steal-half leaves the LIFO job (a lone continuation waits for its worker),
+    /// but a give-back's steal-all takes it, last, so a job that blocks or runs long never holds
+    /// its continuation.
+    func testStealHalfLeavesTheLIFOJobAndStealAllTakesItLast() {
+        let victim = LocalQueue<Int>()
+        let thief = LocalQueue<Int>()
+        for v in 0..<4 {
+            XCTAssertNotNil(victim.acceptsPush(level: 1, unbatchedLimit: Int.max))
+            victim.pushNewest(v, level: 1)
+        }
+        XCTAssertEqual(victim.count, 4)
+        let (first, level) = victim.stealHalf(into: thief)!
+        XCTAssertEqual(first, 0)
+        XCTAssertEqual(level, 1)
+        XCTAssertEqual(thief.count, 1)
+        XCTAssertEqual(victim.count, 2, "the ring's 2 and the slot's 3 are left")
+        XCTAssertEqual(victim.stealHalf(into: LocalQueue<Int>())?.0, 2)
+        XCTAssertNil(victim.stealHalf(into: LocalQueue<Int>()), "a lone LIFO job was stolen by an idle thief")
+        XCTAssertEqual(victim.count, 1)
+        let ring = JobRing<Int>(capacity: 4)
+        XCTAssertEqual(victim.stealAll(into: ring), 1)
+        XCTAssertEqual(ring.popFirst(), 3)
+        XCTAssertEqual(victim.count, 0)
+        for v in 4..<7 { victim.pushNewest(v, level: 1) }
+        XCTAssertEqual(victim.stealAll(into: ring), 1)
+        var taken: [Int] = []
+        while let v = ring.popFirst() { taken.append(v) }
+        XCTAssertEqual(taken, [4, 5, 6], "the ring's jobs in order, the slot's last")
+        victim.pushNewest(7, level: 4)
+        var streak = 0
+        XCTAssertEqual(victim.popNext(lifoStreak: &streak)?.0, 7, "the slot is the owner's again")
+    }
+
     /// The owner pushes 0..<total (popping one of every three pushes, and running what a full
     /// queue refuses itself); a thief steals halves into its own queue and pops them; another takes
     /// everything now and then. Every value must be seen exactly once.
@@ -163,15 +245,16 @@ final class LocalQueueTests: XCTestCase {
             mine.reserveCapacity(total)
             switch index {
             case 0:
+                var lifoStreak = 0
                 for v in 0..<total {
                     if box.queue.acceptsPush(level: 1, unbatchedLimit: Int.max) != nil {
-                        box.queue.push(v, level: 1)
+                        if v % 2 == 0 { box.queue.push(v, level: 1) } else { box.queue.pushNewest(v, level: 1) }
                     } else {
                         mine.append(v)
                     }
-                    if v % 3 == 0, let (value, _, _) = box.queue.pop() { mine.append(value) }
+                    if v % 3 == 0, let (value, _, _) = box.queue.popNext(lifoStreak: &lifoStreak) { mine.append(value) }
                 }
-                while let (value, _, _) = box.queue.pop() { mine.append(value) }
+                while let (value, _, _) = box.queue.popNext(lifoStreak: &lifoStreak) { mine.append(value) }
                 box.done.store(true, ordering: .sequentiallyConsistent)
             case 1:
                 let own = LocalQueue<Int>()

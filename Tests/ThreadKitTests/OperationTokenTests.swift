@@ -26,9 +26,21 @@ final class OperationTokenTests: XCTestCase {
         queue.lock.unlock()
     }
 
-    func testManyReadyOperationsGetOneLookingTokenNotOneEach() {
+    /// A new queue, suspended: what is added stays ready and plans no token.
+    private func suspendedQueue() -> TKOperationQueue {
         let queue = TKOperationQueue()
         queue.isSuspended = true
+        return queue
+    }
+
+    /// Resumes `queue` and waits until every operation it holds has finished.
+    private func resumeAndWait(_ queue: TKOperationQueue) {
+        queue.isSuspended = false
+        queue.waitUntilAllOperationsAreFinished()
+    }
+
+    func testManyReadyOperationsGetOneLookingTokenNotOneEach() {
+        let queue = suspendedQueue()
         let ran = Counter()
         for _ in 0..<100 { queue.addOperation { ran.add() } }
         planning(queue) { q in
@@ -48,14 +60,12 @@ final class OperationTokenTests: XCTestCase {
             q.core.tokensInOperations = 1
             XCTAssertEqual(q.planTokensLocked(qos: .default, callerWillLook: true).tokens, 0)
         }
-        queue.isSuspended = false
-        queue.waitUntilAllOperationsAreFinished()
+        resumeAndWait(queue)
         XCTAssertEqual(ran.value, 100)
     }
 
     func testNoTokenWhileNothingMayStart() {
-        let queue = TKOperationQueue()
-        queue.isSuspended = true
+        let queue = suspendedQueue()
         for _ in 0..<10 { queue.addOperation {} }
         planning(queue) { q in
             // At the limit: the ready operations wait for a slot, not for a token.
@@ -63,16 +73,14 @@ final class OperationTokenTests: XCTestCase {
             XCTAssertEqual(q.planTokensLocked(qos: .default).tokens, 0)
             q.core.limit = TKOperationQueue.systemWidth
         }
-        queue.isSuspended = false
-        queue.waitUntilAllOperationsAreFinished()
+        resumeAndWait(queue)
         XCTAssertEqual(queue.operationCount, 0)
     }
 }
 
 extension OperationTokenTests {
     func testAfterShortOperationsTheHandOffIsAContinuationEvenWithNothingReady() {
-        let queue = TKOperationQueue()
-        queue.isSuspended = true
+        let queue = suspendedQueue()
         planning(queue) { q in
             XCTAssertTrue(q.core.ready.isEmpty)
             // A token has just popped an operation: it is inside it, and it counts executing.
@@ -91,13 +99,11 @@ extension OperationTokenTests {
             q.core.limit = 1
             XCTAssertEqual(q.handOffLocked().tokens, 0, "a serial queue handed off")
         }
-        queue.isSuspended = false
-        queue.waitUntilAllOperationsAreFinished()
+        resumeAndWait(queue)
     }
 
     func testWithOperationsReadyTheHandOffOfLongOperationsIsShared() {
-        let queue = TKOperationQueue()
-        queue.isSuspended = true
+        let queue = suspendedQueue()
         for _ in 0..<3 { queue.addOperation {} }
         planning(queue) { q in
             q.core.tokens = 1
@@ -108,14 +114,12 @@ extension OperationTokenTests {
             XCTAssertEqual(plan.tokens, 1, "ready operations and nobody looking: no hand-off")
             XCTAssertFalse(plan.continuation, "the hand-off of long operations waits behind the one that made it")
         }
-        queue.isSuspended = false
-        queue.waitUntilAllOperationsAreFinished()
+        resumeAndWait(queue)
         XCTAssertEqual(queue.operationCount, 0)
     }
 
     func testATokenLingersOnlyAsTheOneLookerOfAPoolQueueWithNothingReady() {
-        let queue = TKOperationQueue()
-        queue.isSuspended = true
+        let queue = suspendedQueue()
         planning(queue) { q in
             q.core.tokens = 1
             q.core.tokensInOperations = 0
@@ -134,8 +138,7 @@ extension OperationTokenTests {
             q.core.tokensInOperations = 0
             XCTAssertFalse(q.mayLingerLocked(nil, workerIsFree: true), "lingered with an operation ready")
         }
-        queue.isSuspended = false
-        queue.waitUntilAllOperationsAreFinished()
+        resumeAndWait(queue)
     }
 
     /// X waits on a semaphore that Y, added after it, signals, with a limit of 2, on a queue whose
@@ -151,8 +154,7 @@ extension OperationTokenTests {
         queue.addOperation { signalled.store(signal.wait(until: .now + .seconds(30)) == .success, ordering: .relaxed) }
         queue.addOperation { signal.signal() }
         queue.lock.withLock { queue.core.shortOperations = true }
-        queue.isSuspended = false
-        queue.waitUntilAllOperationsAreFinished()
+        resumeAndWait(queue)
         XCTAssertTrue(signalled.load(ordering: .relaxed), "the operation behind a blocked one never started")
     }
 
@@ -171,8 +173,7 @@ extension OperationTokenTests {
         }
         queue.addOperation { flag.store(true, ordering: .releasing) }
         queue.lock.withLock { queue.core.shortOperations = true }
-        queue.isSuspended = false
-        queue.waitUntilAllOperationsAreFinished()
+        resumeAndWait(queue)
         XCTAssertTrue(seen.load(ordering: .relaxed), "the operation behind a spinning one never started")
     }
 }

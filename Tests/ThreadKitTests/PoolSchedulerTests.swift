@@ -28,8 +28,13 @@ final class PoolSchedulerTests: XCTestCase {
         func advance(milliseconds: UInt64) { now += milliseconds * 1_000_000 }
     }
 
-    private func makeScheduler(width: Int = 2, cap: Int = 255, clock: ManualClock = ManualClock()) -> Scheduler {
-        Scheduler(width: width, threadCap: cap, idleTimeout: 2_000_000_000, clock: { clock.now })
+    /// A scheduler of `width`, with `parked` started and parked in order (`startAndPark`).
+    private func makeScheduler(
+        width: Int = 2, cap: Int = 255, clock: ManualClock = ManualClock(), parked: [FakeWorker] = []
+    ) -> Scheduler {
+        var s = Scheduler(width: width, threadCap: cap, idleTimeout: 2_000_000_000, clock: { clock.now })
+        for worker in parked { startAndPark(&s, worker) }
+        return s
     }
 
     private func job() -> DispatchEntry { DispatchEntry(.block({})) }
@@ -113,9 +118,8 @@ final class PoolSchedulerTests: XCTestCase {
     /// submitted. The scheduler's guard is what makes the lost wake fatal; the pool's per-tier
     /// plans are what keep it from happening.
     func testWhileATierHasASearcherOffersWakeNobody() {
-        var s = makeScheduler(width: 4)
         let workers = (0..<4).map { FakeWorker("w\($0)") }
-        for w in workers { startAndPark(&s, w) }
+        var s = makeScheduler(width: 4, parked: workers)
         s.submit(job(), level: 2)
         XCTAssertTrue(isWake(s.offer(.normal)))
         for _ in 0..<100 {
@@ -189,9 +193,8 @@ final class PoolSchedulerTests: XCTestCase {
     }
 
     func testABurstWakesOneWorkerAndEachSearcherThatFindsAJobWakesTheNext() {
-        var s = makeScheduler(width: 3)
         let workers = (0..<3).map { FakeWorker("w\($0)") }
-        for w in workers { startAndPark(&s, w) }
+        var s = makeScheduler(width: 3, parked: workers)
         for _ in 0..<10 { s.submit(job(), level: 2) }
         var woken = 0
         var plan = s.offer(.normal)
@@ -275,9 +278,8 @@ final class PoolSchedulerTests: XCTestCase {
     }
 
     func testStalledWorkersAreNotCountedRunningUntilTheyResumeOrBlock() {
-        var s = makeScheduler(width: 1)
         let a = FakeWorker("a")
-        startAndPark(&s, a)
+        var s = makeScheduler(width: 1, parked: [a])
         s.submit(job(), level: 2)
         XCTAssertTrue(isWake(s.offer(.normal), a))
         guard case .job = s.pop(.normal) else { return XCTFail("no job") }
@@ -614,9 +616,8 @@ final class PoolSchedulerTests: XCTestCase {
     /// A producer never waits for the idle stack's lock: with it busy, its claim decides nothing
     /// and leaves the word and the stack as they were (it takes the pool's `tryLock` instead).
     func testAProducersClaimDecidesNothingWhileTheStacksLockIsBusy() {
-        var s = makeScheduler(width: 2)
         let w = FakeWorker("w")
-        startAndPark(&s, w)
+        let s = makeScheduler(width: 2, parked: [w])
         let word = s[.normal].word
         word.lock.lock()
         XCTAssertNil(word.tryClaim(width: 2))
@@ -699,9 +700,8 @@ final class PoolSchedulerTests: XCTestCase {
     /// The chain on the word: a worker a producer claimed finds a job, stops searching, and
     /// claims the next idle worker only while work waits.
     func testAClaimedWorkerThatFindsAJobClaimsTheNextOnlyWhileWorkWaits() {
-        var s = makeScheduler(width: 3)
         let workers = (0..<3).map { FakeWorker("w\($0)") }
-        for w in workers { startAndPark(&s, w) }
+        var s = makeScheduler(width: 3, parked: workers)
         s.submit(job(), level: 2)
         s.submit(job(), level: 2)
         XCTAssertTrue(claimed(s[.normal].word.claim(width: 3), workers[2]))

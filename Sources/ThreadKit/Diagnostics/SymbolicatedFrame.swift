@@ -9,12 +9,9 @@ struct SymbolicatedFrame: Sendable {
 
     /// The captured return address (inlined frames share their caller's).
     let address: UInt
-    /// The demangled function (Swift's short form: `TKLock.lock()`), empty when unknown.
-    let function: String
-    /// The symbol as in the binary (mangled), empty when unknown.
-    let rawName: String
-    /// The image's file name (`threadkit`, `libc.so.6`).
-    let image: String
+    /// The demangled function (Swift's short form: `TKLock.lock()`) and the symbol as in the binary
+    /// (mangled), both empty when unknown; the image's file name (`threadkit`, `libc.so.6`).
+    let function: String, rawName: String, image: String
     /// From the function's start, or from the image's base when the function is unknown.
     let offset: UInt
     /// `File.swift:12:5` where debug information has it.

@@ -16,6 +16,17 @@
 // them, `steal << 32 | real`: entries in [real, tail) are the owner's to pop; [steal, real) is
 // claimed by a thief that is still moving them out (steal == real: no claim). The owner's "full"
 // check counts from `steal`, so a claimed slot is never overwritten.
+//
+// The LIFO slot (tokio's `lifo_slot`, Go's `runnext`): the job the running job submitted last
+// waits beside the ring, and the owner runs it first, at most `lifoLimit` times in a row (tokio's
+// guard: two jobs that keep submitting each other cannot starve the ring); an older one moves to
+// the ring's tail. `lifoState` says who may touch the cell: empty (only the owner, to fill it),
+// full (the owner takes it back with a compare-exchange to empty; `stealAll` claims it with one to
+// taking), taking (`stealAll` is moving it out; it stores empty after). `stealHalf` leaves it
+// alone, as tokio does, so an idle thief does not take a lone continuation; but `stealAll` (a
+// worker that blocks gives its queue back, the monitor takes a stalled worker's) takes it too, so
+// a job that runs long or blocks never holds its continuation back (tokio's slot has no such way
+// out). Models/LocalQueue.pml checks both protocols together.
 import Synchronization
 
 // safety: the slots are shared by the protocol above: a slot is written only by the owner and only
@@ -46,15 +57,41 @@ struct LocalQueue<Element>: ~Copyable, @unchecked Sendable {
     /// entries reads the level they were pushed under, whatever the owner pushes since.
     // safety: as `slots` (plain bytes, nothing to deinitialize).
     private let levels: UnsafeMutablePointer<UInt8>
+    /// `lifoEmpty`, `lifoFull` or `lifoTaking`; see the header. Acquire-release transitions: the
+    /// owner's fill is published by its release store of full, a taker's move out ordered before
+    /// its transition back to empty.
+    private let lifoState = Atomic<UInt8>(0)
+    private static var lifoEmpty: UInt8 { 0 }
+    private static var lifoFull: UInt8 { 1 }
+    private static var lifoTaking: UInt8 { 2 }
+    // safety: one element, allocated in init and freed in deinit (deinitialized first if full);
+    // written only by the owner while empty, moved out only by whoever moved the state out of full.
+    private let lifoCell: UnsafeMutablePointer<Element>
+    /// The LIFO job's level, written by the owner with the cell. (A pointer, not a stored `var`: the
+    /// queue is a `~Copyable` struct whose methods are not mutating.)
+    // safety: as `lifoCell`.
+    private let lifoLevel: UnsafeMutablePointer<UInt8>
+    /// LIFO jobs the owner may run in a row before the ring's oldest goes first (tokio's
+    /// `MAX_LIFO_POLLS_PER_TICK`).
+    static var lifoLimit: Int { 3 }
 
     init() {
-        // safety: both freed in deinit.
+        // safety: all four freed in deinit.
         slots = .allocate(capacity: Self.capacity)
         levels = .allocate(capacity: Self.capacity)
         levels.initialize(repeating: 0, count: Self.capacity)
+        lifoCell = .allocate(capacity: 1)
+        lifoLevel = .allocate(capacity: 1)
+        lifoLevel.initialize(to: 0)
     }
 
     deinit {
+        if lifoState.load(ordering: .acquiring) == Self.lifoFull {
+            // safety: full and nobody left to take it: moved out once.
+            _ = lifoCell.move()
+        }
+        lifoCell.deallocate()
+        lifoLevel.deallocate()
         // No owner or thief is left: whatever was pushed and not taken is [real, tail).
         let (_, real) = Self.unpack(head.load(ordering: .acquiring))
         let end = tail.load(ordering: .acquiring)
@@ -84,25 +121,109 @@ struct LocalQueue<Element>: ~Copyable, @unchecked Sendable {
 
     // MARK: Owner
 
-    /// The entries the owner may still pop (claimed ones not counted). Owner only.
+    /// The entries the owner may still pop (claimed ones not counted), the LIFO slot's included.
+    /// Owner only.
     var ownerCount: Int {
         let (_, real) = Self.unpack(head.load(ordering: .acquiring))
-        return Int(tail.load(ordering: .relaxed) &- real)
+        return Int(tail.load(ordering: .relaxed) &- real) + (lifoState.load(ordering: .acquiring) == Self.lifoFull ? 1 : 0)
     }
 
-    /// Whether a job of `level` may be pushed now, and how many the owner holds before it: the
-    /// queue is empty or holds `level`, fewer than `unbatchedLimit` of its entries are not batched,
-    /// and a slot is free (counted from the steal head: claimed slots are not free). Owner only.
+    /// Whether a job of `level` may be pushed now (`pushNewest` or `push`), and how many the owner
+    /// holds before it: the queue (the LIFO slot included) is empty or holds `level`, fewer than
+    /// `unbatchedLimit` of its entries are not batched, and a ring slot is free (counted from the
+    /// steal head: claimed slots are not free). Owner only.
     func acceptsPush(level: Int, unbatchedLimit: Int) -> Int? {
         let (steal, real) = Self.unpack(head.load(ordering: .acquiring))
         let end = tail.load(ordering: .relaxed)
-        let before = Int(end &- real)
+        // Full or being taken: either way the slot holds a job of `lifoLevel` for this look.
+        let lifo = lifoState.load(ordering: .acquiring) != Self.lifoEmpty ? 1 : 0
+        let ring = Int(end &- real)
         guard Int(end &- steal) < Self.capacity else { return nil }
-        guard before == 0 || Int(levels[Int((end &- 1) & Self.mask)]) == level else { return nil }
+        if lifo != 0 {
+            guard Int(lifoLevel.pointee) == level else { return nil }
+        } else if ring != 0 {
+            guard Int(levels[Int((end &- 1) & Self.mask)]) == level else { return nil }
+        }
         let batchedUntil = batchEnd.load(ordering: .relaxed)
         let firstUnbatched = Self.isBatched(real, batchEnd: batchedUntil) ? batchedUntil : real
-        guard Int(end &- firstUnbatched) < unbatchedLimit else { return nil }
-        return before
+        guard Int(end &- firstUnbatched) + lifo < unbatchedLimit else { return nil }
+        return ring + lifo
+    }
+
+    /// Pushes `element`, which the running job just submitted, as the newest job: into the LIFO
+    /// slot; a job already there moves to the ring's tail. Into an empty queue it goes to the
+    /// ring, where it is next all the same (a ping-pong hop costs what a plain push and pop do).
+    /// If a `stealAll` is taking the slot's job right now, `element` goes to the ring's tail. The
+    /// caller checked `acceptsPush`. Owner only.
+    @inline(__always)
+    func pushNewest(_ element: consuming Element, level: Int) {
+        if lifoState.load(ordering: .acquiring) == Self.lifoEmpty {
+            let (_, real) = Self.unpack(head.load(ordering: .acquiring))
+            if tail.load(ordering: .relaxed) == real { return push(element, level: level) }
+        }
+        pushIntoLifo(element, level: level)
+    }
+
+    /// `pushNewest` into a queue that holds jobs. Owner only.
+    private func pushIntoLifo(_ element: consuming Element, level: Int) {
+        if lifoState.load(ordering: .acquiring) != Self.lifoEmpty {
+            guard let older = takeLifo() else {
+                // Being taken by `stealAll`: the slot is not the owner's until it is empty again.
+                return push(element, level: level)
+            }
+            push(older, level: Int(lifoLevel.pointee))
+        }
+        // safety: empty, and only the owner fills it: no live entry in the cell, nobody reads it
+        // until the release store below.
+        lifoCell.initialize(to: element)
+        lifoLevel.pointee = UInt8(truncatingIfNeeded: level)
+        lifoState.store(Self.lifoFull, ordering: .releasing)
+    }
+
+    /// The LIFO slot's job, taken back by the owner (its level stays in `lifoLevel` until the owner
+    /// fills the slot again); nil when it is empty or being taken. Owner only.
+    private func takeLifo() -> Element? {
+        // A plain load first: the owner asks on every pop, and an empty slot costs no locked
+        // instruction.
+        guard lifoState.load(ordering: .relaxed) == Self.lifoFull,
+            lifoState.compareExchange(
+                expected: Self.lifoFull, desired: Self.lifoEmpty, ordering: .acquiringAndReleasing
+            ).exchanged
+        else { return nil }
+        // safety: the exchange out of full gave the cell to this thread alone; only the owner (this
+        // thread) fills it again.
+        return lifoCell.move()
+    }
+
+    /// The owner's next job: the LIFO slot's while `lifoStreak` (LIFO jobs run in a row, kept by
+    /// the owner) is under `lifoLimit`; past it, the slot's job moves to the ring's tail and the
+    /// ring's oldest comes first, as in tokio. Owner only.
+    @inline(__always)
+    func popNext(lifoStreak: inout Int) -> (Element, level: Int, batched: Bool)? {
+        // The slot empty (a plain load; only the owner fills it): the ring's head, as `pop`.
+        if lifoState.load(ordering: .relaxed) == Self.lifoEmpty {
+            lifoStreak = 0
+            return pop()
+        }
+        return popWithLifo(lifoStreak: &lifoStreak)
+    }
+
+    /// `popNext` while the slot is full or being taken. Owner only.
+    private func popWithLifo(lifoStreak: inout Int) -> (Element, level: Int, batched: Bool)? {
+        if lifoStreak < Self.lifoLimit {
+            if let element = takeLifo() {
+                lifoStreak += 1
+                return (element, Int(lifoLevel.pointee), false)
+            }
+        } else if freeSlots > 0, let element = takeLifo() {
+            push(element, level: Int(lifoLevel.pointee))
+        }
+        lifoStreak = 0
+        if let next = pop() { return next }
+        // The ring is empty and the slot's job could not move there (no free slot): run it.
+        guard let element = takeLifo() else { return nil }
+        lifoStreak = 1
+        return (element, Int(lifoLevel.pointee), false)
     }
 
     /// Appends `element` (moved) at the tail. The caller checked `acceptsPush` (or knows a slot is
@@ -163,10 +284,11 @@ struct LocalQueue<Element>: ~Copyable, @unchecked Sendable {
 
     // MARK: Thieves
 
-    /// The entries pushed and not yet taken or claimed (a snapshot). Any thread.
+    /// The entries pushed and not yet taken or claimed, the LIFO slot's included (a snapshot).
+    /// Any thread.
     var count: Int {
         let (_, real) = Self.unpack(head.load(ordering: .acquiring))
-        return Int(tail.load(ordering: .acquiring) &- real)
+        return Int(tail.load(ordering: .acquiring) &- real) + (lifoState.load(ordering: .acquiring) == Self.lifoFull ? 1 : 0)
     }
 
     /// Claims the older `(n + 1) / 2` of the owner's `n` entries (all of them with `all`).
@@ -232,18 +354,30 @@ struct LocalQueue<Element>: ~Copyable, @unchecked Sendable {
         return (oldest, level)
     }
 
-    /// Moves every entry the owner holds, in order, to the back of `ring`, and returns their level
-    /// (nil: nothing taken). Any thread (the owner too: it gives its own queue back).
+    /// Moves every entry the owner holds, in order, to the back of `ring`, the LIFO slot's (the
+    /// newest) last, and returns their level (nil: nothing taken). Any thread (the owner too: it
+    /// gives its own queue back).
     func stealAll(into ring: JobRing<Element>) -> Int? {
-        guard let (first, n, word) = claim(all: true) else { return nil }
-        let level = Int(levels[Int(first & Self.mask)])
-        var position = first
-        while position != first &+ n {
-            // safety: claimed for this thread alone, as in `stealHalf`.
-            ring.append((slots + Int(position & Self.mask)).move())
-            position &+= 1
+        var level: Int?
+        if let (first, n, word) = claim(all: true) {
+            level = Int(levels[Int(first & Self.mask)])
+            var position = first
+            while position != first &+ n {
+                // safety: claimed for this thread alone, as in `stealHalf`.
+                ring.append((slots + Int(position & Self.mask)).move())
+                position &+= 1
+            }
+            release(word)
         }
-        release(word)
+        if lifoState.compareExchange(
+            expected: Self.lifoFull, desired: Self.lifoTaking, ordering: .acquiringAndReleasing
+        ).exchanged {
+            // safety: the exchange out of full gave the cell to this thread alone, and the owner
+            // does not fill it again until the store of empty below.
+            ring.append(lifoCell.move())
+            level = level ?? Int(lifoLevel.pointee)
+            lifoState.store(Self.lifoEmpty, ordering: .releasing)
+        }
         return level
     }
 }

@@ -79,6 +79,8 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
         /// Local jobs started in a row while jobs of the same level waited in the run queues; at
         /// `localStreakLimit` the local queue goes to the back of the run queue.
         var localStreak = 0
+        /// Jobs run in a row from the local queue's LIFO slot (`LocalQueue.popNext`).
+        var lifoStreak = 0
         /// The level whose OS priority the thread has (-1: not set by the pool; a new thread
         /// inherits whatever its creator had).
         var appliedLevel = -1
@@ -168,6 +170,7 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
             }
             if let (entry, level) = pool.nextJob(for: self, wasSearching: &searching) {
                 mine.localStreak = 0
+                mine.lifoStreak = 0
                 runJob(entry, level: level)
                 continue
             }
@@ -202,14 +205,14 @@ final class PoolWorker: ParkingObserver, PoolSchedulerWorker, @unchecked Sendabl
         guard let before = local.acceptsPush(level: level, unbatchedLimit: DispatchPool.localLimit) else {
             return .refused(entry)
         }
-        local.push(entry, level: level)
+        local.pushNewest(entry, level: level)
         return .pushed(before: before)
     }
 
-    /// The next entry of the local queue, its level, and whether it came in a batch from the run
-    /// queues. Worker thread.
+    /// The next entry of the local queue (its LIFO slot first, within tokio's limit), its level,
+    /// and whether it came in a batch from the run queues. Worker thread.
     @inline(__always)
-    private func popLocal() -> (DispatchEntry, Int, batched: Bool)? { local.pop() }
+    private func popLocal() -> (DispatchEntry, Int, batched: Bool)? { local.popNext(lifoStreak: &mine.lifoStreak) }
 
     /// Stores the next progress word (`observable`: inside a job and not parked in ThreadKit) and
     /// returns whether the monitor had marked the worker stalled. Worker thread.
