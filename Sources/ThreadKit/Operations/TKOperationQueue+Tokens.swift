@@ -282,4 +282,3 @@ extension TKOperationQueue {
         lock.lock()
     }
 }
-

@@ -76,10 +76,11 @@ struct LocalQueue<Element>: ~Copyable, @unchecked Sendable {
     static var lifoLimit: Int { 3 }
 
     init() {
-        // safety: all four freed in deinit.
+        // safety: both freed in deinit.
         slots = .allocate(capacity: Self.capacity)
         levels = .allocate(capacity: Self.capacity)
         levels.initialize(repeating: 0, count: Self.capacity)
+        // safety: freed in deinit; the cell stays uninitialized until the owner fills it.
         lifoCell = .allocate(capacity: 1)
         lifoLevel = .allocate(capacity: 1)
         lifoLevel.initialize(to: 0)
