@@ -267,11 +267,11 @@ extension TKOperationQueue {
 
     /// The token stays looking (still counted, so a producer plans no new token) and polls
     /// `mayStart` for as long as an idle pool worker polls for its next job (`DispatchSpin.idleWorker`),
-    /// having carried out what the last locked section planned. Returns with lock held; the caller
-    /// looks again. A producer that adds operations a little slower than tokens run them (empty
-    /// operations from one thread) then feeds one lingering token, instead of ending a token and
-    /// starting the next through the pool (a lock visit to park, a wake, a visit to fetch) every
-    /// few operations. Called and returns with lock held.
+    /// having carried out what the last locked section planned; then the caller looks again. A
+    /// producer that adds operations a little slower than tokens run them (empty operations from
+    /// one thread) then feeds one lingering token, instead of ending a token and starting the next
+    /// through the pool (a lock visit to park, a wake, a visit to fetch) every few operations.
+    /// Called and returns with lock held (released while it polls).
     private func linger(_ plan: inout Plan) {
         let seen = mayStart.load(ordering: .relaxed)
         lock.unlock()

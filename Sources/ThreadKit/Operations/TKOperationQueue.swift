@@ -77,7 +77,7 @@ public final class TKOperationQueue: @unchecked Sendable {
     let lock = DispatchLock()
     var core = Core() // guarded by lock
     /// Bumped (under lock) whenever an operation may start; a lingering token polls it without the
-    /// lock (TKOperationQueue+Tokens, "Lingering"). Relaxed: a hint; the token re-checks under lock.
+    /// lock (TKOperationQueue+Tokens, `linger`). Relaxed: a hint; the token looks again under lock.
     let mayStart = Atomic<Int>(0)
     let drained = FutexWord(0)
     let isMain: Bool

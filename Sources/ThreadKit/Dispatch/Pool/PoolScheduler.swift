@@ -382,7 +382,7 @@ struct PoolScheduler<Worker: PoolSchedulerWorker>: ~Copyable {
     }
 
     /// Hands the batch `pop` granted (at most `max` jobs of `level`), oldest first, to `take`: the
-    /// worker's local queue. Returns how many it takes, for `LocalQueue.beginBatch`, before any.
+    /// worker's local queue. `batchCount` says beforehand how many (for `LocalQueue.beginBatch`).
     mutating func takeBatch(level: Int, max: Int, into take: (consuming DispatchEntry) -> Void) {
         runQueues.popMore(level, max: max, into: take)
     }
