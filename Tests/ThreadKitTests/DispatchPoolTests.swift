@@ -207,7 +207,7 @@ final class DispatchPoolTests: XCTestCase {
         scene.release(1)
         // The freed background worker either starts the item (wrong) or goes idle.
         scene.finish(
-            flood: flood, settled: { pool.runningMirror(1) < width },
+            flood: flood, settled: { pool.idleCounts(1).running < width },
             "the background item started while the normal flood waited staged and no normal job had started")
     }
 
@@ -237,7 +237,7 @@ final class DispatchPoolTests: XCTestCase {
         }
         // The background worker either starts its local item (wrong) or hands it back and goes idle.
         scene.finish(
-            flood: flood, settled: { floodStaged.load(ordering: .acquiring) && pool.runningMirror(1) < width },
+            flood: flood, settled: { floodStaged.load(ordering: .acquiring) && pool.idleCounts(1).running < width },
             "the background job's local item started while the normal flood it staged waited and no normal job had started")
     }
 

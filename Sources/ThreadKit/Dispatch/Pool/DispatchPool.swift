@@ -124,9 +124,8 @@ final class DispatchPool: @unchecked Sendable {
         // safety: see `wordNormal`.
         (t == 0 ? wordNormal : wordBackground)._withUnsafeGuaranteedRef(body)
     }
-    @inline(__always) func idleMirror(_ t: Int) -> Int { withIdleWord(t) { $0.counts.idle } }
-    @inline(__always) func searchingMirror(_ t: Int) -> Int { withIdleWord(t) { $0.counts.searching } }
-    @inline(__always) func runningMirror(_ t: Int) -> Int { withIdleWord(t) { $0.counts.running } }
+    /// Tier `t`'s counters now: one sequentially consistent load of its idle word.
+    @inline(__always) func idleCounts(_ t: Int) -> IdleCounts { withIdleWord(t) { $0.counts } }
     /// `monitor.awake` as of the last release of `lock`, sequentially consistent for the same
     /// Dekker pairing: a producer whose job no worker will visit soon makes sure the monitor looks.
     let monitorAwakeMirror = Atomic<Bool>(false)
@@ -340,9 +339,9 @@ final class DispatchPool: @unchecked Sendable {
     private func tiersOwedADrain(raised: UInt8) -> UInt8 {
         var owed: UInt8 = 0
         for tier in Tier.allCases where raised & tier.bit != 0 {
-            let t = tier.rawValue
+            let counts = idleCounts(tier.rawValue)
             if Scheduler.submitterTriesLock(
-                raisedPending: true, searching: searchingMirror(t), running: runningMirror(t), width: width,
+                raisedPending: true, searching: counts.searching, running: counts.running, width: width,
                 monitorAwake: { monitorAwakeMirror.load(ordering: .sequentiallyConsistent) })
             {
                 owed |= tier.bit
@@ -408,8 +407,9 @@ final class DispatchPool: @unchecked Sendable {
     ///   tier's word (`IdleWord.claim`) and sets its event; the woken worker drains at its visit
     ///   to the lock (the event orders that visit after this staging). With nobody idle (a thread
     ///   must start), for a background job (its offer applies admission and aging), or while the
-    ///   lock is held (its holder will see the flag), it tries the lock once; its holder drains, offers the work and wakes or starts one (if another
-    ///   thread holds it, that holder sees the flag when it unlocks).
+    ///   lock is held (its holder will see the flag), it tries the lock once; its holder drains,
+    ///   offers the work and wakes or starts one (if another thread holds it, that holder sees the
+    ///   flag when it unlocks).
     ///
     /// Why the flag alone is not enough when the tier has nobody running: it promises a drain, but
     /// not a prompt one — the thread it counts on may serve the other tier. An interactive job
@@ -421,11 +421,9 @@ final class DispatchPool: @unchecked Sendable {
         let tier = Tier(level: level)
         let t = tier.rawValue
         func step(claimFailed: Bool = false) -> Scheduler.SubmitterStep {
-            withIdleWord(t) { word in
-                Scheduler.submitterStep(
-                    raisedPending: raised, counts: word.counts, width: width, lockFree: tier == .normal,
-                    claimFailed: claimFailed, monitorAwake: { monitorAwakeMirror.load(ordering: .sequentiallyConsistent) })
-            }
+            Scheduler.submitterStep(
+                raisedPending: raised, counts: idleCounts(t), width: width, lockFree: tier == .normal,
+                claimFailed: claimFailed, monitorAwake: { monitorAwakeMirror.load(ordering: .sequentiallyConsistent) })
         }
         switch step() {
         case .done: return
@@ -476,16 +474,16 @@ final class DispatchPool: @unchecked Sendable {
     /// continuation wakes nobody (tokio's LIFO-slot rule): its worker runs it when the job that
     /// pushed it ends, and the monitor or `willPark` hands it on if that job runs long or blocks
     /// (docs/DispatchPool.md, "Local queues and stealing"). Asked at 1, 2, 4, 8 and 16 jobs
-    /// before, and only while an idle worker exists
-    /// and nobody searches (atomic mirrors, read without the lock), so a burst of local pushes
-    /// visits the pool's lock a few times, not once per job, and a push with a searcher already
-    /// on its way (the common case in a chain of hops) visits it not at all. Worker thread.
+    /// before, and only while an idle worker exists and nobody searches (the idle word, read
+    /// without the lock), so a burst of local pushes visits the pool's lock a few times, not once
+    /// per job, and a push with a searcher already on its way (the common case in a chain of hops)
+    /// visits it not at all. Worker thread.
     private func localPushed(_ worker: PoolWorker, before: Int) {
         let t = Tier(background: worker.background).rawValue
         let wantMonitor = !monitorAwakeMirror.load(ordering: .relaxed)
         var wantThief = false
         if before != 0 && before & (before &- 1) == 0 {
-            let counts = withIdleWord(t) { $0.counts }
+            let counts = idleCounts(t)
             wantThief = counts.searching == 0 && counts.idle > 0
         }
         guard wantMonitor || wantThief else { return }
